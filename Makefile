@@ -1,0 +1,59 @@
+# ShardChat: `make run` starts the app, `make test` runs the whole suite.
+# Both create .venv and install everything on first use, and reuse it after.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+WHEELS := .cache/wheels
+LLAMA_VERSION := 0.3.36
+LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
+INSTALLED := $(VENV)/.installed
+
+# llama.cpp's default -march=native build crashes on CPUs that advertise AMX
+# (see DESIGN.md); a portable build is also what installers must ship.
+PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+	-DGGML_F16C=ON -DGGML_BMI2=ON
+
+.PHONY: run test lint format bench clean distclean
+
+run: $(INSTALLED)
+	$(VENV)/bin/shardchat chat
+
+test: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(INSTALLED)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(INSTALLED)
+	$(PY) bench/runtime_overhead.py
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# Build the portable llama-cpp-python wheel once; a fresh venv reuses it.
+$(LLAMA_WHEEL_STAMP): | $(PY)
+	mkdir -p $(WHEELS)
+	CMAKE_ARGS="$(PORTABLE_CMAKE_ARGS)" $(PIP) wheel --no-deps --no-cache-dir \
+		--wheel-dir $(WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	touch $@
+
+$(INSTALLED): pyproject.toml $(LLAMA_WHEEL_STAMP) | $(PY)
+	$(PIP) install --force-reinstall --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(PIP) install --find-links $(WHEELS) -e '.[test,dev]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+
+distclean: clean
+	rm -rf $(WHEELS)

@@ -1,0 +1,139 @@
+"""`shardchat chat`: one reply to a prompt, to piped input, or an interactive session.
+
+The command drives the same engine worker the GUI uses: requests go on its
+queue, events come back on a queue this thread reads. Ctrl-C while a reply
+streams cancels that reply; at the prompt it ends the session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import queue
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from app.events import FINAL_EVENTS, EngineEvent, ReplyFinished, RequestFailed, TokenStreamed
+from app.worker import EngineWorker
+from engine.default_model import default_model_path
+from engine.errors import BadInputError, ShardChatError
+from engine.generation_stats import GenerationStats
+from engine.model_params import LoadParams
+from engine.runtime import inspect_model
+from engine.sampling import SamplingSettings
+
+_HELP = "Type a message and press Enter. /reset starts over, /exit (or Ctrl-D) quits."
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    model_path = Path(args.model) if args.model else default_model_path()
+    inspect_model(model_path)  # bad input fails here, before any thread starts
+    settings = SamplingSettings(
+        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+    )
+    prompt = _prompt_from(args)
+    with _engine() as engine:
+        params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
+        engine.call(engine.worker.load_model(params))
+        if args.system:
+            engine.call(engine.worker.start_conversation(args.system))
+        if prompt is not None:
+            _one_reply(engine, prompt, settings, show_stats=args.stats)
+        else:
+            _interactive(engine, args.system, settings)
+    return 0
+
+
+def _prompt_from(args: argparse.Namespace) -> str | None:
+    """The prompt from the arguments, else from piped stdin; None means interactive."""
+    if args.prompt:
+        return _non_empty(" ".join(args.prompt))
+    stdin = sys.stdin
+    if stdin is not None and stdin.isatty():
+        return None
+    return _non_empty(stdin.read() if stdin is not None else "")
+
+
+def _non_empty(prompt: str) -> str:
+    if not prompt.strip():
+        raise BadInputError("the prompt is empty; give PROMPT or pipe text to standard input")
+    return prompt
+
+
+class _Engine:
+    """The worker plus a queue of its events, read on this thread."""
+
+    def __init__(self) -> None:
+        self.events: queue.Queue[EngineEvent] = queue.Queue()
+        self.worker = EngineWorker(self.events.put).start()
+
+    def call(self, request_id: int) -> EngineEvent:
+        """Wait for the request's final event, printing streamed text; Ctrl-C cancels it."""
+        while True:
+            try:
+                event = self.events.get()
+            except KeyboardInterrupt:
+                self.worker.cancel(request_id)
+                continue
+            if isinstance(event, TokenStreamed):
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
+                return _raise_if_failed(event)
+
+
+def _raise_if_failed(event: EngineEvent) -> EngineEvent:
+    if isinstance(event, RequestFailed):
+        raise BadInputError(event.message) if event.bad_input else ShardChatError(event.message)
+    return event
+
+
+@contextlib.contextmanager
+def _engine() -> Iterator[_Engine]:
+    engine = _Engine()
+    try:
+        yield engine
+    finally:
+        engine.worker.shutdown()
+
+
+def _one_reply(engine: _Engine, text: str, settings: SamplingSettings, show_stats: bool) -> None:
+    reply = engine.call(engine.worker.send_message(text, settings))
+    sys.stdout.write("\n")
+    if show_stats and isinstance(reply, ReplyFinished):
+        _print_stats(reply)
+
+
+def _interactive(engine: _Engine, system: str | None, settings: SamplingSettings) -> None:
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401 - line editing and history for input()
+    print(_HELP, file=sys.stderr)
+    while (text := _read_line()) is not None:
+        if text.strip() in {"/exit", "/quit"}:
+            break
+        if text.strip() == "/reset":
+            engine.call(engine.worker.start_conversation(system))
+            print("(new conversation)", file=sys.stderr)
+        elif text.strip():
+            _one_reply(engine, text, settings, show_stats=True)
+
+
+def _read_line() -> str | None:
+    try:
+        return input("\n> ")
+    except (EOFError, KeyboardInterrupt):
+        print(file=sys.stderr)
+        return None
+
+
+def _print_stats(reply: ReplyFinished) -> None:
+    stats: GenerationStats = reply.stats
+    parts = [
+        f"{stats.time_to_first_token_s:.2f} s to first token",
+        f"{stats.decode_tokens_per_s:.1f} tokens/s",
+        f"{stats.generated_tokens} tokens ({stats.finish_reason.value})",
+    ]
+    if reply.dropped_messages:
+        parts.append(f"{reply.dropped_messages} oldest messages left out to fit the context")
+    print(f"[{', '.join(parts)}]", file=sys.stderr)

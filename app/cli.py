@@ -1,0 +1,128 @@
+"""The `shardchat` command line: everything a headless user needs.
+
+Exit codes: 0 ok, 2 bad input (one line on stderr, no traceback), 1 internal
+error (one line on stderr, the traceback in the log file). llama.cpp's own
+log goes to the log file unless --verbose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from app.chat_command import run_chat
+from app.info_command import run_info
+from app.logging_setup import configure_logging
+from engine.errors import BadInputError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    log_file = configure_logging(verbose=args.verbose)
+    try:
+        return args.run(args)
+    except BadInputError as exc:
+        _fail(str(exc))
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        log.exception("internal error")
+        _fail(f"internal error: {exc} (details in {log_file})")
+        return EXIT_INTERNAL
+
+
+def _fail(message: str) -> None:
+    print(f"shardchat: error: {message}", file=sys.stderr)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardchat", description="Chat with large local GGUF models on small GPUs."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show llama.cpp's log on stderr as well"
+    )
+    parser.set_defaults(command=None)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_chat(commands)
+    _add_info(commands)
+    return parser
+
+
+def _add_chat(commands: argparse._SubParsersAction) -> None:
+    chat = commands.add_parser(
+        "chat",
+        help="chat with a model (interactive without PROMPT on a terminal)",
+        description="Stream a reply to PROMPT, to standard input when it is piped, or start an "
+        "interactive session. Uses the embedded default model unless --model is given.",
+    )
+    chat.add_argument("prompt", nargs="*", metavar="PROMPT", help="the message to send")
+    chat.add_argument("--model", "-m", metavar="PATH", help="GGUF model file")
+    chat.add_argument("--system", metavar="TEXT", help="system prompt")
+    chat.add_argument("--temperature", type=_non_negative_float, default=0.7)
+    chat.add_argument("--top-p", type=_probability, default=0.95)
+    chat.add_argument("--max-tokens", type=_positive_int, default=512)
+    chat.add_argument("--ctx", type=_positive_int, default=4096, help="context window in tokens")
+    chat.add_argument("--threads", type=_positive_int, default=None, help="CPU threads")
+    chat.add_argument(
+        "--stats", action="store_true", help="print time to first token and tokens/s to stderr"
+    )
+    chat.set_defaults(command="chat", run=run_chat)
+
+
+def _add_info(commands: argparse._SubParsersAction) -> None:
+    info = commands.add_parser(
+        "info",
+        help="show a model's inventory (sub-layers and their sizes)",
+        description="Read a GGUF file's header (no weights are loaded) and print its "
+        "architecture, sizes and per-block sub-layer table.",
+    )
+    info.add_argument("model", metavar="MODEL", help="GGUF file, or 'default'")
+    info.add_argument("--json", action="store_true", help="print the inventory as JSON")
+    info.set_defaults(command="info", run=run_info)
+
+
+def _version() -> str:
+    try:
+        return version("shardchat")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError("must be in (0, 1]")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

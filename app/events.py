@@ -1,0 +1,71 @@
+"""What the engine worker reports back, as plain frozen values.
+
+Events cross threads: the worker emits them on its own thread through one
+callback; the CLI puts them on a queue, the GUI turns them into queued Qt
+signals. Every event names the request it answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.generation_stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class ModelLoaded:
+    request_id: int
+    model_path: str
+    model_name: str
+    architecture: str
+    n_params: int
+    n_ctx: int
+    load_seconds: float
+    load_params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelUnloaded:
+    request_id: int
+    model_path: str | None
+
+
+@dataclass(frozen=True)
+class ConversationStarted:
+    request_id: int
+    n_messages: int
+
+
+@dataclass(frozen=True)
+class TokenStreamed:
+    request_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyFinished:
+    request_id: int
+    text: str
+    stats: GenerationStats
+    dropped_messages: int
+
+
+@dataclass(frozen=True)
+class RequestFailed:
+    """A request that could not be done; `bad_input` separates user mistakes from bugs."""
+
+    request_id: int
+    message: str
+    bad_input: bool
+
+
+EngineEvent = (
+    ModelLoaded
+    | ModelUnloaded
+    | ConversationStarted
+    | TokenStreamed
+    | ReplyFinished
+    | RequestFailed
+)
+FINAL_EVENTS = (ModelLoaded, ModelUnloaded, ConversationStarted, ReplyFinished, RequestFailed)

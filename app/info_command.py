@@ -1,0 +1,91 @@
+"""`shardchat info MODEL`: a model's inventory as a table or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.units import format_bytes, format_count
+from engine.default_model import default_model_path
+from engine.inventory import ModelInventory, SubLayerKind, read_inventory
+
+_BLOCK_COLUMNS = (
+    SubLayerKind.ATTENTION,
+    SubLayerKind.DENSE_FFN,
+    SubLayerKind.MOE_ROUTER,
+    SubLayerKind.ROUTED_EXPERTS,
+    SubLayerKind.SHARED_EXPERTS,
+)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    path = default_model_path() if args.model == "default" else args.model
+    inventory = read_inventory(path)
+    if args.json:
+        print(json.dumps(inventory.to_dict(), indent=2, default=str))
+    else:
+        print(render_inventory(inventory))
+    return 0
+
+
+def render_inventory(inventory: ModelInventory) -> str:
+    """The summary lines, then one row per block and the global sub-layers."""
+    return "\n".join([*_summary(inventory), "", *_block_table(inventory), *_globals(inventory)])
+
+
+def _summary(inv: ModelInventory) -> list[str]:
+    kind = "vision projector" if inv.is_vision_projector else "MoE" if inv.is_moe else "dense"
+    lines = [
+        f"file           {inv.path} ({format_bytes(inv.file_bytes)})",
+        f"name           {inv.name}",
+        f"architecture   {inv.architecture} ({kind})",
+        f"parameters     {format_count(inv.n_params)}",
+        f"context        {inv.context_length or '?'} tokens",
+        f"layers         {inv.n_layer}, width {inv.n_embd}, heads {inv.n_head}/{inv.n_head_kv} kv",
+        f"quant types    {_quant_mix(inv)}",
+        f"KV cache       {format_bytes(inv.kv_bytes_per_token)} per token (f16)",
+    ]
+    if inv.is_moe:
+        lines.append(
+            f"experts        {inv.expert_count} routed ({inv.expert_used_count} used per token), "
+            f"{inv.expert_shared_count} shared"
+        )
+    if inv.is_vision_projector:
+        lines.append(f"projector      {inv.projector_type or 'unknown'}")
+    return lines
+
+
+def _quant_mix(inv: ModelInventory) -> str:
+    total = sum(inv.quant_bytes.values()) or 1
+    return ", ".join(f"{q} {100 * b / total:.0f}%" for q, b in inv.quant_bytes.items())
+
+
+def _block_table(inv: ModelInventory) -> list[str]:
+    columns = [k for k in _BLOCK_COLUMNS if any(b.sublayer(k) for b in inv.blocks)]
+    if not columns:
+        return []
+    header = f"{'block':>5}  " + "".join(f"{k.value:>16}" for k in columns) + f"{'kv/token':>12}"
+    rows = [header, "-" * len(header)]
+    for block in inv.blocks:
+        cells = "".join(f"{_size(block.sublayer(k)):>16}" for k in columns)
+        swa = "*" if block.sliding_window else ""
+        rows.append(f"{block.index:>5}  {cells}{format_bytes(block.kv_bytes_per_token) + swa:>12}")
+    if any(b.sliding_window for b in inv.blocks):
+        window = next(b.sliding_window for b in inv.blocks if b.sliding_window)
+        rows.append(f"* sliding-window layer: KV cache capped at {window} tokens")
+    return rows
+
+
+def _globals(inv: ModelInventory) -> list[str]:
+    lines = [""]
+    for sub in inv.globals:
+        lines.append(
+            f"{sub.kind.value:<18}{format_bytes(sub.n_bytes):>12}  {', '.join(sub.quant_types)}"
+        )
+    if inv.tied_output and not inv.is_vision_projector:
+        lines.append(f"{'output_head':<18}{'(tied)':>12}  shares the token embedding")
+    return lines
+
+
+def _size(sub: object) -> str:
+    return "-" if sub is None else format_bytes(sub.n_bytes)  # type: ignore[attr-defined]

@@ -1,0 +1,223 @@
+"""The engine worker: one thread that owns the one resident model.
+
+Every other thread talks to the model through this worker's request queue and
+hears back through a single event callback, so the GUI thread never blocks on
+llama.cpp and two requests can never use the model at once. Cancelling is the
+one thing that bypasses the queue: it flips the running request's flag at
+once, which the generation loop and llama.cpp's abort callback watch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.events import (
+    ConversationStarted,
+    EngineEvent,
+    ModelLoaded,
+    ModelUnloaded,
+    ReplyFinished,
+    RequestFailed,
+    TokenStreamed,
+)
+from engine.cancel import CancelToken
+from engine.chat import ChatSession
+from engine.chat_template import ChatMessage
+from engine.errors import BadInputError
+from engine.model_params import LoadParams
+from engine.runtime import LoadedModel, inspect_model, load_model
+from engine.sampling import SamplingSettings
+
+log = logging.getLogger(__name__)
+
+EventCallback = Callable[[EngineEvent], None]
+
+
+@dataclass(frozen=True)
+class _LoadModel:
+    params: LoadParams
+
+
+@dataclass(frozen=True)
+class _UnloadModel:
+    pass
+
+
+@dataclass(frozen=True)
+class _StartConversation:
+    system_prompt: str | None
+    history: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True)
+class _SendMessage:
+    text: str
+    settings: SamplingSettings
+
+
+@dataclass(frozen=True)
+class _Stop:
+    pass
+
+
+@dataclass
+class _Queued:
+    request_id: int
+    request: object
+    cancel: CancelToken = field(default_factory=CancelToken)
+
+
+class EngineWorker:
+    """Start it, submit requests (each returns its id), read events, shut it down."""
+
+    def __init__(self, on_event: EventCallback, name: str = "shardchat-engine") -> None:
+        self._on_event = on_event
+        self._queue: queue.Queue[_Queued] = queue.Queue()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Queued] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._model: LoadedModel | None = None
+        self._session: ChatSession | None = None
+        self._handlers: dict[type, Callable[[_Queued], None]] = {
+            _LoadModel: self._load,
+            _UnloadModel: self._unload,
+            _StartConversation: self._start_conversation,
+            _SendMessage: self._send,
+        }
+
+    # --- the caller's side (any thread) ---
+
+    def start(self) -> EngineWorker:
+        self._thread.start()
+        return self
+
+    def load_model(self, params: LoadParams) -> int:
+        """Load a model in place of the current one; the conversation carries over."""
+        return self._submit(_LoadModel(params))
+
+    def unload_model(self) -> int:
+        return self._submit(_UnloadModel())
+
+    def start_conversation(
+        self, system_prompt: str | None = None, history: Sequence[ChatMessage] = ()
+    ) -> int:
+        return self._submit(_StartConversation(system_prompt, tuple(history)))
+
+    def send_message(self, text: str, settings: SamplingSettings) -> int:
+        return self._submit(_SendMessage(text, settings))
+
+    def cancel(self, request_id: int | None = None) -> None:
+        """Cancel one request, or every queued and running one when no id is given."""
+        with self._lock:
+            targets = list(self._pending.values())
+        for entry in targets:
+            if request_id is None or entry.request_id == request_id:
+                entry.cancel.cancel()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel what runs, stop the thread and free the model."""
+        if not self._thread.is_alive():
+            return
+        self.cancel()
+        self._queue.put(_Queued(0, _Stop()))
+        self._thread.join(timeout)
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _submit(self, request: object) -> int:
+        entry = _Queued(next(self._ids), request)
+        with self._lock:
+            self._pending[entry.request_id] = entry
+        self._queue.put(entry)
+        return entry.request_id
+
+    # --- the worker thread ---
+
+    def _run(self) -> None:
+        try:
+            while not isinstance((entry := self._queue.get()).request, _Stop):
+                self._execute(entry)
+        finally:
+            self._close_model()
+
+    def _execute(self, entry: _Queued) -> None:
+        try:
+            self._handlers[type(entry.request)](entry)
+        except BadInputError as exc:
+            self._emit(RequestFailed(entry.request_id, str(exc), bad_input=True))
+        except Exception as exc:  # a bug must not kill the worker: report it and go on
+            log.exception("request %d failed", entry.request_id)
+            self._emit(RequestFailed(entry.request_id, f"internal error: {exc}", bad_input=False))
+        finally:
+            with self._lock:
+                self._pending.pop(entry.request_id, None)
+
+    def _emit(self, event: EngineEvent) -> None:
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("event callback failed on %r", event)
+
+    def _load(self, entry: _Queued) -> None:
+        params = entry.request.params  # type: ignore[attr-defined]
+        started = time.perf_counter()
+        history = self._session.messages if self._session else []
+        inspect_model(params.model_path)  # refuse a bad file before giving up the current model
+        self._close_model()
+        self._model = load_model(params)
+        self._session = ChatSession(self._model, history=history)
+        inventory = self._model.inventory
+        self._emit(
+            ModelLoaded(
+                request_id=entry.request_id,
+                model_path=str(params.model_path),
+                model_name=inventory.name,
+                architecture=inventory.architecture,
+                n_params=inventory.n_params,
+                n_ctx=self._model.n_ctx,
+                load_seconds=time.perf_counter() - started,
+                load_params=self._model.params.to_dict(),
+            )
+        )
+
+    def _unload(self, entry: _Queued) -> None:
+        path = self._model.params.model_path if self._model else None
+        self._close_model()
+        self._emit(ModelUnloaded(entry.request_id, path))
+
+    def _start_conversation(self, entry: _Queued) -> None:
+        request: _StartConversation = entry.request  # type: ignore[assignment]
+        self._session = ChatSession(self._require_model(), request.system_prompt, request.history)
+        self._emit(ConversationStarted(entry.request_id, len(self._session.messages)))
+
+    def _send(self, entry: _Queued) -> None:
+        request: _SendMessage = entry.request  # type: ignore[assignment]
+        model = self._require_model()
+        if self._session is None:
+            self._session = ChatSession(model)
+        reply = self._session.reply(
+            request.text,
+            request.settings,
+            entry.cancel,
+            on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
+        )
+        self._emit(ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages))
+
+    def _require_model(self) -> LoadedModel:
+        if self._model is None:
+            raise BadInputError("no model is loaded; load one first")
+        return self._model
+
+    def _close_model(self) -> None:
+        if self._model is not None:
+            self._model.close()
+            self._model = None

@@ -1,0 +1,1 @@
+"""ShardChat engine: everything that touches models and hardware. Never imports Qt."""

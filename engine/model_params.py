@@ -1,0 +1,86 @@
+"""The llama.cpp parameters a model is loaded with, explicit and printable.
+
+Every load states its context size, batch sizes, threads and GPU layers, so
+the planner (a later issue) can produce exactly this value and the logs show
+what llama.cpp was asked to do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import psutil
+
+DEFAULT_N_CTX = 4096
+CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this
+
+
+def physical_cores() -> int:
+    """Physical cores: llama.cpp's decode does not gain from hyper-threads."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """What `load_model` passes to llama.cpp; None threads mean the physical core count."""
+
+    model_path: str
+    n_ctx: int = DEFAULT_N_CTX
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+    seed: int = llama_cpp.LLAMA_DEFAULT_SEED  # random per load; greedy decoding ignores it
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 16:
+            raise ValueError("n_ctx must be at least 16 tokens")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise ValueError("n_batch and n_ubatch must be positive")
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be positive")
+
+    def with_changes(self, **changes: Any) -> LoadParams:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoadParams:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @property
+    def name(self) -> str:
+        return Path(self.model_path).name
+
+
+def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
+    """Keyword arguments for `llama_cpp.Llama`, with thread defaults resolved."""
+    threads = params.n_threads or physical_cores()
+    return {
+        "model_path": str(params.model_path),
+        # Ask for what llama.cpp will allocate anyway, so llama-cpp-python's token
+        # arrays and llama.cpp's KV cache agree on the window's size.
+        "n_ctx": -(-params.n_ctx // CONTEXT_GRANULE) * CONTEXT_GRANULE,
+        "n_batch": params.n_batch,
+        "n_ubatch": min(params.n_ubatch, params.n_batch),
+        "n_threads": threads,
+        "n_threads_batch": params.n_threads_batch or threads,
+        "n_gpu_layers": params.n_gpu_layers,
+        "use_mmap": params.use_mmap,
+        "seed": params.seed,
+        # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at
+        # /dev/null while loading, silencing every thread of the process; its
+        # own Python-level chatter is captured by the runtime instead.
+        "verbose": True,
+    }

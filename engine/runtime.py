@@ -1,0 +1,109 @@
+"""One resident llama.cpp model: loading it with explicit parameters, and its tokenizer.
+
+The engine worker owns exactly one `LoadedModel` at a time. Loading checks
+the file first (so bad input gets one clear sentence, not a llama.cpp
+assertion), routes llama.cpp's log into Python logging, and reads the
+inventory that later issues plan with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import time
+from collections.abc import Sequence
+
+import llama_cpp
+
+from engine import llama_log
+from engine.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
+from engine.errors import ModelFileError
+from engine.generation import context_window
+from engine.gguf_file import check_model_path
+from engine.inventory import ModelInventory, read_inventory
+from engine.model_params import LoadParams, make_llama_kwargs
+
+log = logging.getLogger(__name__)
+
+
+class LoadedModel:
+    """A llama.cpp model and context plus what we know about them; close() frees both."""
+
+    def __init__(self, params: LoadParams, llm: llama_cpp.Llama, inventory: ModelInventory):
+        self.params = params
+        self.llm = llm
+        self.inventory = inventory
+        self.chat_template = _chat_template_of(llm)
+
+    @property
+    def n_ctx(self) -> int:
+        return context_window(self.llm)
+
+    def tokenize_prompt(self, prompt: RenderedPrompt) -> list[int]:
+        """Tokens of a rendered prompt; BOS is added unless the template wrote it."""
+        add_bos = not prompt.template_adds_bos and self._wants_bos()
+        return self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        return len(self.tokenize_prompt(self.chat_template.render(messages)))
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def _wants_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.llm._model.vocab))
+
+
+def load_model(params: LoadParams) -> LoadedModel:
+    """Load a GGUF with exactly these parameters; ModelFileError if it is not a usable model."""
+    path = check_model_path(params.model_path)
+    inventory = inspect_model(path)
+    llama_log.install()
+    params = _within_trained_context(params, inventory)
+    started = time.perf_counter()
+    chatter = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(chatter):
+            llm = llama_cpp.Llama(**make_llama_kwargs(params))
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise ModelFileError(f"{path}: llama.cpp could not load the model ({exc})") from exc
+    finally:
+        log.debug("llama-cpp-python said while loading: %s", chatter.getvalue())
+    llm.verbose = False  # no per-turn prints to stderr from here on
+    log.info("loaded %s in %.2f s with %s", path.name, time.perf_counter() - started, params)
+    return LoadedModel(params, llm, inventory)
+
+
+def inspect_model(path: str | os.PathLike[str]) -> ModelInventory:
+    """Check that a file is a loadable language model, without loading it."""
+    inventory = read_inventory(path)
+    if inventory.is_vision_projector:
+        raise ModelFileError(
+            f"{path}: is a vision projector (mmproj), not a language model; load the model it "
+            "belongs to"
+        )
+    return inventory
+
+
+def _within_trained_context(params: LoadParams, inventory: ModelInventory) -> LoadParams:
+    """A context longer than the model was trained for only produces garbage; cap it."""
+    trained = inventory.context_length
+    if trained and params.n_ctx > trained:
+        log.warning("n_ctx %d exceeds the trained context %d; using that", params.n_ctx, trained)
+        return params.with_changes(n_ctx=trained)
+    return params
+
+
+def _chat_template_of(llm: llama_cpp.Llama) -> ChatTemplate:
+    vocab = llm._model.vocab
+
+    def text_of(token: int) -> str:
+        return "" if token < 0 else llama_cpp.llama_vocab_get_text(vocab, token).decode("utf-8")
+
+    return ChatTemplate(
+        template=llm.metadata.get("tokenizer.chat_template"),
+        bos_token=text_of(llama_cpp.llama_vocab_bos(vocab)),
+        eos_token=text_of(llama_cpp.llama_vocab_eos(vocab)),
+    )

@@ -1,0 +1,1 @@
+"""ShardChat widgets (PySide6). Renders state; never imports llama_cpp."""

@@ -1,0 +1,49 @@
+"""Engine events as Qt signals, delivered on the GUI thread.
+
+The worker calls its event callback on its own thread. Handing that callback
+this bridge makes every event a signal emission; Qt queues emissions that
+cross threads, so slots run on the GUI thread and widgets never touch the
+engine, nor wait for it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from app.events import (
+    ConversationStarted,
+    EngineEvent,
+    ModelLoaded,
+    ModelUnloaded,
+    ReplyFinished,
+    RequestFailed,
+    TokenStreamed,
+)
+
+
+class EngineBridge(QObject):
+    """Callable from any thread; re-emits each engine event as the matching signal."""
+
+    event = Signal(object)  # every event, for logs and status bars
+    model_loaded = Signal(object)  # ModelLoaded
+    model_unloaded = Signal(object)  # ModelUnloaded
+    conversation_started = Signal(object)  # ConversationStarted
+    token_streamed = Signal(int, str)  # request id, text piece
+    reply_finished = Signal(object)  # ReplyFinished
+    request_failed = Signal(object)  # RequestFailed
+
+    def __call__(self, event: EngineEvent) -> None:
+        self.event.emit(event)
+        if isinstance(event, TokenStreamed):
+            self.token_streamed.emit(event.request_id, event.text)
+            return
+        getattr(self, _SIGNAL_BY_EVENT[type(event)]).emit(event)
+
+
+_SIGNAL_BY_EVENT: dict[type, str] = {
+    ModelLoaded: "model_loaded",
+    ModelUnloaded: "model_unloaded",
+    ConversationStarted: "conversation_started",
+    ReplyFinished: "reply_finished",
+    RequestFailed: "request_failed",
+}
