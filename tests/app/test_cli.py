@@ -1,0 +1,147 @@
+"""The `shardchat` console script, run as a user runs it: a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
+
+
+def shardchat(
+    *args: str, stdin: str | None = "", timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SHARDCHAT, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert lines[0].startswith("shardchat: error:")
+    return lines[0]
+
+
+def test_version() -> None:
+    done = shardchat("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip().startswith("shardchat 0.")
+
+
+def test_chat_with_a_prompt_prints_a_reply_and_keeps_llama_logs_in_the_log_file(
+    isolated_home: Path,
+) -> None:
+    done = shardchat("chat", "--temperature", "0", "--max-tokens", "24", "Say hello")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "llama_model_loader" not in done.stderr + done.stdout
+    log_text = (isolated_home / "logs" / "shardchat.log").read_text()
+    assert "llama_model_loader: loaded meta data" in log_text
+
+
+def test_chat_reads_a_piped_prompt_and_prints_stats_on_request() -> None:
+    done = shardchat("chat", "--temperature", "0", "--max-tokens", "8", "--stats", stdin="Hi!")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "tokens/s" in done.stderr and "to first token" in done.stderr
+
+
+def test_greedy_cli_replies_are_reproducible() -> None:
+    args = ("chat", "--temperature", "0", "--max-tokens", "16", "Name a fruit.")
+    assert shardchat(*args).stdout == shardchat(*args).stdout
+
+
+def test_verbose_shows_llama_cpp_log_on_stderr() -> None:
+    done = shardchat("--verbose", "chat", "--max-tokens", "2", "Hi")
+    assert done.returncode == 0
+    assert "llama_model_loader" in done.stderr
+
+
+def test_info_prints_the_sublayer_table_of_the_default_model() -> None:
+    done = shardchat("info", "default")
+    assert done.returncode == 0, done.stderr
+    assert "architecture   llama (dense)" in done.stdout
+    assert "attention" in done.stdout and "dense_ffn" in done.stdout
+    block_rows = [line for line in done.stdout.splitlines() if line.strip().startswith("29 ")]
+    assert len(block_rows) == 1
+    assert "output_head" in done.stdout and "(tied)" in done.stdout
+
+
+def test_info_on_a_moe_model_shows_router_and_experts(make_synthetic) -> None:
+    done = shardchat("info", str(make_synthetic("qwen3moe", "F16")))
+    assert done.returncode == 0, done.stderr
+    assert "qwen3moe (MoE)" in done.stdout
+    assert "moe_router" in done.stdout and "routed_experts" in done.stdout
+    assert "4 routed (2 used per token)" in done.stdout
+
+
+def test_info_json_is_the_inventory(make_synthetic) -> None:
+    done = shardchat("info", "--json", str(make_synthetic("gemma3", "F16")))
+    data = json.loads(done.stdout)
+    assert data["architecture"] == "gemma3"
+    assert data["blocks"][0]["sublayers"][0]["kind"] == "attention"
+    assert data["kv_bytes_per_token"] > 0
+
+
+def bad_files(tmp_path: Path, default_model_file: Path) -> dict[str, Path]:
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(default_model_file.read_bytes()[:100_000])
+    return {
+        "readme": Path(__file__).resolve().parents[2] / "README.md",
+        "missing": tmp_path / "missing.gguf",
+        "directory": tmp_path,
+        "empty": empty,
+        "truncated": cut,
+    }
+
+
+@pytest.mark.parametrize("case", ["readme", "missing", "directory", "empty", "truncated"])
+@pytest.mark.parametrize("command", ["info", "chat"])
+def test_bad_model_files_exit_2_with_one_line(
+    case: str, command: str, tmp_path: Path, default_model_file: Path
+) -> None:
+    path = bad_files(tmp_path, default_model_file)[case]
+    args = ("info", str(path)) if command == "info" else ("chat", "--model", str(path), "hi")
+    line = assert_one_line_error(shardchat(*args))
+    assert str(path) in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("chat", "--max-tokens", "0", "hi"),
+        ("chat", "--temperature", "-1", "hi"),
+        ("chat", "--top-p", "abc", "hi"),
+        ("info",),
+        ("frobnicate",),
+    ],
+)
+def test_bad_arguments_exit_2_without_traceback(args: tuple[str, ...]) -> None:
+    done = shardchat(*args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+
+
+def test_an_empty_piped_prompt_is_bad_input() -> None:
+    line = assert_one_line_error(shardchat("chat", stdin="   \n"))
+    assert "prompt is empty" in line
+
+
+def test_a_prompt_longer_than_the_context_is_bad_input() -> None:
+    line = assert_one_line_error(shardchat("chat", "--ctx", "256", stdin="word " * 2000))
+    assert "too long for the context window" in line

@@ -1,0 +1,164 @@
+"""The engine worker: one thread owns the model; requests in, events out; errors never kill it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.events import (
+    FINAL_EVENTS,
+    ConversationStarted,
+    EngineEvent,
+    ModelLoaded,
+    ModelUnloaded,
+    ReplyFinished,
+    RequestFailed,
+    TokenStreamed,
+)
+from app.worker import EngineWorker
+from engine.generation_stats import FinishReason
+from engine.model_params import LoadParams
+from engine.sampling import GREEDY
+
+TIMEOUT_S = 60
+
+
+class Recorder:
+    """Collects events with the thread they arrived on; waits for a request's final event."""
+
+    def __init__(self) -> None:
+        self.events: queue.Queue[tuple[EngineEvent, str]] = queue.Queue()
+        self.seen: list[tuple[EngineEvent, str]] = []
+
+    def __call__(self, event: EngineEvent) -> None:
+        self.events.put((event, threading.current_thread().name))
+
+    def wait(self, request_id: int) -> EngineEvent:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            event, thread = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
+            self.seen.append((event, thread))
+            if isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
+                return event
+
+    def of(self, request_id: int, kind: type) -> list:
+        return [e for e, _ in self.seen if isinstance(e, kind) and e.request_id == request_id]
+
+
+@pytest.fixture
+def engine():
+    recorder = Recorder()
+    worker = EngineWorker(recorder).start()
+    yield worker, recorder
+    worker.shutdown()
+    assert not worker.is_running
+
+
+def params(path: Path, n_ctx: int = 1024) -> LoadParams:
+    return LoadParams(str(path), n_ctx=n_ctx, n_threads=2)
+
+
+def test_load_and_chat_streams_tokens_then_finishes(engine, default_model_file: Path) -> None:
+    worker, recorder = engine
+    loaded = recorder.wait(worker.load_model(params(default_model_file)))
+    assert isinstance(loaded, ModelLoaded)
+    assert loaded.architecture == "llama" and loaded.n_ctx == 1024
+    request = worker.send_message("Say hello", GREEDY.with_changes(max_tokens=16))
+    done = recorder.wait(request)
+    assert isinstance(done, ReplyFinished)
+    tokens = recorder.of(request, TokenStreamed)
+    assert tokens and "".join(t.text for t in tokens) == done.text
+    assert done.stats.generated_tokens > 0
+    assert {thread for _, thread in recorder.seen} == {"shardchat-engine"}
+
+
+def test_bad_inputs_become_error_events_and_the_worker_stays_usable(
+    engine, tmp_path: Path, default_model_file: Path
+) -> None:
+    worker, recorder = engine
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    for bad in (tmp_path / "missing.gguf", tmp_path, empty):
+        failed = recorder.wait(worker.load_model(params(bad)))
+        assert isinstance(failed, RequestFailed) and failed.bad_input
+        assert "\n" not in failed.message
+    no_model = recorder.wait(worker.send_message("hi", GREEDY))
+    assert isinstance(no_model, RequestFailed) and "no model" in no_model.message
+    assert isinstance(recorder.wait(worker.load_model(params(default_model_file))), ModelLoaded)
+    reply = recorder.wait(worker.send_message("hi", GREEDY.with_changes(max_tokens=4)))
+    assert isinstance(reply, ReplyFinished)
+
+
+def test_a_bad_file_does_not_unload_the_current_model(engine, tmp_path: Path, default_model_file):
+    worker, recorder = engine
+    recorder.wait(worker.load_model(params(default_model_file)))
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_text("not a model")
+    assert isinstance(recorder.wait(worker.load_model(params(bogus))), RequestFailed)
+    reply = recorder.wait(worker.send_message("hi", GREEDY.with_changes(max_tokens=4)))
+    assert isinstance(reply, ReplyFinished)
+
+
+def test_unload_then_load_another_model_keeps_the_conversation(
+    engine, default_model_file: Path, make_synthetic
+) -> None:
+    worker, recorder = engine
+    recorder.wait(worker.load_model(params(default_model_file)))
+    recorder.wait(worker.start_conversation("Be brief."))
+    first = recorder.wait(worker.send_message("Hello", GREEDY.with_changes(max_tokens=8)))
+    assert isinstance(first, ReplyFinished)
+    unloaded = recorder.wait(worker.unload_model())
+    assert isinstance(unloaded, ModelUnloaded) and unloaded.model_path == str(default_model_file)
+    gone = recorder.wait(worker.send_message("still there?", GREEDY))
+    assert isinstance(gone, RequestFailed)
+    other = make_synthetic("qwen3moe", "F16")
+    loaded = recorder.wait(worker.load_model(params(other, n_ctx=512)))
+    assert isinstance(loaded, ModelLoaded) and loaded.architecture == "qwen3moe"
+    second = recorder.wait(worker.send_message("Again", GREEDY.with_changes(max_tokens=4)))
+    assert isinstance(second, ReplyFinished)
+    # system + hello + reply are carried into the new model's prompt
+    assert second.stats.prompt_tokens > first.stats.prompt_tokens
+
+
+def test_start_conversation_forgets_the_previous_one(engine, default_model_file: Path) -> None:
+    worker, recorder = engine
+    recorder.wait(worker.load_model(params(default_model_file)))
+    recorder.wait(worker.send_message("Hello", GREEDY.with_changes(max_tokens=8)))
+    started = recorder.wait(worker.start_conversation("You are a pirate."))
+    assert isinstance(started, ConversationStarted) and started.n_messages == 1
+
+
+def test_cancel_stops_a_running_reply_within_100_ms(engine, default_model_file: Path) -> None:
+    worker, recorder = engine
+    recorder.wait(worker.load_model(params(default_model_file)))
+    request = worker.send_message("Tell me a very long story.", GREEDY.with_changes(max_tokens=500))
+    event, _ = recorder.events.get(timeout=TIMEOUT_S)
+    assert isinstance(event, TokenStreamed)
+    cancelled_at = time.perf_counter()
+    worker.cancel(request)
+    done = recorder.wait(request)
+    assert time.perf_counter() - cancelled_at < 0.1
+    assert isinstance(done, ReplyFinished)
+    assert done.stats.finish_reason is FinishReason.CANCELLED
+
+
+def test_a_failing_event_callback_does_not_kill_the_worker(default_model_file: Path) -> None:
+    finals: queue.Queue[EngineEvent] = queue.Queue()
+
+    def flaky(event: EngineEvent) -> None:
+        if isinstance(event, TokenStreamed):
+            raise RuntimeError("a slot blew up")
+        finals.put(event)
+
+    worker = EngineWorker(flaky).start()
+    try:
+        worker.load_model(params(default_model_file))
+        assert isinstance(finals.get(timeout=TIMEOUT_S), ModelLoaded)
+        worker.send_message("hi", GREEDY.with_changes(max_tokens=4))
+        assert isinstance(finals.get(timeout=TIMEOUT_S), ReplyFinished)
+    finally:
+        worker.shutdown()
