@@ -67,9 +67,10 @@ def run_plain(llm: llama_cpp.Llama, prompt: str, n_prompt: int, max_tokens: int)
     started = time.perf_counter()
     first = last = None
     count = 0
-    for _chunk in llm.create_completion(
-        prompt, max_tokens=max_tokens, temperature=0.0, stream=True
-    ):
+    stream = llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True)
+    for chunk in stream:
+        if chunk["choices"][0]["finish_reason"] is not None:
+            break  # the closing chunk carries no token
         last = time.perf_counter()
         first = first or last
         count += 1
