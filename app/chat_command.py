@@ -29,12 +29,15 @@ _HELP = "Type a message and press Enter. /reset starts over, /exit (or Ctrl-D) q
 def run_chat(args: argparse.Namespace) -> int:
     model_path = Path(args.model) if args.model else default_model_path()
     inspect_model(model_path)  # bad input fails here, before any thread starts
-    settings = SamplingSettings(
-        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
-    )
+    try:
+        settings = SamplingSettings(
+            temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+        )
+        params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from exc
     prompt = _prompt_from(args)
     with _engine() as engine:
-        params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
         engine.call(engine.worker.load_model(params))
         if args.system:
             engine.call(engine.worker.start_conversation(args.system))
@@ -116,7 +119,10 @@ def _interactive(engine: _Engine, system: str | None, settings: SamplingSettings
             engine.call(engine.worker.start_conversation(system))
             print("(new conversation)", file=sys.stderr)
         elif text.strip():
-            _one_reply(engine, text, settings, show_stats=True)
+            try:
+                _one_reply(engine, text, settings, show_stats=True)
+            except ShardChatError as exc:  # one bad message does not end the session
+                print(f"shardchat: error: {exc}", file=sys.stderr)
 
 
 def _read_line() -> str | None:

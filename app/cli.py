@@ -30,7 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
-    log_file = configure_logging(verbose=args.verbose)
+    try:
+        log_file = configure_logging(verbose=args.verbose)
+    except OSError as exc:
+        _fail(f"cannot write the log file: {exc}")
+        return EXIT_BAD_INPUT
     try:
         return args.run(args)
     except BadInputError as exc:

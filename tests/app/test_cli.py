@@ -145,3 +145,8 @@ def test_an_empty_piped_prompt_is_bad_input() -> None:
 def test_a_prompt_longer_than_the_context_is_bad_input() -> None:
     line = assert_one_line_error(shardchat("chat", "--ctx", "256", stdin="word " * 2000))
     assert "too long for the context window" in line
+
+
+def test_a_context_below_llama_cpp_minimum_is_bad_input() -> None:
+    line = assert_one_line_error(shardchat("chat", "--ctx", "8", "hi"))
+    assert "n_ctx" in line

@@ -89,3 +89,15 @@ def test_ctrl_c_stops_the_reply_but_not_the_session() -> None:
         term.expect("> ")
         term.type("\x04")  # Ctrl-D at the prompt ends the session
         assert term.exit_code() == 0
+
+
+def test_an_overlong_message_is_reported_and_the_session_goes_on() -> None:
+    with Terminal("chat", "--ctx", "256", "--temperature", "0", "--max-tokens", "4") as term:
+        term.expect("> ")
+        term.type("word " * 400 + "\n")
+        term.expect("too long for the context window")
+        term.expect("> ")
+        term.type("Hi\n")
+        term.expect("tokens/s")
+        term.type("/exit\n")
+        assert term.exit_code() == 0
