@@ -43,6 +43,7 @@ def _summary(inv: ModelInventory) -> list[str]:
         f"context        {inv.context_length or '?'} tokens",
         f"layers         {inv.n_layer}, width {inv.n_embd}, heads {inv.n_head}/{inv.n_head_kv} kv",
         f"quant types    {_quant_mix(inv)}",
+        f"weights        {_kind_mix(inv)}",
         f"KV cache       {format_bytes(inv.kv_bytes_per_token)} per token (f16)",
     ]
     if inv.is_moe:
@@ -57,7 +58,18 @@ def _summary(inv: ModelInventory) -> list[str]:
 
 def _quant_mix(inv: ModelInventory) -> str:
     total = sum(inv.quant_bytes.values()) or 1
-    return ", ".join(f"{q} {100 * b / total:.0f}%" for q, b in inv.quant_bytes.items())
+    return ", ".join(f"{q} {_percent(b, total)}" for q, b in inv.quant_bytes.items())
+
+
+def _kind_mix(inv: ModelInventory) -> str:
+    by_kind = sorted(inv.bytes_by_kind().items(), key=lambda item: -item[1])
+    parts = ", ".join(f"{kind.value} {format_bytes(n)}" for kind, n in by_kind)
+    return f"{format_bytes(inv.tensor_bytes)}: {parts}"
+
+
+def _percent(part: int, total: int) -> str:
+    share = 100 * part / total
+    return "<1%" if 0 < share < 1 else f"{share:.0f}%"
 
 
 def _block_table(inv: ModelInventory) -> list[str]:
