@@ -88,6 +88,10 @@ class SyntheticSpec:
     sliding_window: int = 512  # gemma3 only
     tied_output: bool = False  # no output.weight; head shares token_embd (gemma3 always ties)
     seed: int = 0
+    # None: the default model's tokenizer (49152 tokens). A number: no tokenizer at all
+    # (llama.cpp's "none" vocabulary) and that many token ids - what profiler micro-models
+    # use, so that the embedding and output head stay negligible next to the blocks.
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.architecture not in _ARCHES:
@@ -160,7 +164,7 @@ class _RepeatedRows:
 def write_synthetic_model(path: Path, spec: SyntheticSpec, quant: str = "F16") -> Path:
     """Write a random-weight GGUF for `spec` at `path` (atomically) and return the path."""
     path = Path(path)
-    tensors = _tensor_plan(spec, _vocab_size(), _direct_qtype(quant))
+    tensors = _tensor_plan(spec, _vocab_size_of(spec), _direct_qtype(quant))
     part = path.with_suffix(path.suffix + ".part")
     started = time.monotonic()
     try:
@@ -354,12 +358,15 @@ def _add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> N
         _add_moe_hparams(writer, spec)
     if spec.architecture == "gemma3":
         _add_gemma3_hparams(writer, spec)
+    if spec.vocab_size is not None:
+        writer.add_tokenizer_model("none")
+        return
     for key, value, vtype, sub_type in _tokenizer_fields():
         writer.add_key_value(key, value, vtype, sub_type)
 
 
 def _add_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
-    writer.add_vocab_size(_vocab_size())
+    writer.add_vocab_size(_vocab_size_of(spec))
     writer.add_context_length(spec.context_length)
     writer.add_embedding_length(spec.n_embd)
     writer.add_block_count(spec.n_layer)
@@ -401,6 +408,10 @@ def _tokenizer_fields() -> tuple[tuple[str, Any, gguf.GGUFValueType, Any], ...]:
             sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
             fields.append((key, field.contents(), field.types[0], sub_type))
     return tuple(fields)
+
+
+def _vocab_size_of(spec: SyntheticSpec) -> int:
+    return spec.vocab_size if spec.vocab_size is not None else _vocab_size()
 
 
 def _vocab_size() -> int:

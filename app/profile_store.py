@@ -1,0 +1,528 @@
+"""The SQLite store of performance profiles: what this machine measured, kept across runs.
+
+Why SQLite: a save is one transaction, so a crash or a full disk mid-save
+leaves the previous profile intact; the schema is versioned by
+`app.sqlite_migrations`, so a newer ShardChat upgrades the file in place.
+
+Why so careful on open: the file lives in the user's data folder and may be
+damaged (a disk error, a copy cut short) or not ours at all. Such a file is
+never opened for writing and never deleted: it is moved aside to
+`profiles.sqlite3.corrupt-YYYYmmdd-HHMMSS` (with its -wal/-shm/-journal), a
+warning is logged, `recovered_from` says where it went, and a fresh store
+starts. Profiles can always be measured again; the user's bytes are kept.
+
+Which profile is "newest" is decided by `created_at` (normalised to UTC in
+the database column), then by save order. At most `KEEP_PER_BUILD` profiles
+are kept per fingerprint and llama.cpp build; the profile just saved is
+always kept, so importing an older profile never silently drops it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import MISSING, dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from app.paths import app_paths
+from app.sqlite_migrations import apply_migrations
+from engine.errors import BadInputError
+from engine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
+
+log = logging.getLogger(__name__)
+
+STORE_FILE_NAME = "profiles.sqlite3"
+MAX_PROFILE_BYTES = 200 * 1024
+KEEP_PER_BUILD = 3
+APPLICATION_ID = 0x53684368  # "ShCh": marks the file as ShardChat's (PRAGMA application_id)
+SCHEMA_VERSION = 1  # PRAGMA user_version after the last migration below
+MIGRATIONS_TABLE = "_migrations"
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SIDECARS = ("-wal", "-shm", "-journal")
+_COLUMNS = ("id", "fingerprint", "llama_build", "mode", "created_at", "described", "json")
+# Failures that say nothing about the file's contents: report them, never move the file.
+_ENVIRONMENT_ERRORS = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_CANTOPEN",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_PERM",
+    "SQLITE_READONLY",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+)
+_PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def m001_profiles(conn: sqlite3.Connection) -> None:
+    """The profiles table, its lookup index, and the marks that say the file is ours."""
+    conn.execute(
+        "CREATE TABLE profiles ("
+        " id INTEGER PRIMARY KEY,"
+        " fingerprint TEXT NOT NULL,"
+        " llama_build TEXT NOT NULL,"
+        " mode TEXT NOT NULL,"
+        " created_at TEXT NOT NULL,"
+        " described INTEGER NOT NULL,"
+        " json TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX profiles_by_machine ON profiles (fingerprint, llama_build)")
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+
+
+MIGRATIONS = (m001_profiles,)
+
+
+@dataclass(frozen=True)
+class ProfileSaved:
+    """What one save changed: the new row, and the older rows it pushed out."""
+
+    profile_id: int
+    fingerprint: str
+    llama_build: str
+    replaced_ids: tuple[int, ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """One stored profile, enough to list it without handing out the whole profile."""
+
+    id: int
+    fingerprint: str
+    llama_build: str
+    mode: str
+    created_at: str  # UTC, ISO 8601 with microseconds
+    described: bool
+    size_bytes: int
+
+
+class _UnusableFile(Exception):
+    """The database file is damaged or not ShardChat's; the message says why."""
+
+
+def default_store_path() -> Path:
+    """Where the profile store lives: the app's data folder (honours SHARDCHAT_HOME)."""
+    return app_paths().data_dir / STORE_FILE_NAME
+
+
+class ProfileStore:
+    """Profiles kept in one SQLite file; connects in __init__, use as a context manager."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_store_path()
+        self.recovered_from: Path | None = None
+        self._conn = self._open()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; safe to call more than once."""
+        self._conn.close()
+
+    def __enter__(self) -> ProfileStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def save(self, profile: Profile) -> ProfileSaved:
+        """Store a profile and prune its fingerprint+build to the newest few, in one transaction."""
+        text = _encode(profile)
+        created = _utc_sort_key(profile.created_at)
+        with self._transaction():
+            cursor = self._conn.execute(
+                "INSERT INTO profiles (fingerprint, llama_build, mode, created_at, described, json)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    profile.fingerprint,
+                    profile.llama_build,
+                    profile.mode.value,
+                    created,
+                    int(profile.is_described),
+                    text,
+                ),
+            )
+            new_id = int(cursor.lastrowid or 0)
+            replaced = self._prune(profile.fingerprint, profile.llama_build, keep_id=new_id)
+        saved = ProfileSaved(
+            new_id, profile.fingerprint, profile.llama_build, replaced, len(text.encode())
+        )
+        log.info("saved profile %d for %s (replaced %s)", new_id, profile.fingerprint, replaced)
+        return saved
+
+    def _prune(self, fingerprint: str, llama_build: str, keep_id: int) -> tuple[int, ...]:
+        """Delete all but the newest KEEP_PER_BUILD rows of fingerprint+build; keep_id stays."""
+        others = [
+            row[0]
+            for row in self._conn.execute(
+                "SELECT id FROM profiles WHERE fingerprint = ? AND llama_build = ? AND id != ?"
+                " ORDER BY created_at DESC, id DESC",
+                (fingerprint, llama_build, keep_id),
+            )
+        ]
+        stale = tuple(sorted(others[KEEP_PER_BUILD - 1 :]))
+        self._conn.executemany("DELETE FROM profiles WHERE id = ?", [(i,) for i in stale])
+        return stale
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def latest(self, fingerprint: str, llama_build: str | None = None) -> Profile | None:
+        """The newest readable profile of this machine (and build, if given), or None."""
+        query = "SELECT id, json FROM profiles WHERE fingerprint = ?"
+        params: tuple[str, ...] = (fingerprint,)
+        if llama_build is not None:
+            query += " AND llama_build = ?"
+            params += (llama_build,)
+        query += " ORDER BY created_at DESC, id DESC"
+        for row_id, text in self._conn.execute(query, params):
+            profile = self._parse_row(row_id, text)
+            if profile is not None:
+                return profile
+        return None
+
+    def get(self, profile_id: int) -> Profile:
+        """One profile by id; a missing or unreadable one is bad input (e.g. a CLI argument)."""
+        row = self._conn.execute("SELECT json FROM profiles WHERE id = ?", (profile_id,)).fetchone()
+        if row is None:
+            raise BadInputError(f"no profile with id {profile_id} in {self.path}")
+        try:
+            return Profile.from_json(row[0])
+        except _PARSE_ERRORS as exc:
+            raise BadInputError(
+                f"profile {profile_id} in {self.path} is unreadable: {exc}"
+            ) from exc
+
+    def list(self) -> builtins.list[ProfileSummary]:
+        """Every readable stored profile, newest first; unreadable rows are skipped, warned."""
+        rows = self._conn.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM profiles ORDER BY created_at DESC, id DESC"
+        ).fetchall()
+        return [
+            _summary(row)
+            for row in rows
+            if self._parse_row(row[0], row[_COLUMNS.index("json")]) is not None
+        ]
+
+    def _parse_row(self, row_id: int, text: str) -> Profile | None:
+        try:
+            return Profile.from_json(text)
+        except _PARSE_ERRORS as exc:
+            log.warning("skipping unreadable profile %d in %s: %s", row_id, self.path, exc)
+            return None
+
+    # -- JSON files ----------------------------------------------------------------------------
+
+    def export_json(self, profile: Profile, path: Path) -> Path:
+        """Write the profile as indented JSON; atomic, so a crash never leaves half a file."""
+        path = Path(path)
+        _atomic_write(path, _encode(profile) + "\n")
+        log.info("exported profile of %s to %s", profile.fingerprint, path)
+        return path
+
+    def import_json(self, path: Path) -> Profile:
+        """Read, check and save a profile file; every problem is one line naming the file."""
+        path = Path(path)
+        profile = _read_profile_file(path)
+        try:
+            self.save(profile)
+        except BadInputError as exc:
+            raise BadInputError(f"{path}: {exc}") from exc
+        return profile
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
+        _make_folder(self.path.parent)
+        try:
+            _inspect(self.path)
+            return _connect(self.path)
+        except _UnusableFile as exc:
+            self.recovered_from = _move_aside(self.path, str(exc))
+        return _connect(self.path)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (incl. KeyboardInterrupt)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+
+# -- encoding and checking ---------------------------------------------------------------------
+
+
+def _encode(profile: Profile) -> str:
+    """The profile's JSON text, refused if it is over MAX_PROFILE_BYTES or lacks its keys."""
+    for name in ("fingerprint", "llama_build", "created_at"):
+        value = getattr(profile, name)
+        if not isinstance(value, str) or not value:
+            raise BadInputError(f"profile {name} must be a non-empty string, not {value!r}")
+    if not isinstance(profile.mode, ProfileMode):
+        raise BadInputError(f"profile mode must be one of {[m.value for m in ProfileMode]}")
+    text = profile.to_json()
+    size = len(text.encode())
+    if size > MAX_PROFILE_BYTES:
+        raise BadInputError(
+            f"profile is {size / 1024:.0f} KB, over the {MAX_PROFILE_BYTES // 1024} KB limit"
+        )
+    return text
+
+
+def _utc_sort_key(created_at: str) -> str:
+    """created_at as fixed-width UTC ISO 8601, so text order is time order (naive means UTC)."""
+    text = created_at[:-1] + "+00:00" if created_at.endswith(("Z", "z")) else created_at
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise BadInputError(f"profile created_at is not an ISO 8601 time: {created_at!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _summary(row: tuple[Any, ...]) -> ProfileSummary:
+    row_id, fingerprint, llama_build, mode, created_at, described, text = row
+    return ProfileSummary(
+        row_id, fingerprint, llama_build, mode, created_at, bool(described), len(text.encode())
+    )
+
+
+def _required_keys() -> tuple[str, ...]:
+    return tuple(
+        f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING
+    )
+
+
+def _read_profile_file(path: Path) -> Profile:
+    """Parse and check a profile JSON file; BadInputError naming the file on any problem."""
+    data = _load_json_object(path)
+    missing = [key for key in _required_keys() if key not in data]
+    if missing:
+        raise BadInputError(f"{path} is not a profile: missing {', '.join(missing)}")
+    version = data.get("schema_version", PROFILE_SCHEMA_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BadInputError(f"{path} has a schema_version that is not a number: {version!r}")
+    if version > PROFILE_SCHEMA_VERSION:
+        raise BadInputError(
+            f"{path} is a version {version} profile; this ShardChat reads up to version "
+            f"{PROFILE_SCHEMA_VERSION} (update ShardChat)"
+        )
+    try:
+        return Profile.from_dict(data)
+    except _PARSE_ERRORS as exc:
+        raise BadInputError(f"{path} is not a valid profile: {_one_line(exc)}") from exc
+
+
+def _load_json_object(path: Path) -> dict[str, Any]:
+    """The file's JSON object, read with a size cap so a huge file is refused, not slurped."""
+    limit = 4 * MAX_PROFILE_BYTES  # leaves room for wider indentation than we write
+    try:
+        with path.open("rb") as file:
+            raw = file.read(limit + 1)
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(raw) > limit:
+        raise BadInputError(f"{path} is too big for a profile (over {limit // 1024} KB)")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{path} is not JSON: not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise BadInputError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(data, dict):
+        raise BadInputError(f"{path} holds a JSON {type(data).__name__}, not a profile object")
+    return data
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder and os.replace, so readers see old or new."""
+    try:
+        fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise BadInputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise BadInputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+# -- opening, inspecting, recovering -----------------------------------------------------------
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open read-write in WAL mode and apply pending migrations; autocommit between transactions."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
+        conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM profiles LIMIT 0")
+    except BaseException as exc:
+        conn.close()
+        _reraise_classified(path, exc)
+        raise
+    return conn
+
+
+def _inspect(path: Path) -> None:
+    """Raise _UnusableFile unless `path` is absent, or a sound ShardChat profile store.
+
+    Reads only: the header bytes, then a read-only connection, so a foreign
+    database (even one in WAL mode) is left byte for byte as it was.
+    """
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise BadInputError(f"{path} should be the profile store file but is not a file")
+    header = _read_header(path)
+    if not header:
+        raise _UnusableFile("the file is empty")
+    if not header.startswith(_SQLITE_MAGIC):
+        raise _UnusableFile("not an SQLite database")
+    conn = _connect_read_only(path)
+    try:
+        _check_identity(conn)
+        _check_integrity(conn)
+    except BaseException as exc:
+        _reraise_classified(path, exc)
+        raise
+    finally:
+        conn.close()
+
+
+def _read_header(path: Path) -> bytes:
+    try:
+        with path.open("rb") as file:
+            return file.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        _reraise_classified(path, exc)
+        raise
+
+
+def _check_identity(conn: sqlite3.Connection) -> None:
+    """Ours: our application_id with a profiles table, or unmarked and (nearly) empty."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if app_id == APPLICATION_ID:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(profiles)")}
+        if not set(_COLUMNS) <= columns:
+            raise _UnusableFile("a ShardChat store without a usable profiles table")
+        return
+    if app_id != 0:
+        raise _UnusableFile(f"another application's database (application_id {app_id:#x})")
+    unexpected = tables - {MIGRATIONS_TABLE}
+    if unexpected:
+        raise _UnusableFile(f"a foreign database (tables: {', '.join(sorted(unexpected))})")
+
+
+def _check_integrity(conn: sqlite3.Connection) -> None:
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise _UnusableFile(f"damaged: {'; '.join(problems[:3])}")
+
+
+def _reraise_classified(path: Path, exc: BaseException) -> None:
+    """Turn an sqlite3 error into _UnusableFile (the file is bad) or BadInputError (we can't tell).
+
+    Busy, locked, unreadable or full-disk errors say nothing about the file,
+    so the file must stay where it is; anything else from SQLite means its
+    contents are not a database we can use. Non-sqlite exceptions pass through.
+    """
+    if not isinstance(exc, sqlite3.Error):
+        return
+    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
+    environmental = (
+        name.startswith(_ENVIRONMENT_ERRORS) if name else isinstance(exc, sqlite3.OperationalError)
+    )
+    if environmental:
+        raise BadInputError(f"cannot open the profile store {path}: {exc}") from exc
+    raise _UnusableFile(_one_line(exc)) from exc
+
+
+def _move_aside(path: Path, reason: str) -> Path:
+    """Rename the file (and its -wal/-shm/-journal) to a free .corrupt-<time> name; never delete."""
+    aside = _free_aside_name(path)
+    try:
+        os.replace(path, aside)
+        for suffix in _SIDECARS:
+            sidecar = path.with_name(path.name + suffix)
+            if sidecar.exists():
+                os.replace(sidecar, aside.with_name(aside.name + suffix))
+    except OSError as exc:
+        raise BadInputError(
+            f"the profile store {path} is unusable ({reason}) and cannot be moved aside: "
+            f"{exc.strerror or exc}"
+        ) from exc
+    log.warning(
+        "profile store %s was unusable (%s); moved it to %s and started a fresh one",
+        path,
+        reason,
+        aside,
+    )
+    return aside
+
+
+def _free_aside_name(path: Path) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = path.with_name(f"{path.name}.corrupt-{stamp}")
+    candidate, counter = base, 1
+    while any(candidate.with_name(candidate.name + s).exists() for s in ("", *_SIDECARS)):
+        counter += 1
+        candidate = base.with_name(f"{base.name}-{counter}")
+    return candidate

@@ -1,0 +1,459 @@
+"""The hardware probe: the real one on this machine, and NVML through a described fake GPU.
+
+No NVIDIA GPU can exist on the machines these tests run on, so the NVML part is
+checked against `FakeNvml`, which behaves like pynvml for a described machine:
+same function names, same return types (pynvml's own structs), and pynvml's own
+exception classes raised the way the library raises them.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from engine import hardware
+from engine.hardware import (
+    CpuInfo,
+    GpuInfo,
+    HardwareInfo,
+    MemoryInfo,
+    compact_system_info,
+    llama_build_id,
+    probe_cpu,
+    probe_gpus,
+    probe_hardware,
+    probe_memory,
+)
+
+GIB = 1024**3
+MIB = 1024**2
+OTHER_PID = 4242  # a game holding VRAM next to us
+
+
+@dataclass
+class DescribedGpu:
+    """One GPU of a described machine, as NVML would report it."""
+
+    name: str = "NVIDIA GeForce RTX 4060 Laptop GPU"
+    uuid: str = "GPU-5f0e1c2a-7b3d-4e8f-9a10-2b3c4d5e6f70"
+    total_bytes: int = 8 * GIB
+    used_bytes: int = 2 * GIB + 256 * MIB
+    pcie_generation: tuple[int, int] = (1, 4)  # (current, max): idle laptops drop to gen 1
+    pcie_width: tuple[int, int] = (8, 8)
+    compute_capability: tuple[int, int] = (8, 9)
+    compute_processes: dict[int, int] = field(
+        default_factory=lambda: {OTHER_PID: 3 * GIB // 2, os.getpid(): 512 * MIB}
+    )
+    graphics_processes: dict[int, int] = field(default_factory=dict)
+
+
+class FakeNvml:
+    """pynvml for a described machine; `failing` maps a function name to the NVML error code."""
+
+    NVMLError = pynvml.NVMLError
+
+    def __init__(
+        self,
+        gpus: list[DescribedGpu],
+        driver: str = "560.35.03",
+        cuda_version: int = 12060,
+        init_error: int | None = None,
+        failing: dict[str, int] | None = None,
+    ) -> None:
+        self.gpus = gpus
+        self.driver = driver
+        self.cuda_version = cuda_version
+        self.init_error = init_error
+        self.failing = failing or {}
+        self.initialized = False
+        self.shutdown_calls = 0
+
+    def _enter(self, function: str) -> None:
+        if not self.initialized:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        if function in self.failing:
+            raise pynvml.NVMLError(self.failing[function])
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+        self.initialized = True
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self.initialized = False
+        self.shutdown_calls += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion")
+        return self.cuda_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> DescribedGpu:
+        self._enter("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self.gpus):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.gpus[index]
+
+    def nvmlDeviceGetName(self, gpu: DescribedGpu) -> str:
+        self._enter("nvmlDeviceGetName")
+        return gpu.name
+
+    def nvmlDeviceGetUUID(self, gpu: DescribedGpu) -> str:
+        self._enter("nvmlDeviceGetUUID")
+        return gpu.uuid
+
+    def nvmlDeviceGetMemoryInfo(self, gpu: DescribedGpu) -> Any:
+        self._enter("nvmlDeviceGetMemoryInfo")
+        free = gpu.total_bytes - gpu.used_bytes
+        return pynvml.c_nvmlMemory_t(total=gpu.total_bytes, free=free, used=gpu.used_bytes)
+
+    def nvmlDeviceGetCudaComputeCapability(self, gpu: DescribedGpu) -> tuple[int, int]:
+        self._enter("nvmlDeviceGetCudaComputeCapability")
+        return gpu.compute_capability
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, gpu: DescribedGpu) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkGeneration")
+        return gpu.pcie_generation[0]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, gpu: DescribedGpu) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkGeneration")
+        return gpu.pcie_generation[1]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, gpu: DescribedGpu) -> int:
+        self._enter("nvmlDeviceGetCurrPcieLinkWidth")
+        return gpu.pcie_width[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, gpu: DescribedGpu) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkWidth")
+        return gpu.pcie_width[1]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, gpu: DescribedGpu) -> list[Any]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses")
+        return _process_infos(gpu.compute_processes)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, gpu: DescribedGpu) -> list[Any]:
+        self._enter("nvmlDeviceGetGraphicsRunningProcesses")
+        return _process_infos(gpu.graphics_processes)
+
+
+def _process_infos(used_by_pid: dict[int, int]) -> list[Any]:
+    return [
+        pynvml.nvmlFriendlyObject(
+            {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0, "computeInstanceId": 0}
+        )
+        for pid, used in used_by_pid.items()
+    ]
+
+
+def _cpuinfo_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if line.startswith(("flags", "Features")))
+    return set(line.partition(":")[2].split())
+
+
+def _machine(fake: FakeNvml) -> HardwareInfo:
+    """A HardwareInfo of this machine's CPU with the fake's GPUs."""
+    gpus, reason, driver, cuda = probe_gpus(nvml=fake)
+    return HardwareInfo(
+        cpu=CpuInfo("AMD Ryzen 7 7840HS", 8, 16, ("avx", "avx2", "avx512f", "f16c", "fma")),
+        memory=MemoryInfo(total_bytes=32 * GIB, available_bytes=20 * GIB),
+        gpus=gpus,
+        gpu_reason=reason,
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        os="Linux-6.8.0-x86_64-with-glibc2.39",
+        llama_build="llama-cpp-python 0.3.36; CUDA: ARCHS=890 USE_GRAPHS; CPU: AVX AVX2",
+    )
+
+
+# --- the real probe on this machine ----------------------------------------------------
+
+
+def test_real_cpu_and_memory_probe_is_plausible() -> None:
+    cpu = probe_cpu()
+    memory = probe_memory()
+    assert cpu.model.strip() and cpu.model != "unknown"
+    assert 1 <= cpu.physical_cores <= cpu.logical_cores
+    assert memory.total_bytes > GIB
+    assert 0 < memory.available_bytes <= memory.total_bytes
+    assert list(cpu.flags) == sorted(set(cpu.flags))
+    assert all(flag == flag.lower() for flag in cpu.flags)
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads /proc/cpuinfo")
+def test_real_cpu_flags_match_proc_cpuinfo() -> None:
+    listed = _cpuinfo_flags()
+    flags = set(probe_cpu().flags)
+    for flag in ("avx", "avx2", "avx512f", "avx512_vnni", "avx_vnni", "fma", "f16c", "bmi2"):
+        assert (flag in flags) == (flag in listed), flag
+    assert flags <= set(hardware._RELEVANT_CPU_FLAGS.values())
+
+
+def test_real_gpu_probe_never_raises_and_explains_missing_gpu() -> None:
+    gpus, reason, driver, _ = probe_gpus()
+    if ctypes.util.find_library("nvidia-ml") is None:
+        assert gpus == ()
+        assert reason and "driver" in reason.lower()
+        assert driver is None
+    else:  # a machine with an NVIDIA driver: either GPUs, or a reason why none
+        assert bool(gpus) != bool(reason)
+
+
+def test_real_hardware_probe_and_llama_build() -> None:
+    import llama_cpp
+
+    info = probe_hardware()
+    assert info.llama_build.startswith(f"llama-cpp-python {llama_cpp.__version__}; ")
+    assert "CPU" in info.llama_build
+    assert info.llama_build == llama_build_id()
+    assert info.os and (info.gpus == ()) == (info.gpu_reason is not None)
+
+
+# --- NVML absent or failing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVIDIA driver not found (libnvidia-ml)"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "NVML error: Insufficient Permissions"),
+    ],
+)
+def test_nvml_init_failure_gives_reason_and_no_gpus(code: int, expected: str) -> None:
+    fake = FakeNvml([DescribedGpu()], init_error=code)
+    assert probe_gpus(nvml=fake) == ((), expected, None, None)
+    assert fake.shutdown_calls == 0
+
+
+def test_binding_without_nvml_functions_is_handled() -> None:
+    gpus, reason, driver, cuda = probe_gpus(nvml=object())
+    assert gpus == () and reason and reason.startswith("NVML error")
+    assert driver is None and cuda is None
+
+
+def test_missing_nvml_module_is_handled(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` now raises ImportError
+    gpus, reason, _, _ = probe_gpus()
+    assert gpus == () and reason and "nvidia-ml-py" in reason
+
+
+def test_no_devices_gives_reason_and_shuts_down() -> None:
+    fake = FakeNvml([])
+    assert probe_gpus(nvml=fake) == ((), "no NVIDIA GPU", "560.35.03", "12.6")
+    assert fake.shutdown_calls == 1 and not fake.initialized
+
+
+def test_device_count_failure_gives_reason_and_shuts_down() -> None:
+    fake = FakeNvml([DescribedGpu()], failing={"nvmlDeviceGetCount": pynvml.NVML_ERROR_GPU_IS_LOST})
+    gpus, reason, _, _ = probe_gpus(nvml=fake)
+    assert gpus == () and reason == "NVML error: GPU is lost"
+    assert fake.shutdown_calls == 1
+
+
+def test_failing_field_queries_become_none_and_rest_is_filled() -> None:
+    not_supported = pynvml.NVML_ERROR_NOT_SUPPORTED
+    fake = FakeNvml(
+        [DescribedGpu()],
+        failing={
+            "nvmlDeviceGetCurrPcieLinkGeneration": not_supported,
+            "nvmlDeviceGetMaxPcieLinkWidth": not_supported,
+            "nvmlDeviceGetGraphicsRunningProcesses": not_supported,
+            "nvmlSystemGetCudaDriverVersion": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        },
+    )
+    (gpu,), reason, driver, cuda = probe_gpus(nvml=fake)
+    assert gpu.pcie_generation_current is None and gpu.pcie_width_max is None
+    assert gpu.pcie_generation_max == 4 and gpu.pcie_width_current == 8
+    assert gpu.vram_total_bytes == 8 * GIB and gpu.other_processes_bytes == 3 * GIB // 2
+    assert (reason, driver, cuda) == (None, "560.35.03", None)
+    assert fake.shutdown_calls == 1
+
+
+def test_failing_memory_and_process_queries_become_zero() -> None:
+    fake = FakeNvml(
+        [DescribedGpu()],
+        failing={
+            "nvmlDeviceGetMemoryInfo": pynvml.NVML_ERROR_UNKNOWN,
+            "nvmlDeviceGetComputeRunningProcesses": pynvml.NVML_ERROR_NO_PERMISSION,
+        },
+    )
+    (gpu,), _, _, _ = probe_gpus(nvml=fake)
+    assert (gpu.vram_total_bytes, gpu.vram_free_bytes, gpu.vram_used_bytes) == (0, 0, 0)
+    assert gpu.other_processes_bytes == 0
+    assert gpu.name == "NVIDIA GeForce RTX 4060 Laptop GPU"
+
+
+# --- the described laptop GPU ----------------------------------------------------------
+
+
+def test_described_laptop_gpu_is_read_correctly() -> None:
+    fake = FakeNvml([DescribedGpu()])
+    gpus, reason, driver, cuda = probe_gpus(nvml=fake)
+    assert gpus == (
+        GpuInfo(
+            index=0,
+            name="NVIDIA GeForce RTX 4060 Laptop GPU",
+            uuid="GPU-5f0e1c2a-7b3d-4e8f-9a10-2b3c4d5e6f70",
+            vram_total_bytes=8 * GIB,
+            vram_free_bytes=8 * GIB - (2 * GIB + 256 * MIB),
+            vram_used_bytes=2 * GIB + 256 * MIB,
+            other_processes_bytes=3 * GIB // 2,  # our own 512 MiB are not counted
+            pcie_generation_current=1,
+            pcie_generation_max=4,
+            pcie_width_current=8,
+            pcie_width_max=8,
+            compute_capability=(8, 9),
+        ),
+    )
+    assert (reason, driver, cuda) == (None, "560.35.03", "12.6")
+    assert fake.shutdown_calls == 1 and not fake.initialized
+
+
+def test_process_in_compute_and_graphics_lists_counts_once() -> None:
+    gpu = DescribedGpu(
+        compute_processes={OTHER_PID: GIB, os.getpid(): GIB},
+        graphics_processes={OTHER_PID: GIB, 1500: 300 * MIB, os.getpid(): GIB},
+    )
+    (info,), _, _, _ = probe_gpus(nvml=FakeNvml([gpu]))
+    assert info.other_processes_bytes == GIB + 300 * MIB
+
+
+def test_bytes_strings_from_older_bindings_are_decoded() -> None:
+    class OldBindingNvml(FakeNvml):
+        def nvmlDeviceGetName(self, gpu: DescribedGpu) -> bytes:  # type: ignore[override]
+            return super().nvmlDeviceGetName(gpu).encode()
+
+        def nvmlSystemGetDriverVersion(self) -> bytes:  # type: ignore[override]
+            return super().nvmlSystemGetDriverVersion().encode()
+
+    (gpu,), _, driver, _ = probe_gpus(nvml=OldBindingNvml([DescribedGpu()]))
+    assert gpu.name == "NVIDIA GeForce RTX 4060 Laptop GPU" and driver == "560.35.03"
+
+
+def test_two_gpus_are_indexed_in_order() -> None:
+    second = DescribedGpu(name="NVIDIA RTX A2000", uuid="GPU-2", total_bytes=6 * GIB)
+    gpus, _, _, _ = probe_gpus(nvml=FakeNvml([DescribedGpu(), second]))
+    assert [(gpu.index, gpu.name) for gpu in gpus] == [
+        (0, "NVIDIA GeForce RTX 4060 Laptop GPU"),
+        (1, "NVIDIA RTX A2000"),
+    ]
+
+
+# --- fingerprint -----------------------------------------------------------------------
+
+
+def test_fingerprint_is_stable_across_real_probes() -> None:
+    first, second = probe_hardware(), probe_hardware()
+    assert first.fingerprint() == second.fingerprint()
+    assert len(first.fingerprint()) == 16
+    int(first.fingerprint(), 16)
+
+
+def test_fingerprint_ignores_free_memory_free_vram_and_current_pcie_link() -> None:
+    base = _machine(FakeNvml([DescribedGpu()]))
+    busier_gpu = DescribedGpu(used_bytes=6 * GIB, pcie_generation=(4, 4), pcie_width=(4, 8))
+    busier = _machine(FakeNvml([busier_gpu]))
+    busier = dataclasses.replace(busier, memory=MemoryInfo(32 * GIB, 3 * GIB))
+    assert busier.gpus != base.gpus
+    assert busier.fingerprint() == base.fingerprint()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"gpus": [DescribedGpu(name="NVIDIA GeForce RTX 4070 Laptop GPU")]},
+        {"gpus": [DescribedGpu(total_bytes=12 * GIB)]},
+        {"gpus": [DescribedGpu(pcie_generation=(1, 3))]},
+        {"gpus": []},
+        {"driver": "565.57.01"},
+    ],
+    ids=["gpu-model", "vram", "pcie-max", "gpu-removed", "driver"],
+)
+def test_fingerprint_changes_with_gpu_or_driver(change: dict[str, Any]) -> None:
+    base = _machine(FakeNvml([DescribedGpu()]))
+    changed = _machine(FakeNvml(**{"gpus": [DescribedGpu()], **change}))
+    assert changed.fingerprint() != base.fingerprint()
+
+
+def test_fingerprint_changes_with_cores_ram_and_llama_build() -> None:
+    base = _machine(FakeNvml([DescribedGpu()]))
+    variants = [
+        dataclasses.replace(base, cpu=dataclasses.replace(base.cpu, physical_cores=6)),
+        dataclasses.replace(base, cpu=dataclasses.replace(base.cpu, logical_cores=12)),
+        dataclasses.replace(base, memory=MemoryInfo(64 * GIB, 20 * GIB)),
+        dataclasses.replace(base, llama_build="llama-cpp-python 0.3.37; CPU: AVX AVX2"),
+    ]
+    fingerprints = {variant.fingerprint() for variant in variants} | {base.fingerprint()}
+    assert len(fingerprints) == len(variants) + 1
+
+
+# --- serialisation ---------------------------------------------------------------------
+
+
+def test_round_trip_through_json() -> None:
+    for info in (_machine(FakeNvml([DescribedGpu()])), probe_hardware()):
+        data = info.to_dict()
+        assert json.loads(json.dumps(data)) == data
+        restored = HardwareInfo.from_dict(json.loads(json.dumps(data)))
+        assert restored == info
+        assert restored.fingerprint() == info.fingerprint()
+
+
+def test_from_dict_ignores_unknown_keys_from_newer_versions() -> None:
+    info = _machine(FakeNvml([DescribedGpu()]))
+    data = info.to_dict()
+    data["nvlink"] = {"peers": 0}
+    data["cpu"]["l3_cache_bytes"] = 16 * MIB
+    data["memory"]["swap_bytes"] = 0
+    data["gpus"][0]["power_limit_watts"] = 115
+    assert HardwareInfo.from_dict(data) == info
+
+
+def test_gpu_without_compute_capability_round_trips() -> None:
+    (gpu,), _, _, _ = probe_gpus(
+        nvml=FakeNvml(
+            [DescribedGpu()],
+            failing={"nvmlDeviceGetCudaComputeCapability": pynvml.NVML_ERROR_NOT_SUPPORTED},
+        )
+    )
+    assert gpu.compute_capability is None
+    assert GpuInfo.from_dict(gpu.to_dict()) == gpu
+
+
+# --- pure helpers ----------------------------------------------------------------------
+
+
+def test_compact_system_info_keeps_backends_and_enabled_features() -> None:
+    cuda_build = (
+        "CUDA : ARCHS = 890 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | "
+        "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 0 | F16C = 1 | "
+    )
+    assert compact_system_info(cuda_build) == (
+        "CUDA: ARCHS=890 USE_GRAPHS PEER_MAX_BATCH_SIZE=128; CPU: SSE3 AVX AVX2 F16C"
+    )
+    assert compact_system_info("AVX = 1 | AVX_VNNI = 0 | NEON = 0 | ") == "AVX"
+    assert compact_system_info("") == ""
+
+
+def test_relevant_cpu_flags_from_arm_features_line() -> None:
+    features = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics asimddp sve i8mm"
+    assert hardware.relevant_cpu_flags(features) == ("dotprod", "i8mm", "neon", "sve")
