@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from app.chat_command import run_chat
 from app.info_command import run_info
 from app.logging_setup import configure_logging
+from app.profile_command import add_profile_command
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_chat(commands)
     _add_info(commands)
+    add_profile_command(commands)
     return parser
 
 

@@ -172,6 +172,15 @@ class ModelInventory:
         return self.expert_count > 0
 
     @property
+    def query_width(self) -> int:
+        """All query heads side by side (heads x head size): what attention work scales with."""
+        per_layer_kv = self.blocks[0].kv_bytes_per_token if self.blocks else 0
+        if not per_layer_kv or not self.n_head or not self.n_head_kv:
+            return self.n_embd or 0
+        head_size = per_layer_kv // (self.n_head_kv * 2 * KV_CACHE_BYTES_PER_ELEMENT)
+        return self.n_head * head_size
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes one token adds across all layers, before sliding windows cap them."""
         return sum(b.kv_bytes_per_token for b in self.blocks)

@@ -20,6 +20,7 @@ PROFILE_SCHEMA_VERSION = 1
 class ProfileMode(str, Enum):
     FAST = "fast"  # the first-launch wizard's run
     FULL = "full"
+    SMOKE = "smoke"  # seconds: one thread count, one quant; checks that profiling works
     DESCRIBED = "described"  # datasheet-derived, never measured
 
 
@@ -33,6 +34,7 @@ class KernelShape(str, Enum):
 
     DENSE = "dense"  # attention projections + dense FFN
     MOE = "moe"  # attention projections + router + routed expert bank
+    HEAD = "head"  # the output head: a very tall matrix, one row per vocabulary entry
 
 
 @dataclass(frozen=True)
@@ -96,11 +98,17 @@ class RepackResult:
 
 @dataclass(frozen=True)
 class AttentionPoint:
-    """Attention time of one block for one new token against a context of n_ctx tokens."""
+    """What a context of n_ctx cached tokens adds to one block's time for an n_tokens step.
+
+    Measured on a block with n_head query heads; at the sizes that matter the
+    cost goes per head more than per FLOP, so the cost model scales by heads.
+    """
 
     device: Device
     n_ctx: int
+    n_tokens: int
     seconds_per_layer: float
+    n_head: int
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionPoint:
