@@ -282,7 +282,7 @@ class CostModel:
             if candidate in measured:
                 return candidate
         if not measured:
-            raise ValueError(f"the profile has no {device.value} measurements")
+            raise ValueError(f"the profile has no {device.value.upper()} measurements")
         return sorted(measured)[0]
 
     def _measured_threads(

@@ -121,9 +121,10 @@ class Profiler:
         hardware: HardwareInfo | None = None,
         progress: ProgressCallback | None = None,
         cancel: CancelToken | None = None,
+        plan: ProfilePlan | None = None,
     ) -> None:
         self.hardware = hardware or probe_hardware()
-        self.plan = plan_for(mode, self.hardware.cpu.physical_cores)
+        self.plan = plan or plan_for(mode, self.hardware.cpu.physical_cores)
         self._progress = progress or (lambda _p: None)
         self._cancel = cancel or CancelToken()
 

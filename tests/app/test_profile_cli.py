@@ -1,0 +1,129 @@
+"""`shardchat profile`: measure and store, show without measuring, export/import, interruptions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from app.profile_store import ProfileStore
+from engine.hardware import probe_hardware
+
+SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def shardchat(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SHARDCHAT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def stored_profiles() -> list:
+    with ProfileStore() as store:
+        return store.list()
+
+
+def test_smoke_profile_is_stored_and_shown_without_measuring() -> None:
+    done = shardchat("profile", "--smoke")
+    assert done.returncode == 0, done.stderr
+    assert "GFLOP/s" in done.stdout and "DRAM read" in done.stdout and "stored in" in done.stdout
+    [summary] = stored_profiles()
+    assert summary.mode == "smoke" and summary.size_bytes < 200 * 1024
+    shown = shardchat("profile", "--show", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        json.loads(shown.stdout)["created_at"]
+        == json.loads(shardchat("profile", "--show", "--json").stdout)["created_at"]
+    )
+    assert len(stored_profiles()) == 1  # showing measured nothing new
+
+
+def test_show_without_a_profile_is_bad_input() -> None:
+    done = shardchat("profile", "--show")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "no profile is stored" in done.stderr
+
+
+def test_a_profile_of_another_machine_imports_and_exports(tmp_path: Path) -> None:
+    recorded = DATA / "profile-epyc-2core-fast.json"
+    done = shardchat("profile", "--import", str(recorded))
+    assert done.returncode == 0, done.stderr
+    assert "imported" in done.stdout
+    [summary] = stored_profiles()
+    assert summary.fingerprint == json.loads(recorded.read_text())["fingerprint"]
+
+
+def test_export_writes_the_stored_profile(tmp_path: Path) -> None:
+    assert shardchat("profile", "--smoke").returncode == 0
+    target = tmp_path / "mine.json"
+    done = shardchat("profile", "--export", str(target))
+    assert done.returncode == 0, done.stderr
+    exported = json.loads(target.read_text())
+    assert exported["fingerprint"] == probe_hardware().fingerprint()
+    assert exported["mode"] == "smoke"
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"mode": "fast"}'])
+def test_importing_a_bad_file_exits_2_with_one_line(tmp_path: Path, content: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    done = shardchat("profile", "--import", str(bad))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and str(bad) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:
+    """Start `profile --smoke` and return it with the first measurement child it spawns."""
+    process = subprocess.Popen(
+        [SHARDCHAT, "profile", "--smoke"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for child in psutil.Process(process.pid).children(recursive=True):
+            try:
+                if "engine.child_process" in " ".join(child.cmdline()):
+                    return process, child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.01)
+    process.kill()
+    raise AssertionError("no measurement child appeared")
+
+
+def test_a_killed_measurement_child_is_recorded_and_the_run_completes() -> None:
+    assert shardchat("profile", "--smoke").returncode == 0
+    process, child = start_profiling()
+    child.send_signal(signal.SIGKILL)
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err
+    assert "signal 9" in out
+    assert len(stored_profiles()) == 2  # the earlier complete profile is still there
+    with ProfileStore() as store:
+        latest = store.latest(probe_hardware().fingerprint())
+    assert [u.reason.split(":")[0] for u in latest.unusable] == ["crashed (signal 9, SIGKILL)"]
+
+
+def test_ctrl_c_leaves_the_previous_complete_profile_and_no_child_behind() -> None:
+    assert shardchat("profile", "--smoke").returncode == 0
+    [before] = stored_profiles()
+    process, child = start_profiling()
+    os.kill(process.pid, signal.SIGINT)
+    process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert stored_profiles() == [before]
+    child.wait(timeout=10)  # killed by the interrupted parent, not orphaned
+    assert not child.is_running()
