@@ -38,11 +38,14 @@ class DecodeTimer:
         threads: int,
         use_extra_bufts: bool = True,
         n_gpu_layers: int = 0,
+        use_mmap: bool = True,
     ) -> None:
         _init_backend()
         model_params = llama_cpp.llama_model_default_params()
         model_params.use_extra_bufts = use_extra_bufts
         model_params.n_gpu_layers = n_gpu_layers
+        # Without mmap, a GPU build keeps host-side weights in pinned (page-locked) memory.
+        model_params.use_mmap = use_mmap
         self._model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), model_params)
         if not self._model:
             raise RuntimeError(f"llama.cpp could not load {model_path}")

@@ -28,11 +28,20 @@ from engine.errors import ShardChatError
 from engine.hardware import HardwareInfo, probe_hardware
 from engine.micro_models import DENSE, MOE
 from engine.profile import (
+    GpuProfile,
     KernelPoint,
     Profile,
     ProfileMode,
     RepackResult,
     UnusableConfig,
+)
+from engine.profiler_gpu_steps import (
+    measure_cpu_derate_under_copy,
+    measure_gpu_attention,
+    measure_gpu_fixed_cost,
+    measure_gpu_kernels,
+    measure_h2d_gbps,
+    measure_vram_gbps,
 )
 from engine.profiler_steps import (
     measure_attention,
@@ -156,7 +165,29 @@ class Profiler:
         steps.append(_Step("dram bandwidth", measure_dram_read_gbps, dram_args, 0.3))
         repack_args = (folder, DENSE, top, plan.repeats)
         steps.append(_Step("repack", measure_repack, repack_args, 0.3))
+        if self.hardware.gpus:
+            steps += self._gpu_steps(folder, top)
         return steps
+
+    def _gpu_steps(self, folder: str, top: int) -> list[_Step]:
+        plan = self.plan
+        kernel_args = (plan.token_counts, plan.repeats)
+        steps = [_Step("gpu fixed costs", measure_gpu_fixed_cost, (folder, plan.repeats), 0.2)]
+        for quant in plan.dense_quants:
+            args = (folder, DENSE, quant, *kernel_args)
+            steps.append(_Step(f"gpu dense {quant}", measure_gpu_kernels, args, 0.3))
+        for quant in plan.moe_quants:
+            args = (folder, MOE, quant, *kernel_args)
+            steps.append(_Step(f"gpu moe {quant}", measure_gpu_kernels, args, 0.3))
+        attention_args = (folder, plan.contexts, (1, 16), plan.repeats)
+        return steps + [
+            _Step("gpu attention", measure_gpu_attention, attention_args, 0.3),
+            _Step("gpu vram bandwidth", measure_vram_gbps, (folder, plan.repeats), 0.2),
+            _Step("gpu host-to-device", measure_h2d_gbps, (folder, top, plan.repeats), 0.5),
+            _Step(
+                "cpu during copies", measure_cpu_derate_under_copy, (folder, top, plan.repeats), 0.5
+            ),
+        ]
 
     def _run_steps(
         self, steps: list[_Step], started: float
@@ -175,9 +206,6 @@ class Profiler:
                 unusable.append(UnusableConfig(step.label, outcome.failure or "failed"))
             done_weight += step.weight
         self._report(len(steps), len(steps), "done", started, 1.0)
-        if self.hardware.gpus:
-            reason = "GPU kernels, PCIe and concurrent-load figures are not measured yet"
-            unusable.append(UnusableConfig("gpu", reason))
         return results, unusable
 
     def _report(self, step: int, total: int, label: str, started: float, share: float) -> None:
@@ -192,6 +220,7 @@ class Profiler:
         for label, value in results.items():
             if label.startswith(("dense ", "moe ", "head")):
                 kernels.extend(value)
+        gpu = self._gpu_profile(results)
         if not kernels:
             reasons = "; ".join(f"{u.config}: {u.reason}" for u in unusable)
             raise ShardChatError(f"profiling failed: no kernel could be measured ({reasons})")
@@ -209,8 +238,31 @@ class Profiler:
             dram_read_gbps=results.get("dram bandwidth", FALLBACK_DRAM_GBPS),
             repack=results.get("repack") or _repack_failed(unusable),
             cpu_attention=results.get("attention", ()),
+            gpu=gpu,
             hardware=self.hardware.to_dict(),
             unusable=tuple(unusable),
+        )
+
+    def _gpu_profile(self, results: dict[str, Any]) -> GpuProfile | None:
+        """The GPU part, if its kernels and its link could be measured."""
+        kernels = [
+            point for label, value in results.items()
+            if label.startswith(("gpu dense ", "gpu moe ")) for point in value
+        ]  # fmt: skip
+        link = results.get("gpu host-to-device")
+        if not self.hardware.gpus or not kernels or link is None:
+            return None
+        device = self.hardware.gpus[0]
+        return GpuProfile(
+            name=device.name,
+            vram_total_bytes=device.vram_total_bytes,
+            kernels=tuple(kernels),
+            h2d_pinned_gbps=link[0],
+            h2d_pageable_gbps=link[1],
+            cpu_derate_under_copy=results.get("cpu during copies", 1.0),
+            step_overhead_s=results.get("gpu fixed costs", 0.0),
+            memory_gbps=results.get("gpu vram bandwidth", link[0]),
+            attention=results.get("gpu attention", ()),
         )
 
 

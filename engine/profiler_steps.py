@@ -40,12 +40,26 @@ def measure_kernels(
     token_counts: tuple[int, ...],
     repeats: int,
 ) -> tuple[KernelPoint, ...]:
-    """Seconds per block of `shape` in `quant` for every thread and token count."""
+    """Seconds per CPU block of `shape` in `quant` for every thread and token count."""
+    return measure_kernels_with(
+        folder, shape, quant, thread_counts, token_counts, repeats, Device.CPU
+    )
+
+
+def measure_kernels_with(
+    folder: str, shape: MicroShape, quant: str, thread_counts: tuple[int, ...],
+    token_counts: tuple[int, ...], repeats: int, device: Device, n_gpu_layers: int = 0,
+) -> tuple[KernelPoint, ...]:  # fmt: skip
+    """Seconds per block on `device` (blocks offloaded with n_gpu_layers for the GPU)."""
     one, more, extra = model_pair(Path(folder), shape, quant)
     block, expert_share = block_of(more)
     flops_per_token = block_flops_per_token(block, expert_share)
     points = []
-    with _timer(one, max(token_counts)) as a, _timer(more, max(token_counts)) as b:
+    n_batch = max(token_counts)
+    with (
+        _timer(one, n_batch, n_gpu_layers=n_gpu_layers) as a,
+        _timer(more, n_batch, n_gpu_layers=n_gpu_layers) as b,
+    ):
         for threads in thread_counts:
             a.set_threads(threads)
             b.set_threads(threads)
@@ -54,7 +68,7 @@ def measure_kernels(
                 seconds = per_layer_seconds(a, b, extra, n_tokens, repeats_for(n_tokens, repeats))
                 points.append(
                     KernelPoint(
-                        device=Device.CPU,
+                        device=device,
                         shape=shape.kernel,
                         quant=quant,
                         threads=threads,
@@ -156,10 +170,10 @@ def measure_attention(
             for n_tokens in token_counts:
                 seconds = per_layer_seconds(a, b, extra, n_tokens, repeats, n_past=context)
                 points.append(AttentionPoint(Device.CPU, context, n_tokens, seconds, n_head))
-    return _minus_empty_context(points)
+    return minus_empty_context(points)
 
 
-def _minus_empty_context(points: list[AttentionPoint]) -> tuple[AttentionPoint, ...]:
+def minus_empty_context(points: list[AttentionPoint]) -> tuple[AttentionPoint, ...]:
     """Keep only what the context adds: subtract the same step's time with no context."""
     empty = {p.n_tokens: p.seconds_per_layer for p in points if p.n_ctx == 0}
     return tuple(
@@ -189,9 +203,20 @@ def repeats_for(n_tokens: int, repeats: int) -> int:
     return repeats if n_tokens <= 16 else max(2, repeats // 2)
 
 
-def _timer(path: Path, n_batch: int, use_extra_bufts: bool = True, n_ctx: int = 256) -> DecodeTimer:
+def _timer(
+    path: Path,
+    n_batch: int,
+    use_extra_bufts: bool = True,
+    n_ctx: int = 256,
+    n_gpu_layers: int = 0,
+) -> DecodeTimer:
     return DecodeTimer(
-        path, n_ctx=max(n_ctx, n_batch), n_batch=n_batch, threads=1, use_extra_bufts=use_extra_bufts
+        path,
+        n_ctx=max(n_ctx, n_batch),
+        n_batch=n_batch,
+        threads=1,
+        use_extra_bufts=use_extra_bufts,
+        n_gpu_layers=n_gpu_layers,
     )
 
 

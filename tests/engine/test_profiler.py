@@ -9,7 +9,7 @@ import pytest
 
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
-from engine.hardware import probe_hardware
+from engine.hardware import GpuInfo, probe_hardware
 from engine.profile import Device, KernelShape, Profile, ProfileMode
 from engine.profiler import ProfileProgress, Profiler, plan_for, thread_ladder
 
@@ -92,3 +92,31 @@ def test_plans_grow_from_smoke_to_full() -> None:
     assert full.thread_counts == thread_ladder(16) == (1, 2, 4, 8, 12, 16)
     assert fast.thread_counts == (1, 8, 16)
     assert thread_ladder(6) == (1, 2, 3, 4, 5, 6)
+
+
+def test_a_machine_with_a_gpu_gets_gpu_steps_and_a_cpu_build_records_them_unusable(
+    hardware,
+) -> None:
+    """This machine's llama.cpp has no GPU backend: GPU steps must refuse, not measure the CPU."""
+    laptop_gpu = GpuInfo(
+        index=0, name="NVIDIA GeForce RTX 4060 Laptop GPU", uuid="GPU-described",
+        vram_total_bytes=8 << 30, vram_free_bytes=7 << 30, vram_used_bytes=1 << 30,
+        other_processes_bytes=0, pcie_generation_current=4, pcie_generation_max=4,
+        pcie_width_current=8, pcie_width_max=8, compute_capability=(8, 9),
+    )  # fmt: skip
+    with_gpu = replace(hardware, gpus=(laptop_gpu,), gpu_reason=None)
+    plan = replace(plan_for(ProfileMode.SMOKE, 1), dense_quants=("Q4_0",), moe_quants=())
+    labels: list[str] = []
+    profile = Profiler(
+        hardware=with_gpu, plan=plan, progress=lambda p: labels.append(p.label)
+    ).run()
+    gpu_steps = [label for label in labels if label.startswith("gpu ")]
+    assert gpu_steps == [
+        "gpu fixed costs", "gpu dense Q4_0", "gpu attention", "gpu vram bandwidth",
+        "gpu host-to-device",
+    ]  # fmt: skip
+    assert profile.gpu is None
+    reasons = {u.config: u.reason for u in profile.unusable}
+    assert set(reasons) == {*gpu_steps, "cpu during copies"}
+    assert all("no GPU backend" in reason for reason in reasons.values())
+    assert profile.cpu_kernels  # the CPU part is whole
