@@ -83,7 +83,7 @@ def make_profile(
             step_overhead_s=0.00042,
             memory_gbps=336.0,
             attention=tuple(
-                AttentionPoint(Device.GPU, n, 2e-6 * n / 1024) for n in (1024, 4096, 16384)
+                AttentionPoint(Device.GPU, n, 1, 2e-6 * n / 1024, 32) for n in (1024, 4096, 16384)
             ),
         )
     return Profile(
@@ -100,7 +100,7 @@ def make_profile(
         repack=RepackResult(works=True, speedup=1.31, detail="CPU_REPACK buffer type"),
         gpu=gpu,
         cpu_attention=tuple(
-            AttentionPoint(Device.CPU, n, 1.5e-5 * n / 1024) for n in (1024, 4096, 16384)
+            AttentionPoint(Device.CPU, n, 1, 1.5e-5 * n / 1024, 32) for n in (1024, 4096, 16384)
         ),
         hardware={"cpu_model": "AMD Ryzen 7 5800H", "ram_bytes": 32 * 1024**3},
         unusable=(UnusableConfig("Q8_0 moe threads=8", "child timed out after 30 s"),),
