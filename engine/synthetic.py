@@ -179,6 +179,30 @@ def write_synthetic_model(path: Path, spec: SyntheticSpec, quant: str = "F16") -
     return path
 
 
+def write_shape_only_model(path: Path, spec: SyntheticSpec, quant: str) -> Path:
+    """A GGUF with every real header, tensor name, shape and type, and no weights at all.
+
+    The tensor data is a hole in a sparse file (zeros, taking no disk space), so a
+    235B-parameter model's inventory costs milliseconds: what the planner's
+    simulations need. Any ggml type works (Q2_K, IQ4_XS, ...), since nothing is
+    encoded. llama.cpp could even load it, computing on zeros.
+    """
+    path = Path(path)
+    try:
+        qtype = gguf.GGMLQuantizationType[quant]
+    except KeyError:
+        raise ValueError(f"unknown ggml quantization type {quant!r}") from None
+    tensors = _tensor_plan(spec, _vocab_size_of(spec), qtype)
+    part = path.with_suffix(path.suffix + ".part")
+    try:
+        _write_gguf(part, spec, _nearest_file_type(quant), tensors, shape_only=True)
+        part.replace(path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def quantize_model(src: Path, dst: Path, quant: str) -> Path:
     """Quantize `src` to `dst` with llama.cpp (e.g. "Q4_K_M", "Q6_K", "Q8_0"); return `dst`."""
     import llama_cpp  # loads the native library; write_synthetic_model does not need it
@@ -307,7 +331,9 @@ def _check_rows(tensors: list[_Tensor]) -> None:
 # ---------------------------------------------------------------- writing
 
 
-def _write_gguf(part: Path, spec: SyntheticSpec, quant: str, tensors: list[_Tensor]) -> None:
+def _write_gguf(
+    part: Path, spec: SyntheticSpec, quant: str, tensors: list[_Tensor], shape_only: bool = False
+) -> None:
     writer = gguf.GGUFWriter(part, gguf.MODEL_ARCH_NAMES[_ARCHES[spec.architecture]])
     try:
         _add_metadata(writer, spec, quant)
@@ -317,11 +343,27 @@ def _write_gguf(part: Path, spec: SyntheticSpec, quant: str, tensors: list[_Tens
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
+        if shape_only:
+            _leave_a_hole_for_the_data(writer, tensors)
+            return
         rng = np.random.default_rng(spec.seed)
         for tensor in tensors:
             writer.write_tensor_data(_tensor_data(tensor, rng))  # type: ignore[arg-type]
     finally:
         writer.close()
+
+
+def _leave_a_hole_for_the_data(writer: gguf.GGUFWriter, tensors: list[_Tensor]) -> None:
+    fout = writer.fout[0]
+    fout.flush()
+    align = writer.data_alignment
+    start = gguf.GGUFWriter.ggml_pad(fout.tell(), align)
+    fout.truncate(start + sum(gguf.GGUFWriter.ggml_pad(t.nbytes, align) for t in tensors))
+
+
+def _nearest_file_type(quant: str) -> str:
+    """general.file_type only labels the file; use the closest type we know a label for."""
+    return quant if quant in _FILE_TYPES else "F16"
 
 
 def _tensor_data(tensor: _Tensor, rng: np.random.Generator) -> np.ndarray | _RepeatedRows:

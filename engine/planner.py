@@ -1,0 +1,597 @@
+"""The tiered planner: which sub-layers live in VRAM, and how each token tier runs.
+
+Given a model's inventory, a machine's profile and a VRAM budget, it fills
+VRAM in priority order (attention with its KV cache first, then router,
+shared experts and output head, then dense FFN and expert banks by benefit
+per byte), then costs every token tier under the three families of
+DESIGN.md with the cost model:
+
+- GPU-only: sub-layers not resident are streamed over PCIe and run on the GPU;
+- static: sub-layers not resident run on the CPU, nothing crosses PCIe;
+- dynamic: part streamed while the CPU computes the rest (overlapped).
+
+llama.cpp executes static below a batch-size boundary and GPU-only above it
+(op offload, GGML_OP_OFFLOAD_MIN_BATCH); dynamic has no executor upstream,
+so it is costed and reported but never chosen. The resident set is filled as
+a prefix of one fixed priority order, so a bigger budget always keeps what a
+smaller one had: more budget never predicts a slower plan. Same inputs, same
+plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from engine.cost_model import CostModel, Placement, StepPrediction, Where
+from engine.inventory import ModelInventory, SubLayer, SubLayerKind
+from engine.profile import Profile
+
+DEFAULT_TIERS = (1, 4, 16, 64, 256, 1024)
+MIB = 1024 * 1024
+MIN_MARGIN_BYTES = 128 * MIB
+MARGIN_SHARE = 0.05
+NEVER_OFFLOAD = 1 << 30  # an op-offload boundary no batch reaches
+LLAMA_CPP_DEFAULT_OFFLOAD_BATCH = 32
+UBATCH_CHOICES = (512, 1024, 2048, 4096)  # GGML_OP_OFFLOAD_MIN_BATCH when unset
+
+SubLayerKey = tuple[int | None, SubLayerKind]
+_PRIORITY = {
+    SubLayerKind.ATTENTION: 0,
+    SubLayerKind.MOE_ROUTER: 1,
+    SubLayerKind.SHARED_EXPERTS: 2,
+    SubLayerKind.OUTPUT_HEAD: 3,
+    SubLayerKind.OUTPUT_NORM: 3,
+}
+_BY_BENEFIT = {SubLayerKind.DENSE_FFN, SubLayerKind.ROUTED_EXPERTS}
+
+
+class PlanFamily(str, Enum):
+    GPU_ONLY = "gpu_only"
+    STATIC = "static"
+    DYNAMIC = "dynamic"
+    CPU_ONLY = "cpu_only"
+
+
+EXECUTABLE_FAMILIES = frozenset({PlanFamily.GPU_ONLY, PlanFamily.STATIC, PlanFamily.CPU_ONLY})
+
+
+class Objective(str, Enum):
+    INTERACTIVE = "interactive"  # time to first token and one chat's decode speed
+    BATCH = "batch"  # aggregate throughput of n_parallel sequences
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    vram_budget_bytes: int
+    n_ctx: int = 4096
+    n_parallel: int = 1
+    objective: Objective = Objective.INTERACTIVE
+    tiers: tuple[int, ...] = DEFAULT_TIERS
+    prompt_tokens: int = 512  # the prompt time-to-first-token is predicted for
+
+    def __post_init__(self) -> None:
+        if self.vram_budget_bytes < 0:
+            raise ValueError("the VRAM budget cannot be negative")
+        if self.n_ctx < 16 or self.n_parallel < 1 or self.prompt_tokens < 1:
+            raise ValueError("n_ctx must be >= 16, n_parallel and prompt_tokens >= 1")
+        if not self.tiers or sorted(set(self.tiers)) != list(self.tiers) or self.tiers[0] < 1:
+            raise ValueError("tiers must be increasing positive token counts")
+
+
+@dataclass(frozen=True)
+class VramAccount:
+    """What the plan puts in VRAM; `total_bytes` never exceeds the budget."""
+
+    budget_bytes: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    margin_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.margin_bytes
+
+
+@dataclass(frozen=True)
+class FamilyEstimate:
+    family: PlanFamily
+    seconds: float  # one step of the tier
+    streamed_bytes: int  # weights crossing PCIe per step
+    executable: bool
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 0.0 if self.seconds <= 0 else 1.0 / self.seconds
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    tier: int
+    chosen: FamilyEstimate
+    others: tuple[FamilyEstimate, ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tier / self.chosen.seconds
+
+    @property
+    def runner_up(self) -> FamilyEstimate | None:
+        return min(self.others, key=lambda e: e.seconds, default=None)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A placement and how every tier runs under it, with the llama.cpp parameters it needs."""
+
+    model_name: str
+    request: PlanRequest
+    resident: tuple[SubLayerKey, ...]
+    resident_tensor_names: tuple[str, ...]
+    vram: VramAccount
+    tiers: tuple[TierPlan, ...]
+    n_gpu_layers: int
+    n_threads: int
+    n_threads_batch: int
+    n_ubatch: int
+    op_offload_min_batch: int
+    reason: str
+    predicted_ttft_s: float
+    predicted_decode_tokens_per_s: float
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def tier_for(self, n_tokens: int) -> int:
+        """The smallest tier that holds n_tokens new tokens (the largest for bigger steps)."""
+        tiers = self.request.tiers
+        return next((t for t in tiers if n_tokens <= t), tiers[-1])
+
+    def family_for(self, n_tokens: int) -> PlanFamily:
+        tier = self.tier_for(n_tokens)
+        return next(t.chosen.family for t in self.tiers if t.tier == tier)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["resident"] = [[block, kind.value] for block, kind in self.resident]
+        return data
+
+
+def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest) -> Plan:
+    """The best executable plan for this model, machine and budget."""
+    model = CostModel(profile)
+    if profile.gpu is None:
+        return _cpu_plan(inventory, model, request, "no NVIDIA GPU in the profile: CPU-only plan")
+    if request.vram_budget_bytes > profile.gpu.vram_total_bytes:
+        raise ValueError(
+            f"the budget ({request.vram_budget_bytes / 2**30:.1f} GiB) exceeds the GPU's memory "
+            f"({profile.gpu.vram_total_bytes / 2**30:.1f} GiB)"
+        )
+    plans = []
+    for ubatch in UBATCH_CHOICES:
+        fixed = _fixed_vram(inventory, request, ubatch)
+        room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
+        if room > 0 and ubatch <= max(request.prompt_tokens, UBATCH_CHOICES[0]):
+            plans.append(_gpu_plan(inventory, model, request, fixed, room, ubatch))
+    if not plans:
+        need = sum(_fixed_vram(inventory, request, UBATCH_CHOICES[0]).values()) / 2**30
+        reason = f"the budget is below the GPU's working memory ({need:.2f} GiB): CPU-only plan"
+        return _cpu_plan(inventory, model, request, reason)
+    return _best_of(plans)
+
+
+def _best_of(plans: list[Plan]) -> Plan:
+    """The shortest time to first token among plans that keep decode within 5% of the best."""
+    best_decode = max(p.predicted_decode_tokens_per_s for p in plans)
+    good = [p for p in plans if p.predicted_decode_tokens_per_s >= 0.95 * best_decode]
+    return min(good, key=lambda p: (round(p.predicted_ttft_s, 9), p.n_ubatch))
+
+
+# --- CPU-only ---
+
+
+def _cpu_plan(
+    inventory: ModelInventory, model: CostModel, request: PlanRequest, reason: str
+) -> Plan:
+    placement = Placement()
+    threads = _best_threads(inventory, model, placement, 1, request)
+    threads_batch = _best_threads(inventory, model, placement, request.tiers[-1], request)
+    tiers = tuple(
+        TierPlan(
+            t,
+            _estimate(
+                inventory,
+                model,
+                placement,
+                PlanFamily.CPU_ONLY,
+                t,
+                threads_batch if t > 1 else threads,
+                request,
+            ),
+            (),
+        )
+        for t in request.tiers
+    )
+    account = VramAccount(request.vram_budget_bytes, 0, 0, 0, 0)
+    return _assemble(
+        inventory,
+        request,
+        (),
+        account,
+        tiers,
+        0,
+        threads,
+        threads_batch,
+        512,
+        NEVER_OFFLOAD,
+        reason,
+    )
+
+
+# --- GPU ---
+
+
+def _gpu_plan(
+    inventory: ModelInventory,
+    model: CostModel,
+    request: PlanRequest,
+    fixed: dict[str, int],
+    room: int,
+    ubatch: int,
+) -> Plan:
+    """Fill VRAM with a prefix of the priority order; attention brings its block's KV cache."""
+    order = _priority_order(inventory, model, request)
+    resident: list[SubLayer] = []
+    used = kv = 0
+    for sub in order:
+        cost = sub.n_bytes + _kv_bytes(inventory, sub, request)
+        if used + cost > room:
+            break  # a prefix of the order: more budget only ever adds
+        resident.append(sub)
+        used, kv = used + cost, kv + _kv_bytes(inventory, sub, request)
+    keys = tuple(sorted((_key(s) for s in resident), key=_sort_key))
+    static = Placement(Where.CPU, {k: Where.GPU for k in keys})
+    streamed = Placement(Where.STREAMED, {k: Where.GPU for k in keys})
+    threads = _best_threads(inventory, model, static, 1, request)
+    threads_batch = _best_threads(inventory, model, static, request.tiers[-1], request)
+    estimates = {
+        t: _families(
+            inventory, model, static, streamed, t, threads if t == 1 else threads_batch, request
+        )
+        for t in request.tiers
+    }
+    everything = len(resident) == len(order)
+    boundary = 1 if everything else _offload_boundary(estimates, request.tiers)
+    tiers = tuple(_tier_plan(t, estimates[t], boundary) for t in request.tiers)
+    account = VramAccount(
+        request.vram_budget_bytes, used - kv, kv, fixed["compute"], fixed["margin"]
+    )
+    gpu_layers = sum(1 for k in keys if k[1] is SubLayerKind.ATTENTION)
+    plan = _assemble(
+        inventory,
+        request,
+        keys,
+        account,
+        tiers,
+        gpu_layers,
+        threads,
+        threads_batch,
+        ubatch,
+        boundary,
+        _gpu_reason(len(resident), len(order), boundary),
+        tuple(n for s in resident for n in s.tensor_names),
+    )
+    return _with_prompt_family(plan, inventory, model, static, streamed, threads_batch)
+
+
+def _with_prompt_family(
+    plan: Plan,
+    inventory: ModelInventory,
+    model: CostModel,
+    static: Placement,
+    streamed: Placement,
+    threads: int,
+) -> Plan:
+    """Prompt chunks of n_ubatch run static or streamed, whichever is faster at that size.
+
+    Streaming pays for the copy once per chunk, so it can win at the chunk size even
+    where it loses at every smaller tier; the op-offload boundary then moves down to
+    the chunk size (a threshold: tiers from there on stream too).
+    """
+    on_cpu = _chunked_ttft(inventory, model, static, threads, plan)
+    on_gpu = _chunked_ttft(inventory, model, streamed, threads, plan)
+    if plan.op_offload_min_batch <= plan.n_ubatch or on_cpu <= on_gpu:
+        chosen = on_gpu if plan.op_offload_min_batch <= plan.n_ubatch else on_cpu
+        return replace(plan, predicted_ttft_s=chosen)
+    boundary = plan.n_ubatch
+    tiers = tuple(
+        _tier_plan(t.tier, {e.family: e for e in (t.chosen, *t.others)}, boundary)
+        for t in plan.tiers
+    )
+    return replace(plan, predicted_ttft_s=on_gpu, op_offload_min_batch=boundary, tiers=tiers)
+
+
+def _kv_bytes(inventory: ModelInventory, sub: SubLayer, request: PlanRequest) -> int:
+    """A block whose attention is resident keeps its KV cache in VRAM too (n_gpu_layers)."""
+    if sub.kind is not SubLayerKind.ATTENTION or sub.block is None:
+        return 0
+    return inventory.blocks[sub.block].kv_cache_bytes(request.n_ctx)
+
+
+def _chunked_ttft(
+    inventory: ModelInventory, model: CostModel, placement: Placement, threads: int, plan: Plan
+) -> float:
+    """The prompt in n_ubatch chunks: each chunk is one step (and streams the weights once)."""
+    request = plan.request
+    full, rest = divmod(request.prompt_tokens, plan.n_ubatch)
+    past = _past(request)
+    seconds = (
+        full * model.predict_step(inventory, plan.n_ubatch, threads, 1, past, placement).seconds
+    )
+    if rest:
+        seconds += model.predict_step(inventory, rest, threads, 1, past, placement).seconds
+    return seconds
+
+
+def _gpu_reason(n_resident: int, n_total: int, boundary: int) -> str:
+    if n_resident == n_total:
+        return "the whole model fits the budget"
+    rest = "run on the CPU"
+    if boundary < NEVER_OFFLOAD:
+        rest += f" below {boundary} tokens per step and stream to the GPU from there"
+    return f"{n_resident} of {n_total} sub-layers resident in VRAM; the others {rest}"
+
+
+def _priority_order(
+    inventory: ModelInventory, model: CostModel, request: PlanRequest
+) -> list[SubLayer]:
+    """Fixed-priority kinds by block, then FFN and expert banks by time saved per byte."""
+    subs = [s for s in inventory.all_sublayers() if s.kind in _PRIORITY or s.kind in _BY_BENEFIT]
+    if inventory.tied_output:  # the head multiplies by the token embedding: it is the head
+        subs += [s for s in inventory.globals if s.kind is SubLayerKind.TOKEN_EMBEDDING]
+    # llama.cpp offloads the *last* n_gpu_layers blocks, so attention fills from the top.
+    fixed = sorted(
+        (s for s in subs if _priority(s) is not None),
+        key=lambda s: (_priority(s), -(s.block if s.block is not None else -1), s.kind.value),
+    )
+    tier = 1 if request.objective is Objective.INTERACTIVE else request.n_parallel
+    share = inventory.expert_used_count / inventory.expert_count if inventory.is_moe else 1.0
+    threads = max(model.profile.thread_counts or (1,))
+
+    def benefit_per_byte(sub: SubLayer) -> float:
+        cpu = model.sublayer_cost(sub, Where.CPU, threads, tier, share).seconds
+        gpu = model.sublayer_cost(sub, Where.GPU, threads, tier, share).seconds
+        return (cpu - gpu) / max(sub.n_bytes, 1)
+
+    ranked = [s for s in subs if s.kind in _BY_BENEFIT and benefit_per_byte(s) > 0]
+    ranked.sort(key=lambda s: (-round(benefit_per_byte(s), 18), _sort_key(_key(s))))
+    return fixed + ranked
+
+
+def _priority(sub: SubLayer) -> int | None:
+    if sub.kind is SubLayerKind.TOKEN_EMBEDDING:
+        return _PRIORITY[SubLayerKind.OUTPUT_HEAD]
+    return _PRIORITY.get(sub.kind)
+
+
+def _families(
+    inventory: ModelInventory,
+    model: CostModel,
+    static: Placement,
+    streamed: Placement,
+    tier: int,
+    threads: int,
+    request: PlanRequest,
+) -> dict[PlanFamily, FamilyEstimate]:
+    """Static, GPU-only and dynamic costs of one tier under one resident set."""
+    outputs, past = _outputs(tier, request), _past(request)
+    on_cpu = model.predict_step(inventory, tier, threads, outputs, past, static)
+    on_gpu = model.predict_step(inventory, tier, threads, outputs, past, streamed)
+    streamed_bytes = _streamed_bytes(inventory, streamed)
+    return {
+        PlanFamily.STATIC: FamilyEstimate(PlanFamily.STATIC, on_cpu.seconds, 0, True),
+        PlanFamily.GPU_ONLY: FamilyEstimate(
+            PlanFamily.GPU_ONLY, on_gpu.seconds, streamed_bytes, True
+        ),
+        PlanFamily.DYNAMIC: _dynamic(on_cpu, on_gpu, streamed_bytes),
+    }
+
+
+def _dynamic(on_cpu: StepPrediction, on_gpu: StepPrediction, streamed_bytes: int) -> FamilyEstimate:
+    """Overlap: split the non-resident work so the CPU and copy-then-GPU finish together."""
+    cpu_part = on_cpu.by_device.get(Where.CPU, 0.0)
+    copy_part = on_gpu.by_device.get(Where.STREAMED, 0.0)
+    common = on_cpu.seconds - cpu_part
+    if cpu_part <= 0 or copy_part <= 0:
+        return FamilyEstimate(PlanFamily.DYNAMIC, on_cpu.seconds, 0, False)
+    overlapped = cpu_part * copy_part / (cpu_part + copy_part)
+    share_streamed = cpu_part / (cpu_part + copy_part)
+    seconds = common + overlapped
+    return FamilyEstimate(PlanFamily.DYNAMIC, seconds, int(streamed_bytes * share_streamed), False)
+
+
+def _offload_boundary(
+    estimates: dict[int, dict[PlanFamily, FamilyEstimate]], tiers: tuple[int, ...]
+) -> int:
+    """The first tier from which streaming beats the CPU: llama.cpp's op-offload batch size."""
+    for tier in tiers:
+        family = estimates[tier]
+        if family[PlanFamily.GPU_ONLY].seconds < family[PlanFamily.STATIC].seconds:
+            return tier
+    return NEVER_OFFLOAD
+
+
+def _tier_plan(tier: int, families: dict[PlanFamily, FamilyEstimate], boundary: int) -> TierPlan:
+    chosen_family = PlanFamily.GPU_ONLY if tier >= boundary else PlanFamily.STATIC
+    chosen = families[chosen_family]
+    others = tuple(e for f, e in sorted(families.items()) if f is not chosen_family)
+    return TierPlan(tier, chosen, others)
+
+
+def _estimate(
+    inventory: ModelInventory,
+    model: CostModel,
+    placement: Placement,
+    family: PlanFamily,
+    tier: int,
+    threads: int,
+    request: PlanRequest,
+) -> FamilyEstimate:
+    outputs, past = _outputs(tier, request), _past(request)
+    step = model.predict_step(inventory, tier, threads, outputs, past, placement)
+    streamed = _streamed_bytes(inventory, placement)
+    return FamilyEstimate(family, step.seconds, streamed, family in EXECUTABLE_FAMILIES)
+
+
+def _streamed_bytes(inventory: ModelInventory, placement: Placement) -> int:
+    return sum(
+        s.n_bytes
+        for s in inventory.all_sublayers()
+        if placement.where(s) is Where.STREAMED and s.kind is not SubLayerKind.TOKEN_EMBEDDING
+    )
+
+
+def _past(request: PlanRequest) -> int:
+    """Steps are costed in the middle of a prompt's worth of context."""
+    return min(request.prompt_tokens, request.n_ctx) // 2
+
+
+def _outputs(tier: int, request: PlanRequest) -> int:
+    """Decode tiers want logits for every token; a prompt chunk only for its last."""
+    return tier if tier <= max(request.n_parallel, 1) else 1
+
+
+def _best_threads(
+    inventory: ModelInventory,
+    model: CostModel,
+    placement: Placement,
+    tier: int,
+    request: PlanRequest,
+) -> int:
+    counts = model.profile.thread_counts or (model.profile.physical_cores,)
+    return min(
+        counts,
+        key=lambda t: (
+            round(
+                model.predict_step(
+                    inventory, tier, t, _outputs(tier, request), _past(request), placement
+                ).seconds,
+                12,
+            ),
+            t,
+        ),
+    )
+
+
+def _fixed_vram(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> dict[str, int]:
+    """Compute buffers for one ubatch, and a safety margin."""
+    margin = max(MIN_MARGIN_BYTES, int(MARGIN_SHARE * request.vram_budget_bytes))
+    return {"compute": _compute_bytes(inventory, request, ubatch), "margin": margin}
+
+
+def _compute_bytes(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> int:
+    """llama.cpp's scratch for one ubatch: f32 activations, logits, flash-attention tiles."""
+    width = max(inventory.n_embd or 0, 1)
+    logits = (inventory.n_vocab or 0) * 4 * request.n_parallel
+    return ubatch * width * 4 * 16 + logits + 4 * width * request.n_ctx
+
+
+def _assemble(
+    inventory: ModelInventory,
+    request: PlanRequest,
+    keys: tuple[SubLayerKey, ...],
+    account: VramAccount,
+    tiers: tuple[TierPlan, ...],
+    n_gpu_layers: int,
+    threads: int,
+    threads_batch: int,
+    n_ubatch: int,
+    boundary: int,
+    reason: str,
+    names: tuple[str, ...] = (),
+) -> Plan:
+    by_tier = {t.tier: t for t in tiers}
+    decode = by_tier[request.tiers[0]]
+    return Plan(
+        model_name=inventory.name,
+        request=request,
+        resident=keys,
+        resident_tensor_names=names,
+        vram=account,
+        tiers=tiers,
+        n_gpu_layers=n_gpu_layers,
+        n_threads=threads,
+        n_threads_batch=threads_batch,
+        n_ubatch=n_ubatch,
+        op_offload_min_batch=boundary,
+        reason=reason,
+        predicted_ttft_s=_ttft(request, tiers),
+        predicted_decode_tokens_per_s=decode.tokens_per_s,
+    )
+
+
+def _ttft(request: PlanRequest, tiers: tuple[TierPlan, ...]) -> float:
+    """A prompt runs in chunks of the largest tier, the rest at the smallest tier holding it."""
+    largest = tiers[-1]
+    full, rest = divmod(request.prompt_tokens, largest.tier)
+    seconds = full * largest.chosen.seconds
+    if rest:
+        seconds += next(t.chosen.seconds for t in tiers if rest <= t.tier)
+    return seconds
+
+
+def _key(sub: SubLayer) -> SubLayerKey:
+    return (sub.block, sub.kind)
+
+
+def _sort_key(key: SubLayerKey) -> tuple[int, str]:
+    block, kind = key
+    return (-1 if block is None else block, kind.value)
+
+
+def layer_offload_baseline(
+    inventory: ModelInventory, profile: Profile, request: PlanRequest
+) -> Plan:
+    """What hand-tuned llama.cpp does: the first n_gpu_layers whole blocks (and their KV) in VRAM.
+
+    The rest run on the CPU, streaming to the GPU from llama.cpp's default op-offload
+    batch (32); the output head joins the GPU only when every block does. This is
+    the baseline our plans are compared with.
+    """
+    model = CostModel(profile)
+    if profile.gpu is None or not inventory.blocks:
+        return _cpu_plan(inventory, model, request, "no GPU: CPU only")
+    fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0])
+    room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
+    layers, used = 0, 0
+    for block in reversed(inventory.blocks):  # llama.cpp offloads the last blocks first
+        cost = block.n_bytes + block.kv_cache_bytes(request.n_ctx)
+        if used + cost > room:
+            break
+        layers, used = layers + 1, used + cost
+    offloaded = inventory.blocks[len(inventory.blocks) - layers :]
+    keys = tuple((b.index, s.kind) for b in offloaded for s in b.sublayers)
+    head = [
+        s
+        for s in inventory.globals
+        if s.kind
+        in (
+            SubLayerKind.OUTPUT_HEAD,
+            SubLayerKind.TOKEN_EMBEDDING if inventory.tied_output else SubLayerKind.OUTPUT_HEAD,
+        )
+    ]
+    if layers == len(inventory.blocks) and used + sum(s.n_bytes for s in head) <= room:
+        keys += tuple(_key(s) for s in head)
+    static = Placement(Where.CPU, {k: Where.GPU for k in keys})
+    streamed = Placement(Where.STREAMED, {k: Where.GPU for k in keys})
+    threads = max(model.profile.thread_counts or (1,))
+    boundary = LLAMA_CPP_DEFAULT_OFFLOAD_BATCH
+    tiers = tuple(
+        _tier_plan(t, _families(inventory, model, static, streamed, t, threads, request), boundary)
+        for t in request.tiers
+    )
+    account = VramAccount(request.vram_budget_bytes, used, 0, fixed["compute"], fixed["margin"])
+    reason = f"n_gpu_layers={layers} of {len(inventory.blocks)} (whole blocks)"
+    return _assemble(
+        inventory, request, keys, account, tiers, layers, threads, threads, 512, boundary, reason
+    )
