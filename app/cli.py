@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from app.chat_command import run_chat
 from app.info_command import run_info
 from app.logging_setup import configure_logging
+from app.plan_command import add_plan_command
 from app.profile_command import add_profile_command
 from engine.errors import BadInputError
 
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_chat(commands)
     _add_info(commands)
     add_profile_command(commands)
+    add_plan_command(commands)
     return parser
 
 

@@ -77,8 +77,9 @@ def _loaded_library(stem: str) -> ctypes.CDLL:
 
     The wheel ships each library as plain copies under several names (libggml-base.so,
     .so.0, .so.0.25.3). Opening a name other than the one libllama was linked against
-    maps a second copy with its own statics - its CPU buffer type has another address,
-    and llama.cpp would not recognise it. RTLD_NOLOAD only returns an already-loaded copy.
+    maps a second copy with its own globals (its `ggml_backend_cpu_buffer_type()` is at
+    another address than the one llama.cpp compares overrides with). RTLD_NOLOAD only
+    returns a copy that is already loaded; on Windows the loader reuses it by itself.
     """
     folder = Path(llama_cpp.__file__).parent / "lib"
     mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)

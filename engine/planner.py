@@ -200,32 +200,20 @@ def _cpu_plan(
         TierPlan(
             t,
             _estimate(
-                inventory,
-                model,
-                placement,
-                PlanFamily.CPU_ONLY,
-                t,
-                threads_batch if t > 1 else threads,
-                request,
+                inventory, model, placement, PlanFamily.CPU_ONLY, t,
+                threads if t == 1 else threads_batch, request,
             ),
             (),
         )
         for t in request.tiers
-    )
+    )  # fmt: skip
     account = VramAccount(request.vram_budget_bytes, 0, 0, 0, 0)
-    return _assemble(
-        inventory,
-        request,
-        (),
-        account,
-        tiers,
-        0,
-        threads,
-        threads_batch,
-        512,
-        NEVER_OFFLOAD,
-        reason,
-    )
+    plan = _assemble(
+        inventory, request, (), account, tiers, 0, threads, threads_batch, UBATCH_CHOICES[0],
+        NEVER_OFFLOAD, reason,
+    )  # fmt: skip
+    ttft = _chunked_ttft(inventory, model, placement, threads_batch, plan)
+    return replace(plan, predicted_ttft_s=ttft)
 
 
 # --- GPU ---
@@ -525,19 +513,9 @@ def _assemble(
         n_ubatch=n_ubatch,
         op_offload_min_batch=boundary,
         reason=reason,
-        predicted_ttft_s=_ttft(request, tiers),
+        predicted_ttft_s=0.0,  # set by the caller, which knows how prompts run
         predicted_decode_tokens_per_s=decode.tokens_per_s,
     )
-
-
-def _ttft(request: PlanRequest, tiers: tuple[TierPlan, ...]) -> float:
-    """A prompt runs in chunks of the largest tier, the rest at the smallest tier holding it."""
-    largest = tiers[-1]
-    full, rest = divmod(request.prompt_tokens, largest.tier)
-    seconds = full * largest.chosen.seconds
-    if rest:
-        seconds += next(t.chosen.seconds for t in tiers if rest <= t.tier)
-    return seconds
 
 
 def _key(sub: SubLayer) -> SubLayerKey:
@@ -592,6 +570,7 @@ def layer_offload_baseline(
     )
     account = VramAccount(request.vram_budget_bytes, used, 0, fixed["compute"], fixed["margin"])
     reason = f"n_gpu_layers={layers} of {len(inventory.blocks)} (whole blocks)"
-    return _assemble(
+    plan = _assemble(
         inventory, request, keys, account, tiers, layers, threads, threads, 512, boundary, reason
     )
+    return replace(plan, predicted_ttft_s=_chunked_ttft(inventory, model, streamed, threads, plan))

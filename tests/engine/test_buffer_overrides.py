@@ -127,6 +127,7 @@ def test_cpu_override_reaches_exactly_the_matching_tensors(q4_model, llama_log_l
         lines = llama_log_lines()[start:]
         assert llama_cpp.llama_cpp.llama_model_default_params().tensor_buft_overrides is None
         tokens = greedy(llm, 4)
+        n_vocab = llm.n_vocab()
 
     placed = overridden(lines)
     assert set(placed) == set(ffn_tensors(q4_model, 0))
@@ -136,7 +137,7 @@ def test_cpu_override_reaches_exactly_the_matching_tensors(q4_model, llama_log_l
     }
     assert placed["blk.0.ffn_norm.weight"] == ("f32", "CPU")
     assert model_buffers(lines) == baseline
-    assert len(tokens) == 4 and all(0 <= t < llm.n_vocab() for t in tokens)
+    assert len(tokens) == 4 and all(0 <= t < n_vocab for t in tokens)
 
 
 def test_override_moves_weights_into_another_buffer(

@@ -1,0 +1,144 @@
+"""`shardchat plan`: what the planner would do for a model, a machine and a VRAM budget.
+
+The machine is this one (its stored profile) or, for simulation, any profile
+JSON or one of the described machines we ship (laptop-8gb, desktop-16gb,
+rtx5090-desktop): planning needs no GPU, only figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from app.profile_store import ProfileStore
+from app.units import format_bytes, parse_size
+from engine.default_model import default_model_path
+from engine.described_machines import described_names, load_described
+from engine.errors import BadInputError
+from engine.hardware import probe_hardware
+from engine.inventory import read_inventory
+from engine.planner import Plan, PlanRequest, make_plan
+from engine.profile import Profile
+
+
+def add_plan_command(commands: argparse._SubParsersAction) -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="show the plan for a model under a VRAM budget (any machine, no GPU needed)",
+        description="Plan which sub-layers live in VRAM and how each token tier runs.",
+    )
+    plan.add_argument("--model", "-m", metavar="PATH", help="GGUF model (default: embedded)")
+    plan.add_argument("--vram", required=True, type=_size, metavar="SIZE", help="e.g. 6GiB, 0")
+    plan.add_argument("--ctx", type=_positive, default=4096, help="context window in tokens")
+    plan.add_argument("--parallel", type=_positive, default=1, help="sequences decoded together")
+    plan.add_argument("--prompt-tokens", type=_positive, default=512, metavar="N")
+    plan.add_argument(
+        "--hardware",
+        metavar="PROFILE",
+        help=f"a profile JSON file or a described machine ({', '.join(described_names())}); "
+        "default: this machine's stored profile",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(command="plan", run=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    inventory = read_inventory(args.model or default_model_path())
+    profile = load_profile_for_planning(args.hardware)
+    try:
+        request = PlanRequest(
+            args.vram, n_ctx=args.ctx, n_parallel=args.parallel, prompt_tokens=args.prompt_tokens
+        )
+        plan = make_plan(inventory, profile, request)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from exc
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=1, default=str))
+    else:
+        print(render_plan(plan, profile))
+    return 0
+
+
+def load_profile_for_planning(hardware: str | None) -> Profile:
+    """A named described machine, a profile file, or this machine's stored profile."""
+    if hardware in described_names():
+        return load_described(hardware)
+    if hardware:
+        path = Path(hardware)
+        try:
+            return Profile.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadInputError(f"{path}: not a readable profile ({exc})") from exc
+    machine = probe_hardware()
+    with ProfileStore() as store:
+        stored = store.latest(machine.fingerprint(), machine.llama_build)
+    if stored is None:
+        raise BadInputError(
+            "no profile is stored for this machine; run `shardchat profile --fast` first, "
+            "or pass --hardware"
+        )
+    return stored
+
+
+def render_plan(plan: Plan, profile: Profile) -> str:
+    request = plan.request
+    machine = _machine(profile)
+    vram = plan.vram
+    weights, kv = format_bytes(vram.weights_bytes), format_bytes(vram.kv_cache_bytes)
+    lines = [
+        f"plan for {plan.model_name} on {machine}: budget {format_bytes(request.vram_budget_bytes)}"
+        f", context {request.n_ctx}, {request.n_parallel} sequence(s)",
+        f"  {plan.reason}",
+        f"VRAM      weights {weights} + KV {kv}"
+        f" + compute {format_bytes(vram.compute_bytes)} + margin {format_bytes(vram.margin_bytes)}"
+        f" = {format_bytes(vram.total_bytes)}",
+        f"llama.cpp n_gpu_layers {plan.n_gpu_layers}, n_threads {plan.n_threads}, n_threads_batch "
+        f"{plan.n_threads_batch}, n_ubatch {plan.n_ubatch}, GGML_OP_OFFLOAD_MIN_BATCH "
+        f"{_boundary(plan)}, {len(plan.resident_tensor_names)} tensors placed in VRAM",
+        f"{'tier':>6}  {'family':9}{'streamed/step':>14}{'ms/step':>10}{'tokens/s':>11}  runner-up",
+    ]
+    for tier in plan.tiers:
+        runner = tier.runner_up
+        other = (
+            f"{runner.family.value} {1000 * runner.seconds:.1f} ms"
+            + ("" if runner.executable else " (no executor)")
+            if runner
+            else "-"
+        )
+        lines.append(
+            f"{tier.tier:>6}  {tier.chosen.family.value:9}"
+            f"{format_bytes(tier.chosen.streamed_bytes):>14}{1000 * tier.chosen.seconds:>10.1f}"
+            f"{tier.tokens_per_s:>11.1f}  {other}"
+        )
+    lines.append(
+        f"predicted: {plan.predicted_ttft_s:.2f} s to first token for a {request.prompt_tokens}-"
+        f"token prompt, {plan.predicted_decode_tokens_per_s:.1f} tokens/s decode"
+    )
+    return "\n".join(lines)
+
+
+def _machine(profile: Profile) -> str:
+    hardware = profile.hardware or {}
+    cpu = hardware.get("cpu", {}).get("model", f"{profile.physical_cores} cores")
+    gpus = [g.get("name", "GPU") for g in hardware.get("gpus", [])]
+    parts = ", ".join([cpu, *gpus])
+    return f"{parts} (described)" if profile.is_described else parts
+
+
+def _boundary(plan: Plan) -> str:
+    return "never" if plan.op_offload_min_batch >= 1 << 30 else str(plan.op_offload_min_batch)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
