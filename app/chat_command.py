@@ -15,11 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.events import FINAL_EVENTS, EngineEvent, ReplyFinished, RequestFailed, TokenStreamed
+from app.plan_command import load_profile_for_planning
 from app.worker import EngineWorker
 from engine.default_model import default_model_path
 from engine.errors import BadInputError, ShardChatError
 from engine.generation_stats import GenerationStats
+from engine.hardware import probe_hardware
+from engine.inventory import read_inventory
 from engine.model_params import LoadParams
+from engine.plan_execution import check_profile_is_this_machine, load_params_for
+from engine.planner import Plan, PlanRequest, make_plan
+from engine.profile import Profile
 from engine.runtime import inspect_model
 from engine.sampling import SamplingSettings
 
@@ -34,11 +40,16 @@ def run_chat(args: argparse.Namespace) -> int:
             temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
         )
         params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
+        plan, profile = _planned(args, model_path) if args.vram is not None else (None, None)
     except ValueError as exc:
         raise BadInputError(str(exc)) from exc
+    if plan is not None:
+        params = load_params_for(plan, read_inventory(model_path), str(model_path))
+        if args.threads:
+            params = params.with_changes(n_threads=args.threads, n_threads_batch=args.threads)
     prompt = _prompt_from(args)
     with _engine() as engine:
-        engine.call(engine.worker.load_model(params))
+        engine.call(engine.worker.load_model(params, plan, profile))
         if args.system:
             engine.call(engine.worker.start_conversation(args.system))
         if prompt is not None:
@@ -46,6 +57,14 @@ def run_chat(args: argparse.Namespace) -> int:
         else:
             _interactive(engine, args.system, settings)
     return 0
+
+
+def _planned(args: argparse.Namespace, model_path: Path) -> tuple[Plan, Profile]:
+    """Plan this model on this machine's own stored profile under --vram."""
+    profile = load_profile_for_planning(None)
+    check_profile_is_this_machine(profile, probe_hardware())
+    request = PlanRequest(args.vram, n_ctx=args.ctx)
+    return make_plan(read_inventory(model_path), profile, request), profile
 
 
 def _prompt_from(args: argparse.Namespace) -> str | None:
@@ -143,3 +162,21 @@ def _print_stats(reply: ReplyFinished) -> None:
     if reply.dropped_messages:
         parts.append(f"{reply.dropped_messages} oldest messages left out to fit the context")
     print(f"[{', '.join(parts)}]", file=sys.stderr)
+    for line in _step_summary(reply.steps):
+        print(line, file=sys.stderr)
+
+
+def _step_summary(steps: tuple) -> list[str]:
+    """Per tier and family: llama_decode calls, predicted and measured mean milliseconds."""
+    groups: dict[tuple[int, str], list] = {}
+    for step in steps:
+        groups.setdefault((step.tier, step.family.value), []).append(step)
+    lines = []
+    for (tier, family), group in sorted(groups.items()):
+        predicted = sum(s.predicted_ms for s in group) / len(group)
+        measured = sum(s.measured_ms for s in group) / len(group)
+        lines.append(
+            f"  tier {tier:>4} {family:9} {len(group):>4} steps: predicted {predicted:7.2f} ms, "
+            f"measured {measured:7.2f} ms"
+        )
+    return lines

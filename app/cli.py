@@ -18,6 +18,7 @@ from app.info_command import run_info
 from app.logging_setup import configure_logging
 from app.plan_command import add_plan_command
 from app.profile_command import add_profile_command
+from app.units import parse_size
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,14 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
     chat.add_argument("--ctx", type=_positive_int, default=4096, help="context window in tokens")
     chat.add_argument("--threads", type=_positive_int, default=None, help="CPU threads")
     chat.add_argument(
+        "--vram",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="run under the planner with this VRAM budget (e.g. 6GiB, 0 for CPU only); "
+        "needs this machine's profile (shardchat profile)",
+    )
+    chat.add_argument(
         "--stats", action="store_true", help="print time to first token and tokens/s to stderr"
     )
     chat.set_defaults(command="chat", run=run_chat)
@@ -109,6 +118,13 @@ def _version() -> str:
         return version("shardchat")
     except PackageNotFoundError:
         return "unknown"
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _positive_int(text: str) -> int:

@@ -75,8 +75,8 @@ def load_profile_for_planning(hardware: str | None) -> Profile:
         stored = store.latest(machine.fingerprint(), machine.llama_build)
     if stored is None:
         raise BadInputError(
-            "no profile is stored for this machine; run `shardchat profile --fast` first, "
-            "or pass --hardware"
+            "no profile is stored for this machine; run `shardchat profile --fast` first "
+            "(shardchat plan can also simulate a machine with --hardware)"
         )
     return stored
 

@@ -31,6 +31,9 @@ from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.model_params import LoadParams
+from engine.plan_execution import StepLog
+from engine.planner import Plan
+from engine.profile import Profile
 from engine.runtime import LoadedModel, inspect_model, load_model
 from engine.sampling import SamplingSettings
 
@@ -42,6 +45,8 @@ EventCallback = Callable[[EngineEvent], None]
 @dataclass(frozen=True)
 class _LoadModel:
     params: LoadParams
+    plan: Plan | None = None
+    profile: Profile | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._model: LoadedModel | None = None
         self._session: ChatSession | None = None
+        self._steps: StepLog | None = None
         self._handlers: dict[type, Callable[[_Queued], None]] = {
             _LoadModel: self._load,
             _UnloadModel: self._unload,
@@ -98,9 +104,15 @@ class EngineWorker:
         self._thread.start()
         return self
 
-    def load_model(self, params: LoadParams) -> int:
-        """Load a model in place of the current one; the conversation carries over."""
-        return self._submit(_LoadModel(params))
+    def load_model(
+        self, params: LoadParams, plan: Plan | None = None, profile: Profile | None = None
+    ) -> int:
+        """Load a model in place of the current one; the conversation carries over.
+
+        With a plan (and the profile it was made from), every llama_decode is timed
+        against the plan's prediction and reported with each reply.
+        """
+        return self._submit(_LoadModel(params, plan, profile))
 
     def unload_model(self) -> int:
         return self._submit(_UnloadModel())
@@ -168,13 +180,17 @@ class EngineWorker:
             log.exception("event callback failed on %r", event)
 
     def _load(self, entry: _Queued) -> None:
-        params = entry.request.params  # type: ignore[attr-defined]
+        request: _LoadModel = entry.request  # type: ignore[assignment]
+        params = request.params
         started = time.perf_counter()
         history = self._session.messages if self._session else []
         inspect_model(params.model_path)  # refuse a bad file before giving up the current model
         self._close_model()
         self._model = load_model(params)
         self._session = ChatSession(self._model, history=history)
+        self._steps = None
+        if request.plan is not None and request.profile is not None:
+            self._steps = StepLog(self._model, request.plan, request.profile).attach()
         inventory = self._model.inventory
         self._emit(
             ModelLoaded(
@@ -210,7 +226,10 @@ class EngineWorker:
             entry.cancel,
             on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
         )
-        self._emit(ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages))
+        steps = tuple(self._steps.drain()) if self._steps else ()
+        self._emit(
+            ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps)
+        )
 
     def _require_model(self) -> LoadedModel:
         if self._model is None:
@@ -218,6 +237,7 @@ class EngineWorker:
         return self._model
 
     def _close_model(self) -> None:
+        self._steps = None
         if self._model is not None:
             self._model.close()
             self._model = None

@@ -37,6 +37,10 @@ class LoadParams:
     n_gpu_layers: int = 0
     use_mmap: bool = True
     seed: int = llama_cpp.LLAMA_DEFAULT_SEED  # random per load; greedy decoding ignores it
+    # (regex, buffer type) pairs placing tensors, e.g. the plan's resident set in VRAM
+    tensor_overrides: tuple[tuple[str, str], ...] = ()
+    # llama.cpp streams host weights to the GPU from this batch size on (None: its default)
+    op_offload_min_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -57,7 +61,9 @@ class LoadParams:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadParams:
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        known = {k: v for k, v in data.items() if k in names}
+        known["tensor_overrides"] = tuple(tuple(p) for p in known.get("tensor_overrides", ()))
+        return cls(**known)
 
     @property
     def name(self) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import llama_cpp
 
 from engine import llama_log
+from engine.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
 from engine.errors import ModelFileError
 from engine.generation import context_window
@@ -26,6 +27,7 @@ from engine.inventory import ModelInventory, read_inventory
 from engine.model_params import LoadParams, make_llama_kwargs
 
 log = logging.getLogger(__name__)
+_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
 
 
 class LoadedModel:
@@ -63,9 +65,11 @@ def load_model(params: LoadParams) -> LoadedModel:
     llama_log.install()
     params = _within_trained_context(params, inventory)
     started = time.perf_counter()
+    _set_op_offload_boundary(params.op_offload_min_batch)
+    overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     chatter = io.StringIO()
     try:
-        with contextlib.redirect_stderr(chatter):
+        with contextlib.redirect_stderr(chatter), loading_with_overrides(overrides):
             llm = llama_cpp.Llama(**make_llama_kwargs(params))
     except (ValueError, RuntimeError, OSError) as exc:
         raise ModelFileError(f"{path}: llama.cpp could not load the model ({exc})") from exc
@@ -74,6 +78,21 @@ def load_model(params: LoadParams) -> LoadedModel:
     llm.verbose = False  # no per-turn prints to stderr from here on
     log.info("loaded %s in %.2f s with %s", path.name, time.perf_counter() - started, params)
     return LoadedModel(params, llm, inventory)
+
+
+def _set_op_offload_boundary(min_batch: int | None) -> None:
+    """llama.cpp's CUDA backend reads GGML_OP_OFFLOAD_MIN_BATCH once, when it initialises.
+
+    Setting it before every load is harmless; a later change only takes effect in a
+    new process, which is logged so a stale boundary is visible.
+    """
+    if min_batch is None:
+        return
+    previous = os.environ.get(_OFFLOAD_ENV)
+    os.environ[_OFFLOAD_ENV] = str(min_batch)
+    if previous is not None and previous != str(min_batch):
+        log.warning("%s changed from %s to %d; the GPU backend may keep the first value",
+                    _OFFLOAD_ENV, previous, min_batch)  # fmt: skip
 
 
 def inspect_model(path: str | os.PathLike[str]) -> ModelInventory:

@@ -82,3 +82,19 @@ def test_sizes(text: str, size: int) -> None:
 def test_bad_sizes(text: str) -> None:
     with pytest.raises(ValueError, match="not a size"):
         parse_size(text)
+
+
+def test_chat_under_a_plan_reports_predicted_and_measured_steps() -> None:
+    assert shardchat("profile", "--smoke").returncode == 0
+    done = shardchat("chat", "--vram", "0", "--temperature", "0", "--max-tokens", "8", "--stats",
+                     "Say hello")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    steps = [line for line in done.stderr.splitlines() if line.strip().startswith("tier")]
+    assert any(line.split()[1:3] == ["1", "cpu_only"] for line in steps)
+    assert all("predicted" in line and "measured" in line for line in steps)
+
+
+def test_chat_with_a_bad_vram_size_exits_2() -> None:
+    done = shardchat("chat", "--vram", "plenty", "hi")
+    assert done.returncode == 2 and "not a size" in done.stderr

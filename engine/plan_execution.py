@@ -1,0 +1,157 @@
+"""Making llama.cpp execute a plan, and checking every step against the plan's prediction.
+
+A plan becomes load parameters: threads, ubatch, n_gpu_layers (the last blocks,
+as llama.cpp offloads them), tensor overrides that keep non-resident weights of
+offloaded blocks in host memory and put resident ones of other blocks in VRAM,
+and the op-offload batch size from which host weights stream to the GPU. On a
+machine without a GPU the same path yields a CPU-only load with the plan's
+threads.
+
+`StepLog` wraps the context's decode call, so every llama_decode is timed and
+logged as n_tokens -> tier -> family -> predicted vs measured milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.buffer_overrides import buffer_types, override_patterns_for
+from engine.cost_model import CostModel, Placement, Where
+from engine.errors import BadInputError
+from engine.hardware import HardwareInfo
+from engine.inventory import ModelInventory
+from engine.model_params import LoadParams
+from engine.planner import NEVER_OFFLOAD, Plan, PlanFamily
+from engine.profile import Profile
+from engine.runtime import LoadedModel
+
+log = logging.getLogger("shardchat.steps")
+
+
+def check_profile_is_this_machine(profile: Profile, hardware: HardwareInfo) -> None:
+    """Running (not simulating) under a plan needs this machine's own profile."""
+    if profile.is_described or profile.fingerprint != hardware.fingerprint():
+        raise BadInputError(
+            f"the profile ({profile.fingerprint}, {profile.mode.value}) is not this machine's "
+            f"({hardware.fingerprint()}); run `shardchat profile --fast` here, or use "
+            "`shardchat plan --hardware` to simulate another machine"
+        )
+
+
+def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> LoadParams:
+    """The llama.cpp parameters that execute `plan` for this model."""
+    common = {
+        "model_path": model_path,
+        "n_ctx": plan.request.n_ctx,
+        "n_batch": max(plan.n_ubatch, 512),
+        "n_ubatch": plan.n_ubatch,
+        "n_threads": plan.n_threads,
+        "n_threads_batch": plan.n_threads_batch,
+    }
+    if plan.n_gpu_layers == 0 and not plan.resident:
+        return LoadParams(**common)
+    return LoadParams(
+        **common,
+        n_gpu_layers=plan.n_gpu_layers,
+        tensor_overrides=tuple(_overrides(plan, inventory)),
+        op_offload_min_batch=None if plan.op_offload_min_batch >= NEVER_OFFLOAD else
+        plan.op_offload_min_batch,
+    )  # fmt: skip
+
+
+def placement_for(plan: Plan, family: PlanFamily) -> Placement:
+    resident = {key: Where.GPU for key in plan.resident}
+    rest = Where.STREAMED if family is PlanFamily.GPU_ONLY else Where.CPU
+    return Placement(rest, resident)
+
+
+def _overrides(plan: Plan, inventory: ModelInventory) -> list[tuple[str, str]]:
+    gpu = _gpu_buffer_type()
+    offloaded = {b.index for b in inventory.blocks[len(inventory.blocks) - plan.n_gpu_layers :]}
+    resident = set(plan.resident)
+    to_host, to_gpu = [], []
+    for sub in inventory.all_sublayers():
+        on_gpu_by_default = sub.block in offloaded
+        wanted_on_gpu = (sub.block, sub.kind) in resident
+        if on_gpu_by_default and not wanted_on_gpu:
+            to_host += sub.tensor_names
+        elif wanted_on_gpu and not on_gpu_by_default:
+            to_gpu += sub.tensor_names
+    pairs = override_patterns_for(to_host, "CPU") if to_host else []
+    return pairs + (override_patterns_for(to_gpu, gpu) if to_gpu else [])
+
+
+def _gpu_buffer_type() -> str:
+    for name, kind in sorted(buffer_types().items()):
+        if kind.device != "CPU" and not kind.is_host and not kind.is_extra:
+            return name
+    raise BadInputError(
+        "this llama.cpp build has no GPU backend, and the plan puts weights in VRAM; "
+        "plan with --vram 0 or install a GPU build"
+    )
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One llama_decode: its size, tier and family, predicted and measured milliseconds."""
+
+    n_tokens: int
+    n_past: int
+    tier: int
+    family: PlanFamily
+    predicted_ms: float
+    measured_ms: float
+
+
+class StepLog:
+    """Times every llama_decode of a loaded model and sets it beside the plan's prediction."""
+
+    def __init__(self, model: LoadedModel, plan: Plan, profile: Profile, keep: int = 4096) -> None:
+        self._model = model
+        self._plan = plan
+        self._cost = CostModel(profile)
+        self.records: deque[StepRecord] = deque(maxlen=keep)
+        self._placements = {f: placement_for(plan, f) for f in PlanFamily}
+
+    def attach(self) -> StepLog:
+        """Wrap the llama context's decode (an instance attribute shadows the method)."""
+        context = self._model.llm._ctx
+        original: Callable[[Any], None] = context.decode
+
+        def timed_decode(batch: Any) -> None:
+            started = time.perf_counter()
+            original(batch)
+            self._record(batch, time.perf_counter() - started)
+
+        context.decode = timed_decode
+        return self
+
+    def drain(self) -> list[StepRecord]:
+        records = list(self.records)
+        self.records.clear()
+        return records
+
+    def _record(self, batch: Any, seconds: float) -> None:
+        raw = batch.batch
+        n_tokens = int(raw.n_tokens)
+        n_past = int(raw.pos[0]) if n_tokens else 0
+        outputs = sum(1 for i in range(n_tokens) if raw.logits[i])
+        family = self._plan.family_for(n_tokens)
+        threads = self._plan.n_threads if n_tokens == 1 else self._plan.n_threads_batch
+        predicted = self._cost.predict_step(
+            self._model.inventory, n_tokens, threads, max(outputs, 1), n_past,
+            self._placements[family],
+        ).seconds  # fmt: skip
+        record = StepRecord(
+            n_tokens, n_past, self._plan.tier_for(n_tokens), family, 1e3 * predicted, 1e3 * seconds
+        )
+        self.records.append(record)
+        log.debug(
+            "llama_decode %d tokens -> tier %d -> %s: predicted %.2f ms, measured %.2f ms",
+            n_tokens, record.tier, family.value, record.predicted_ms, record.measured_ms,
+        )  # fmt: skip

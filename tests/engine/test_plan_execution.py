@@ -1,0 +1,83 @@
+"""A plan becomes llama.cpp parameters, and every llama_decode is logged against its prediction."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.chat import ChatSession
+from engine.described_machines import load_described
+from engine.errors import BadInputError
+from engine.hardware import probe_hardware
+from engine.inventory import read_inventory
+from engine.plan_execution import StepLog, check_profile_is_this_machine, load_params_for
+from engine.planner import PlanFamily, PlanRequest, make_plan
+from engine.profile import Profile
+from engine.runtime import load_model
+from engine.sampling import GREEDY
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
+
+
+@pytest.fixture(scope="module")
+def cpu_profile() -> Profile:
+    """The recorded 2-core profile, relabelled as this machine's (the figures stay real)."""
+    recorded = Profile.from_json(RECORDED.read_text())
+    return replace(recorded, fingerprint=probe_hardware().fingerprint())
+
+
+def test_a_cpu_plan_loads_with_its_threads_and_nothing_on_a_gpu(
+    default_model_file: Path, cpu_profile: Profile
+) -> None:
+    inventory = read_inventory(default_model_file)
+    plan = make_plan(inventory, cpu_profile, PlanRequest(0, n_ctx=1024))
+    params = load_params_for(plan, inventory, str(default_model_file))
+    assert (params.n_threads, params.n_threads_batch) == (plan.n_threads, plan.n_threads_batch)
+    assert params.n_gpu_layers == 0 and params.tensor_overrides == ()
+    assert params.op_offload_min_batch is None and params.n_ctx == 1024
+
+
+def test_a_gpu_plan_on_a_build_without_gpu_backend_is_refused(default_model_file: Path) -> None:
+    inventory = read_inventory(default_model_file)
+    plan = make_plan(inventory, load_described("laptop-8gb"), PlanRequest(1 << 30, n_ctx=1024))
+    assert plan.n_gpu_layers > 0
+    with pytest.raises(BadInputError, match="no GPU backend"):
+        load_params_for(plan, inventory, str(default_model_file))
+
+
+def test_only_this_machines_own_profile_may_run_a_plan(cpu_profile: Profile) -> None:
+    hardware = probe_hardware()
+    check_profile_is_this_machine(cpu_profile, hardware)
+    with pytest.raises(BadInputError, match="not this machine's"):
+        check_profile_is_this_machine(
+            replace(cpu_profile, fingerprint="0123456789abcdef"), hardware
+        )
+    with pytest.raises(BadInputError, match="not this machine's"):
+        check_profile_is_this_machine(load_described("laptop-8gb"), hardware)
+
+
+def test_every_llama_decode_is_logged_with_tier_family_and_both_times(
+    default_model_file: Path, cpu_profile: Profile
+) -> None:
+    inventory = read_inventory(default_model_file)
+    plan = make_plan(inventory, cpu_profile, PlanRequest(0, n_ctx=1024))
+    model = load_model(load_params_for(plan, inventory, str(default_model_file)))
+    try:
+        steps = StepLog(model, plan, cpu_profile).attach()
+        reply = ChatSession(model).reply("Name three colours.", GREEDY.with_changes(max_tokens=12))
+        records = steps.drain()
+    finally:
+        model.close()
+    prompt, *decodes = records
+    assert prompt.n_tokens == reply.stats.prompt_tokens and prompt.n_past == 0
+    assert prompt.tier == plan.tier_for(prompt.n_tokens)
+    assert len(decodes) == reply.stats.generated_tokens - 1
+    assert all(d.n_tokens == 1 and d.tier == 1 for d in decodes)
+    assert [d.n_past for d in decodes] == list(
+        range(prompt.n_tokens, prompt.n_tokens + len(decodes))
+    )
+    assert {r.family for r in records} == {PlanFamily.CPU_ONLY}
+    assert all(r.predicted_ms > 0 and r.measured_ms > 0 for r in records)
+    assert steps.drain() == []
