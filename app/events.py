@@ -26,6 +26,19 @@ class ModelLoaded:
 
 
 @dataclass(frozen=True)
+class PlanChanged:
+    """The budget changed and the engine re-planned; `reloaded` when the placement moved."""
+
+    request_id: int
+    vram_budget_bytes: int
+    reloaded: bool
+    reason: str
+    predicted_decode_tokens_per_s: float
+    predicted_ttft_s: float
+    n_gpu_layers: int
+
+
+@dataclass(frozen=True)
 class ModelUnloaded:
     request_id: int
     model_path: str | None
@@ -65,8 +78,16 @@ EngineEvent = (
     ModelLoaded
     | ModelUnloaded
     | ConversationStarted
+    | PlanChanged
     | TokenStreamed
     | ReplyFinished
     | RequestFailed
 )
-FINAL_EVENTS = (ModelLoaded, ModelUnloaded, ConversationStarted, ReplyFinished, RequestFailed)
+FINAL_EVENTS = (
+    ModelLoaded,
+    ModelUnloaded,
+    ConversationStarted,
+    PlanChanged,
+    ReplyFinished,
+    RequestFailed,
+)

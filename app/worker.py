@@ -15,13 +15,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.events import (
     ConversationStarted,
     EngineEvent,
     ModelLoaded,
     ModelUnloaded,
+    PlanChanged,
     ReplyFinished,
     RequestFailed,
     TokenStreamed,
@@ -31,8 +32,8 @@ from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.model_params import LoadParams
-from engine.plan_execution import StepLog
-from engine.planner import Plan
+from engine.plan_execution import StepLog, load_params_for
+from engine.planner import Plan, make_plan
 from engine.profile import Profile
 from engine.runtime import LoadedModel, inspect_model, load_model
 from engine.sampling import SamplingSettings
@@ -67,6 +68,11 @@ class _SendMessage:
 
 
 @dataclass(frozen=True)
+class _SetBudget:
+    vram_budget_bytes: int
+
+
+@dataclass(frozen=True)
 class _Stop:
     pass
 
@@ -96,7 +102,10 @@ class EngineWorker:
             _UnloadModel: self._unload,
             _StartConversation: self._start_conversation,
             _SendMessage: self._send,
+            _SetBudget: self._set_budget,
         }
+        self._plan: Plan | None = None
+        self._profile: Profile | None = None
 
     # --- the caller's side (any thread) ---
 
@@ -124,6 +133,14 @@ class EngineWorker:
 
     def send_message(self, text: str, settings: SamplingSettings) -> int:
         return self._submit(_SendMessage(text, settings))
+
+    def set_budget(self, vram_budget_bytes: int) -> int:
+        """Re-plan the loaded model for a new VRAM budget; reload only if the placement moves.
+
+        Queued like every request, so a reply being generated finishes first (or
+        cancel it); the conversation is carried into the reloaded model whole.
+        """
+        return self._submit(_SetBudget(vram_budget_bytes))
 
     def cancel(self, request_id: int | None = None) -> None:
         """Cancel one request, or every queued and running one when no id is given."""
@@ -183,14 +200,8 @@ class EngineWorker:
         request: _LoadModel = entry.request  # type: ignore[assignment]
         params = request.params
         started = time.perf_counter()
-        history = self._session.messages if self._session else []
         inspect_model(params.model_path)  # refuse a bad file before giving up the current model
-        self._close_model()
-        self._model = load_model(params)
-        self._session = ChatSession(self._model, history=history)
-        self._steps = None
-        if request.plan is not None and request.profile is not None:
-            self._steps = StepLog(self._model, request.plan, request.profile).attach()
+        self._replace_model(params, request.plan, request.profile)
         inventory = self._model.inventory
         self._emit(
             ModelLoaded(
@@ -204,6 +215,44 @@ class EngineWorker:
                 load_params=self._model.params.to_dict(),
             )
         )
+
+    def _replace_model(
+        self, params: LoadParams, plan: Plan | None, profile: Profile | None
+    ) -> None:
+        """Free the resident model, load the new one, carry the conversation over."""
+        history = self._session.messages if self._session else []
+        self._close_model()
+        self._model = load_model(params)
+        self._session = ChatSession(self._model, history=history)
+        self._plan, self._profile = plan, profile
+        if plan is not None and profile is not None:
+            self._steps = StepLog(self._model, plan, profile).attach()
+
+    def _set_budget(self, entry: _Queued) -> None:
+        request: _SetBudget = entry.request  # type: ignore[assignment]
+        model, plan, profile = self._require_model(), self._plan, self._profile
+        if plan is None or profile is None:
+            raise BadInputError("the loaded model runs without a plan; load it with a budget")
+        try:
+            new_request = replace(plan.request, vram_budget_bytes=request.vram_budget_bytes)
+            new_plan = make_plan(model.inventory, profile, new_request)
+        except ValueError as exc:
+            raise BadInputError(str(exc)) from exc
+        params = load_params_for(new_plan, model.inventory, model.params.model_path)
+        reload = params != model.params
+        if reload:
+            self._replace_model(params, new_plan, profile)
+        else:
+            self._plan = new_plan
+            if self._steps is not None:
+                self._steps.use_plan(new_plan)
+        self._emit(
+            PlanChanged(
+                entry.request_id, request.vram_budget_bytes, reload, new_plan.reason,
+                new_plan.predicted_decode_tokens_per_s, new_plan.predicted_ttft_s,
+                new_plan.n_gpu_layers,
+            )
+        )  # fmt: skip
 
     def _unload(self, entry: _Queued) -> None:
         path = self._model.params.model_path if self._model else None
@@ -238,6 +287,7 @@ class EngineWorker:
 
     def _close_model(self) -> None:
         self._steps = None
+        self._plan = self._profile = None
         if self._model is not None:
             self._model.close()
             self._model = None

@@ -131,6 +131,11 @@ class StepLog:
         context.decode = timed_decode
         return self
 
+    def use_plan(self, plan: Plan) -> None:
+        """The budget changed without moving any weight: predict with the new plan."""
+        self._plan = plan
+        self._placements = {f: placement_for(plan, f) for f in PlanFamily}
+
     def drain(self) -> list[StepRecord]:
         records = list(self.records)
         self.records.clear()

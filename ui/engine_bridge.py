@@ -15,6 +15,7 @@ from app.events import (
     EngineEvent,
     ModelLoaded,
     ModelUnloaded,
+    PlanChanged,
     ReplyFinished,
     RequestFailed,
     TokenStreamed,
@@ -28,6 +29,7 @@ class EngineBridge(QObject):
     model_loaded = Signal(object)  # ModelLoaded
     model_unloaded = Signal(object)  # ModelUnloaded
     conversation_started = Signal(object)  # ConversationStarted
+    plan_changed = Signal(object)  # PlanChanged
     token_streamed = Signal(int, str)  # request id, text piece
     reply_finished = Signal(object)  # ReplyFinished
     request_failed = Signal(object)  # RequestFailed
@@ -44,6 +46,7 @@ _SIGNAL_BY_EVENT: dict[type, str] = {
     ModelLoaded: "model_loaded",
     ModelUnloaded: "model_unloaded",
     ConversationStarted: "conversation_started",
+    PlanChanged: "plan_changed",
     ReplyFinished: "reply_finished",
     RequestFailed: "request_failed",
 }

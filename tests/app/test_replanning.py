@@ -1,0 +1,114 @@
+"""Live re-planning on the worker: a new budget mid-conversation, with and without a reload."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.auto_budget import AutoBudget
+from app.events import FINAL_EVENTS, PlanChanged, ReplyFinished, RequestFailed
+from app.worker import EngineWorker
+from engine.hardware import GpuInfo, probe_hardware
+from engine.inventory import read_inventory
+from engine.model_params import LoadParams
+from engine.plan_execution import load_params_for
+from engine.planner import PlanRequest, make_plan
+from engine.profile import Profile
+from engine.sampling import GREEDY
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
+SHORT = GREEDY.with_changes(max_tokens=8)
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.events: queue.Queue = queue.Queue()
+        self.worker = EngineWorker(self.events.put).start()
+
+    def call(self, request_id: int):
+        deadline = time.monotonic() + 60
+        while True:
+            event = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
+            if isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
+                return event
+
+
+@pytest.fixture
+def engine():
+    engine = Engine()
+    yield engine
+    engine.worker.shutdown()
+
+
+@pytest.fixture(scope="module")
+def planned(default_model_file: Path):
+    profile = replace(
+        Profile.from_json(RECORDED.read_text()), fingerprint=probe_hardware().fingerprint()
+    )
+    inventory = read_inventory(default_model_file)
+    plan = make_plan(inventory, profile, PlanRequest(0, n_ctx=1024))
+    return plan, profile, load_params_for(plan, inventory, str(default_model_file))
+
+
+def test_a_new_budget_that_moves_nothing_replans_without_reloading(engine, planned) -> None:
+    plan, profile, params = planned
+    engine.call(engine.worker.load_model(params, plan, profile))
+    first = engine.call(engine.worker.send_message("My name is Ada.", SHORT))
+    changed = engine.call(engine.worker.set_budget(2 << 30))
+    assert isinstance(changed, PlanChanged) and not changed.reloaded
+    assert changed.vram_budget_bytes == 2 << 30 and changed.n_gpu_layers == 0
+    second = engine.call(engine.worker.send_message("What is my name?", SHORT))
+    assert isinstance(second, ReplyFinished)
+    assert second.stats.reused_prompt_tokens >= first.stats.prompt_tokens  # cache kept
+    assert second.steps and second.steps[0].n_past > 0
+
+
+def test_a_budget_change_that_moves_the_placement_reloads_and_keeps_the_conversation(
+    engine, planned
+) -> None:
+    plan, profile, params = planned
+    engine.call(engine.worker.load_model(params.with_changes(n_threads=1), plan, profile))
+    first = engine.call(engine.worker.send_message("My name is Ada.", SHORT))
+    changed = engine.call(engine.worker.set_budget(0))
+    assert isinstance(changed, PlanChanged) and changed.reloaded  # threads back to the plan's
+    second = engine.call(engine.worker.send_message("What is my name?", SHORT))
+    assert isinstance(second, ReplyFinished)
+    # the whole history is in the reloaded model's first prompt: nothing lost, nothing doubled
+    assert second.stats.reused_prompt_tokens == 0
+    history = first.stats.prompt_tokens + first.stats.generated_tokens
+    assert history < second.stats.prompt_tokens < history + 40
+
+
+def test_set_budget_needs_a_planned_model(engine, default_model_file: Path) -> None:
+    engine.call(engine.worker.load_model(LoadParams(str(default_model_file), n_ctx=512)))
+    failed = engine.call(engine.worker.set_budget(1 << 30))
+    assert isinstance(failed, RequestFailed) and failed.bad_input
+
+
+def described_gpu(others: int) -> GpuInfo:
+    """A described 8 GiB laptop GPU whose other processes use `others` bytes."""
+    return GpuInfo(
+        index=0, name="NVIDIA GeForce RTX 4060 Laptop GPU", uuid="GPU-described",
+        vram_total_bytes=8 << 30, vram_free_bytes=(8 << 30) - others, vram_used_bytes=others,
+        other_processes_bytes=others, pcie_generation_current=4, pcie_generation_max=4,
+        pcie_width_current=8, pcie_width_max=8, compute_capability=(8, 9),
+    )  # fmt: skip
+
+
+def test_auto_budget_steps_aside_when_a_game_takes_vram_and_returns_after() -> None:
+    timeline = iter([0, 100 << 20, 6 << 30, 6 << 30, 0])  # a game starts, stays, quits
+    applied: list[int] = []
+    auto = AutoBudget(applied.append, lambda: described_gpu(next(timeline)), 512 << 20)
+    results = [auto.poll_once() for _ in range(5)]
+    assert applied == [(8 << 30) - (512 << 20), (2 << 30) - (512 << 20), (8 << 30) - (512 << 20)]
+    assert results[1] is None and results[3] is None  # small wobbles and no change are ignored
+
+
+def test_auto_budget_without_a_gpu_is_zero() -> None:
+    applied: list[int] = []
+    AutoBudget(applied.append, lambda: None).poll_once()
+    assert applied == [0]
