@@ -10,7 +10,8 @@
 #                  -d .gpu gguf platformdirs tqdm diskcache typing_extensions
 #   device:      run(command="bash bench/gpu_check.sh", carry=[".gpu"], timeout_s=420)
 #
-# It writes under $OUT: the fast profile as JSON (GPU part included) and a log.
+# It writes under $OUT: the fast profile as JSON (GPU part included), the plan-vs-layers
+# table of bench/gpu_plan_check.py and a log.
 set -euo pipefail
 out="${OUT:-/tmp/gpu-check}"
 mkdir -p "$out" /tmp/gpu /tmp/site
@@ -34,3 +35,5 @@ python3 -c "import llama_cpp; print('gpu offload:', llama_cpp.llama_supports_gpu
 python3 -m app.cli profile --fast
 python3 -m app.cli profile --show --json > "$out/profile-h200-fast.json"
 echo "profile written to $out/profile-h200-fast.json"
+# our plan vs the best whole-layer n_gpu_layers on a shape-true MoE (Qwen3-30B-A3B shapes)
+python3 bench/gpu_plan_check.py --budgets 2,4,8 | tee "$out/plan-check.txt"
