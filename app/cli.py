@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
+from app.arg_types import non_negative_float, positive_int, probability, size
 from app.chat_command import run_chat
 from app.info_command import run_info
 from app.logging_setup import configure_logging
 from app.plan_command import add_plan_command
 from app.profile_command import add_profile_command
-from app.units import parse_size
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -82,14 +82,14 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
     chat.add_argument("prompt", nargs="*", metavar="PROMPT", help="the message to send")
     chat.add_argument("--model", "-m", metavar="PATH", help="GGUF model file")
     chat.add_argument("--system", metavar="TEXT", help="system prompt")
-    chat.add_argument("--temperature", type=_non_negative_float, default=0.7)
-    chat.add_argument("--top-p", type=_probability, default=0.95)
-    chat.add_argument("--max-tokens", type=_positive_int, default=512)
-    chat.add_argument("--ctx", type=_positive_int, default=4096, help="context window in tokens")
-    chat.add_argument("--threads", type=_positive_int, default=None, help="CPU threads")
+    chat.add_argument("--temperature", type=non_negative_float, default=0.7)
+    chat.add_argument("--top-p", type=probability, default=0.95)
+    chat.add_argument("--max-tokens", type=positive_int, default=512)
+    chat.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
+    chat.add_argument("--threads", type=positive_int, default=None, help="CPU threads")
     chat.add_argument(
         "--vram",
-        type=_size,
+        type=size,
         default=None,
         metavar="SIZE",
         help="run under the planner with this VRAM budget (e.g. 6GiB, 0 for CPU only); "
@@ -118,34 +118,6 @@ def _version() -> str:
         return version("shardchat")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
-
-
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError("must be in (0, 1]")
-    return value
 
 
 if __name__ == "__main__":

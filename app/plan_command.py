@@ -11,8 +11,9 @@ import argparse
 import json
 from pathlib import Path
 
+from app.arg_types import positive_int, size
 from app.profile_store import ProfileStore
-from app.units import format_bytes, parse_size
+from app.units import format_bytes
 from engine.default_model import default_model_path
 from engine.described_machines import described_names, load_described
 from engine.errors import BadInputError
@@ -29,10 +30,10 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         description="Plan which sub-layers live in VRAM and how each token tier runs.",
     )
     plan.add_argument("--model", "-m", metavar="PATH", help="GGUF model (default: embedded)")
-    plan.add_argument("--vram", required=True, type=_size, metavar="SIZE", help="e.g. 6GiB, 0")
-    plan.add_argument("--ctx", type=_positive, default=4096, help="context window in tokens")
-    plan.add_argument("--parallel", type=_positive, default=1, help="sequences decoded together")
-    plan.add_argument("--prompt-tokens", type=_positive, default=512, metavar="N")
+    plan.add_argument("--vram", required=True, type=size, metavar="SIZE", help="e.g. 6GiB, 0")
+    plan.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
+    plan.add_argument("--parallel", type=positive_int, default=1, help="sequences decoded together")
+    plan.add_argument("--prompt-tokens", type=positive_int, default=512, metavar="N")
     plan.add_argument(
         "--hardware",
         metavar="PROFILE",
@@ -128,17 +129,3 @@ def _machine(profile: Profile) -> str:
 
 def _boundary(plan: Plan) -> str:
     return "never" if plan.op_offload_min_batch >= 1 << 30 else str(plan.op_offload_min_batch)
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value

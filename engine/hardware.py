@@ -21,11 +21,13 @@ import logging
 import os
 import platform
 import subprocess
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+
+from engine.known_fields import known_fields
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +62,6 @@ _INIT_FAILURE_REASONS = {
 D = TypeVar("D")
 
 
-def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The entries of `data` that `cls` has fields for; newer versions may add others."""
-    names = {f.name for f in fields(cls)}
-    return {key: value for key, value in data.items() if key in names}
-
-
 def _json_ready(value: Any) -> Any:
     """Tuples become lists, recursively, so to_dict() equals its own JSON round trip."""
     if isinstance(value, dict):
@@ -89,7 +85,7 @@ class CpuInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CpuInfo:
-        known = _known_fields(cls, data)
+        known = known_fields(cls, data)
         return cls(**{**known, "flags": tuple(known.get("flags", ()))})
 
 
@@ -105,7 +101,7 @@ class MemoryInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryInfo:
-        return cls(**_known_fields(cls, data))
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -130,7 +126,7 @@ class GpuInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuInfo:
-        known = _known_fields(cls, data)
+        known = known_fields(cls, data)
         capability = known.get("compute_capability")
         return cls(**{**known, "compute_capability": tuple(capability) if capability else None})
 
@@ -168,7 +164,7 @@ class HardwareInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareInfo:
-        known = _known_fields(cls, data)
+        known = known_fields(cls, data)
         return cls(
             **{
                 **known,

@@ -16,7 +16,7 @@ import functools
 import os
 import re
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import gguf
 
 from engine.gguf_file import check_model_path, field_value, open_gguf
+from engine.known_fields import known_fields
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # the KV cache stays f16: lossless, always
 VISION_ARCHITECTURE = "clip"
@@ -108,7 +109,7 @@ class SubLayer:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubLayer:
-        known = _known_keys(cls, data)
+        known = known_fields(cls, data)
         known["kind"] = SubLayerKind(known["kind"])
         known["tensor_names"] = tuple(known.get("tensor_names", ()))
         known["quant_types"] = tuple(known.get("quant_types", ()))
@@ -137,7 +138,7 @@ class BlockInventory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BlockInventory:
-        known = _known_keys(cls, data)
+        known = known_fields(cls, data)
         known["sublayers"] = tuple(SubLayer.from_dict(s) for s in known.get("sublayers", ()))
         return cls(**known)
 
@@ -210,7 +211,7 @@ class ModelInventory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelInventory:
-        known = _known_keys(cls, data)
+        known = known_fields(cls, data)
         known["blocks"] = tuple(BlockInventory.from_dict(b) for b in known.get("blocks", ()))
         known["globals"] = tuple(SubLayer.from_dict(s) for s in known.get("globals", ()))
         return cls(**known)
@@ -394,8 +395,3 @@ def _projector_type(reader: gguf.GGUFReader) -> str | None:
     if value is None:
         value = field_value(reader, "clip.vision.projector_type")
     return None if value is None else str(value)
-
-
-def _known_keys(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}

@@ -8,12 +8,14 @@ what llama.cpp was asked to do.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import psutil
+
+from engine.known_fields import known_fields
 
 DEFAULT_N_CTX = 4096
 CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this
@@ -60,8 +62,7 @@ class LoadParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadParams:
-        names = {f.name for f in fields(cls)}
-        known = {k: v for k, v in data.items() if k in names}
+        known = known_fields(cls, data)
         known["tensor_overrides"] = tuple(tuple(p) for p in known.get("tensor_overrides", ()))
         return cls(**known)
 

@@ -10,9 +10,11 @@ desktop) are *described* ones: figures taken from datasheets, marked as such.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
+
+from engine.known_fields import known_fields
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -61,7 +63,7 @@ class KernelPoint:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KernelPoint:
-        known = _known(cls, data)
+        known = known_fields(cls, data)
         known["device"] = Device(known["device"])
         known["shape"] = KernelShape(known["shape"])
         return cls(**known)
@@ -76,7 +78,7 @@ class UnusableConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UnusableConfig:
-        return cls(**_known(cls, data))
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class RepackResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RepackResult:
-        return cls(**_known(cls, data))
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class AttentionPoint:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionPoint:
-        known = _known(cls, data)
+        known = known_fields(cls, data)
         known["device"] = Device(known["device"])
         return cls(**known)
 
@@ -133,7 +135,7 @@ class GpuProfile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuProfile:
-        known = _known(cls, data)
+        known = known_fields(cls, data)
         known["kernels"] = tuple(KernelPoint.from_dict(k) for k in known.get("kernels", ()))
         known["attention"] = tuple(AttentionPoint.from_dict(a) for a in known.get("attention", ()))
         return cls(**known)
@@ -185,7 +187,7 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
-        known = _known(cls, data)
+        known = known_fields(cls, data)
         known["mode"] = ProfileMode(known["mode"])
         known["cpu_kernels"] = tuple(KernelPoint.from_dict(k) for k in known.get("cpu_kernels", ()))
         for name in ("cpu_call_overhead_s", "cpu_layer_overhead_s"):
@@ -209,8 +211,3 @@ def _enum_value(value: object) -> object:
     if isinstance(value, Enum):
         return value.value
     raise TypeError(f"cannot serialise {type(value).__name__}")
-
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}

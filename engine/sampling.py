@@ -6,8 +6,10 @@ the same model gives the same reply.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from engine.known_fields import known_fields
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,7 @@ class SamplingSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, data))
 
 
 GREEDY = SamplingSettings(temperature=0.0)
