@@ -34,10 +34,7 @@ MIN_MARGIN_BYTES = 128 * MIB
 MARGIN_SHARE = 0.05
 NEVER_OFFLOAD = 1 << 30  # an op-offload boundary no batch reaches
 LLAMA_CPP_DEFAULT_OFFLOAD_BATCH = 32
-UBATCH_CHOICES = (512, 1024, 2048, 4096)
-SMALL_MACHINE_CORES = (
-    4  # up to here, decode leaves a core to the app  # GGML_OP_OFFLOAD_MIN_BATCH when unset
-)
+UBATCH_CHOICES = (512, 1024, 2048, 4096)  # GGML_OP_OFFLOAD_MIN_BATCH when unset
 
 SubLayerKey = tuple[int | None, SubLayerKind]
 _PRIORITY = {
@@ -459,23 +456,19 @@ def _best_threads(
     tier: int,
     request: PlanRequest,
 ) -> int:
-    """The thread count with the shortest predicted step for this tier.
-
-    One-token decode steps leave one core to the app on machines with few cores:
-    between two llama_decode calls our Python loop samples and detokenises, and
-    llama.cpp's spinning worker threads would compete with it for the core (on
-    2 cores a chat decoded about 4% slower with 2 threads than with 1, while
-    llama_decode alone timed about the same; bench/runtime_overhead.py).
-    """
     counts = model.profile.thread_counts or (model.profile.physical_cores,)
-    if tier == 1 and model.profile.physical_cores <= SMALL_MACHINE_CORES:
-        counts = tuple(t for t in counts if t < model.profile.physical_cores) or counts
-
-    def predicted(threads: int) -> float:
-        outputs, past = _outputs(tier, request), _past(request)
-        return model.predict_step(inventory, tier, threads, outputs, past, placement).seconds
-
-    return min(counts, key=lambda t: (round(predicted(t), 12), t))
+    return min(
+        counts,
+        key=lambda t: (
+            round(
+                model.predict_step(
+                    inventory, tier, t, _outputs(tier, request), _past(request), placement
+                ).seconds,
+                12,
+            ),
+            t,
+        ),
+    )
 
 
 def _fixed_vram(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> dict[str, int]:

@@ -71,10 +71,10 @@ def test_a_budget_change_that_moves_the_placement_reloads_and_keeps_the_conversa
     engine, planned
 ) -> None:
     plan, profile, params = planned
-    engine.call(engine.worker.load_model(params.with_changes(n_threads_batch=1), plan, profile))
+    engine.call(engine.worker.load_model(params.with_changes(n_threads=1), plan, profile))
     first = engine.call(engine.worker.send_message("My name is Ada.", SHORT))
     changed = engine.call(engine.worker.set_budget(0))
-    assert isinstance(changed, PlanChanged) and changed.reloaded  # back to the plan's threads
+    assert isinstance(changed, PlanChanged) and changed.reloaded  # threads back to the plan's
     second = engine.call(engine.worker.send_message("What is my name?", SHORT))
     assert isinstance(second, ReplyFinished)
     # the whole history is in the reloaded model's first prompt: nothing lost, nothing doubled
