@@ -23,8 +23,9 @@ from engine.generation_stats import GenerationStats
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
+from engine.plan import Plan, PlanRequest
 from engine.plan_execution import check_profile_is_this_machine, load_params_for
-from engine.planner import Plan, PlanRequest, make_plan
+from engine.planner import make_plan
 from engine.profile import Profile
 from engine.runtime import inspect_model
 from engine.sampling import SamplingSettings

@@ -19,7 +19,8 @@ from engine.described_machines import described_names, load_described
 from engine.errors import BadInputError
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
-from engine.planner import Plan, PlanRequest, make_plan
+from engine.plan import Plan, PlanRequest
+from engine.planner import make_plan
 from engine.profile import Profile
 
 

@@ -32,8 +32,9 @@ from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.model_params import LoadParams
+from engine.plan import Plan
 from engine.plan_execution import StepLog, load_params_for
-from engine.planner import Plan, make_plan
+from engine.planner import make_plan
 from engine.profile import Profile
 from engine.runtime import LoadedModel, inspect_model, load_model
 from engine.sampling import SamplingSettings

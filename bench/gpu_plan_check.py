@@ -24,8 +24,9 @@ from pathlib import Path
 
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
+from engine.plan import PlanRequest
 from engine.plan_execution import load_params_for
-from engine.planner import PlanRequest, layer_offload_baseline, make_plan
+from engine.planner import layer_offload_baseline, make_plan
 from engine.profile import ProfileMode
 from engine.profiler import Profiler
 from engine.runtime import load_model

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from app.plan_command import load_profile_for_planning
 from engine.inventory import read_inventory
-from engine.planner import PlanRequest, layer_offload_baseline, make_plan
+from engine.plan import PlanRequest
+from engine.planner import layer_offload_baseline, make_plan
 from engine.synthetic import SyntheticSpec, write_shape_only_model
 
 GIB = 1 << 30

@@ -27,8 +27,9 @@ from engine.chat_template import ChatMessage
 from engine.default_model import default_model_path
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams, make_llama_kwargs
+from engine.plan import PlanRequest
 from engine.plan_execution import load_params_for
-from engine.planner import PlanRequest, make_plan
+from engine.planner import make_plan
 from engine.runtime import LoadedModel, load_model
 from engine.sampling import GREEDY
 

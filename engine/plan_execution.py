@@ -26,7 +26,7 @@ from engine.errors import BadInputError
 from engine.hardware import HardwareInfo
 from engine.inventory import ModelInventory
 from engine.model_params import LoadParams
-from engine.planner import NEVER_OFFLOAD, Plan, PlanFamily
+from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily
 from engine.profile import Profile
 from engine.runtime import LoadedModel
 

@@ -20,23 +20,30 @@ plan.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from enum import Enum
-from typing import Any
+from dataclasses import replace
 
 from engine.cost_model import CostModel, Placement, StepPrediction, Where
 from engine.inventory import ModelInventory, SubLayer, SubLayerKind
+from engine.plan import (
+    EXECUTABLE_FAMILIES,
+    NEVER_OFFLOAD,
+    FamilyEstimate,
+    Objective,
+    Plan,
+    PlanFamily,
+    PlanRequest,
+    SubLayerKey,
+    TierPlan,
+    VramAccount,
+)
 from engine.profile import Profile
 
-DEFAULT_TIERS = (1, 4, 16, 64, 256, 1024)
 MIB = 1024 * 1024
 MIN_MARGIN_BYTES = 128 * MIB
 MARGIN_SHARE = 0.05
-NEVER_OFFLOAD = 1 << 30  # an op-offload boundary no batch reaches
 LLAMA_CPP_DEFAULT_OFFLOAD_BATCH = 32
 UBATCH_CHOICES = (512, 1024, 2048, 4096)  # GGML_OP_OFFLOAD_MIN_BATCH when unset
 
-SubLayerKey = tuple[int | None, SubLayerKind]
 _PRIORITY = {
     SubLayerKind.ATTENTION: 0,
     SubLayerKind.MOE_ROUTER: 1,
@@ -45,116 +52,6 @@ _PRIORITY = {
     SubLayerKind.OUTPUT_NORM: 3,
 }
 _BY_BENEFIT = {SubLayerKind.DENSE_FFN, SubLayerKind.ROUTED_EXPERTS}
-
-
-class PlanFamily(str, Enum):
-    GPU_ONLY = "gpu_only"
-    STATIC = "static"
-    DYNAMIC = "dynamic"
-    CPU_ONLY = "cpu_only"
-
-
-EXECUTABLE_FAMILIES = frozenset({PlanFamily.GPU_ONLY, PlanFamily.STATIC, PlanFamily.CPU_ONLY})
-
-
-class Objective(str, Enum):
-    INTERACTIVE = "interactive"  # time to first token and one chat's decode speed
-    BATCH = "batch"  # aggregate throughput of n_parallel sequences
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    vram_budget_bytes: int
-    n_ctx: int = 4096
-    n_parallel: int = 1
-    objective: Objective = Objective.INTERACTIVE
-    tiers: tuple[int, ...] = DEFAULT_TIERS
-    prompt_tokens: int = 512  # the prompt time-to-first-token is predicted for
-
-    def __post_init__(self) -> None:
-        if self.vram_budget_bytes < 0:
-            raise ValueError("the VRAM budget cannot be negative")
-        if self.n_ctx < 16 or self.n_parallel < 1 or self.prompt_tokens < 1:
-            raise ValueError("n_ctx must be >= 16, n_parallel and prompt_tokens >= 1")
-        if not self.tiers or sorted(set(self.tiers)) != list(self.tiers) or self.tiers[0] < 1:
-            raise ValueError("tiers must be increasing positive token counts")
-
-
-@dataclass(frozen=True)
-class VramAccount:
-    """What the plan puts in VRAM; `total_bytes` never exceeds the budget."""
-
-    budget_bytes: int
-    weights_bytes: int
-    kv_cache_bytes: int
-    compute_bytes: int
-    margin_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.margin_bytes
-
-
-@dataclass(frozen=True)
-class FamilyEstimate:
-    family: PlanFamily
-    seconds: float  # one step of the tier
-    streamed_bytes: int  # weights crossing PCIe per step
-    executable: bool
-
-    @property
-    def tokens_per_s(self) -> float:
-        return 0.0 if self.seconds <= 0 else 1.0 / self.seconds
-
-
-@dataclass(frozen=True)
-class TierPlan:
-    tier: int
-    chosen: FamilyEstimate
-    others: tuple[FamilyEstimate, ...]
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tier / self.chosen.seconds
-
-    @property
-    def runner_up(self) -> FamilyEstimate | None:
-        return min(self.others, key=lambda e: e.seconds, default=None)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A placement and how every tier runs under it, with the llama.cpp parameters it needs."""
-
-    model_name: str
-    request: PlanRequest
-    resident: tuple[SubLayerKey, ...]
-    resident_tensor_names: tuple[str, ...]
-    vram: VramAccount
-    tiers: tuple[TierPlan, ...]
-    n_gpu_layers: int
-    n_threads: int
-    n_threads_batch: int
-    n_ubatch: int
-    op_offload_min_batch: int
-    reason: str
-    predicted_ttft_s: float
-    predicted_decode_tokens_per_s: float
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def tier_for(self, n_tokens: int) -> int:
-        """The smallest tier that holds n_tokens new tokens (the largest for bigger steps)."""
-        tiers = self.request.tiers
-        return next((t for t in tiers if n_tokens <= t), tiers[-1])
-
-    def family_for(self, n_tokens: int) -> PlanFamily:
-        tier = self.tier_for(n_tokens)
-        return next(t.chosen.family for t in self.tiers if t.tier == tier)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["resident"] = [[block, kind.value] for block, kind in self.resident]
-        return data
 
 
 def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest) -> Plan:

@@ -15,8 +15,9 @@ from app.worker import EngineWorker
 from engine.hardware import GpuInfo, probe_hardware
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
+from engine.plan import PlanRequest
 from engine.plan_execution import load_params_for
-from engine.planner import PlanRequest, make_plan
+from engine.planner import make_plan
 from engine.profile import Profile
 from engine.sampling import GREEDY
 

@@ -12,8 +12,9 @@ from engine.described_machines import load_described
 from engine.errors import BadInputError
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
+from engine.plan import PlanFamily, PlanRequest
 from engine.plan_execution import StepLog, check_profile_is_this_machine, load_params_for
-from engine.planner import PlanFamily, PlanRequest, make_plan
+from engine.planner import make_plan
 from engine.profile import Profile
 from engine.runtime import load_model
 from engine.sampling import GREEDY

@@ -10,15 +10,8 @@ from hypothesis import strategies as st
 
 from engine.described_machines import load_described
 from engine.inventory import SubLayerKind, read_inventory
-from engine.planner import (
-    EXECUTABLE_FAMILIES,
-    NEVER_OFFLOAD,
-    Objective,
-    PlanFamily,
-    PlanRequest,
-    layer_offload_baseline,
-    make_plan,
-)
+from engine.plan import EXECUTABLE_FAMILIES, NEVER_OFFLOAD, Objective, PlanFamily, PlanRequest
+from engine.planner import layer_offload_baseline, make_plan
 from engine.profile import Profile
 from engine.synthetic import SyntheticSpec, write_shape_only_model
 
