@@ -18,7 +18,7 @@ PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA
 .PHONY: run test lint format bench clean distclean
 
 run: $(INSTALLED)
-	$(VENV)/bin/shardchat chat
+	$(VENV)/bin/shardchat gui
 
 test: $(INSTALLED)
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from app.arg_types import non_negative_float, positive_int, probability, size
 from app.chat_command import run_chat
+from app.gui_command import add_gui_command
 from app.info_command import run_info
 from app.logging_setup import configure_logging
 from app.plan_command import add_plan_command
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_info(commands)
     add_profile_command(commands)
     add_plan_command(commands)
+    add_gui_command(commands)
     return parser
 
 

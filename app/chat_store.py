@@ -1,0 +1,805 @@
+"""The chat history: conversations and their messages, saved as they happen.
+
+Why save every step: the app may be killed at any moment (a crash, a power
+cut, the user ending the process). Each call here is one short SQLite
+transaction, so what was written is on disk when the call returns, and a
+killed app loses at most the reply being generated. A streamed reply is
+stored as an *incomplete* assistant message when it starts and updated as it
+streams; `discard_incomplete()` at start-up drops the empty ones and keeps
+the partial text of the others, marked complete.
+
+Why WAL with `synchronous=NORMAL`: a commit is then an append to the WAL file
+without an fsync, cheap enough to call every half second while streaming, and
+a crash of the app never loses a committed transaction (a power cut may lose
+the last few, never corrupt the file).
+
+Why so careful on open: exactly as `app.profile_store`, a damaged or foreign
+`chats.sqlite3` is never written to and never deleted. It is moved aside to
+`chats.sqlite3.corrupt-YYYYmmdd-HHMMSS` (with its -wal/-shm/-journal), a
+warning is logged, `recovered_from` says where it went, and a fresh store
+starts, so the user can still chat and the old bytes can still be rescued.
+
+Every mutating call returns a `Change` naming what changed, so a view can
+decide whether it needs to refresh without re-reading everything.
+
+Threads: a `ChatStore` holds one SQLite connection, which must be used only
+from the thread that created the store (sqlite3's `check_same_thread`
+enforces it). In the app that is the GUI thread; a worker thread that needs
+the history opens its own `ChatStore` on the same file (WAL lets readers and
+one writer work at once).
+
+Search is case-insensitive substring search over titles and message text. If
+this SQLite has FTS5 with the trigram tokenizer, message text is indexed
+(`messages_fts`, kept in sync by triggers) and queries of 3 or more
+characters use the index; otherwise, and for shorter queries, the messages
+are scanned. The index folds case by SQLite's Unicode rules, the scan by
+Python's `str.lower`; they agree except on rare folds (e.g. "ß" vs "ss"), and
+the index does not see text after a NUL character in a message (FTS5 stops
+reading there; a query with a NUL in it is scanned instead).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from app.paths import app_paths
+from app.sqlite_migrations import apply_migrations
+from engine.chat_template import ChatMessage
+from engine.errors import BadInputError
+from engine.generation_stats import GenerationStats
+
+log = logging.getLogger(__name__)
+
+STORE_FILE_NAME = "chats.sqlite3"
+APPLICATION_ID = 0x53684374  # "ShCt": ShardChat's chat history (profiles use "ShCh")
+SCHEMA_VERSION = 1  # PRAGMA user_version after the last migration below
+MIGRATIONS_TABLE = "_migrations"
+ROLES = ("system", "user", "assistant")
+FTS_MIN_QUERY_CHARS = 3  # the trigram index cannot match anything shorter
+
+# Change kinds: what a mutating call did, for views deciding whether to refresh.
+CONVERSATION_CREATED = "conversation_created"
+CONVERSATION_RENAMED = "conversation_renamed"
+CONVERSATION_UPDATED = "conversation_updated"  # system prompt or settings
+CONVERSATION_DELETED = "conversation_deleted"
+MESSAGE_ADDED = "message_added"
+MESSAGE_UPDATED = "message_updated"
+MESSAGES_TRUNCATED = "messages_truncated"
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SIDECARS = ("-wal", "-shm", "-journal")
+_CONVERSATION_COLUMNS = (
+    "id",
+    "title",
+    "system_prompt",
+    "settings_json",
+    "created_at",
+    "updated_at",
+)
+_MESSAGE_COLUMNS = (
+    "id",
+    "conversation_id",
+    "position",
+    "role",
+    "content",
+    "stats_json",
+    "complete",
+    "created_at",
+)
+_CONVERSATION_SELECT = f"SELECT {', '.join(_CONVERSATION_COLUMNS)} FROM conversations"
+_MESSAGE_SELECT = f"SELECT {', '.join(_MESSAGE_COLUMNS)} FROM messages"
+_NEWEST_FIRST = " ORDER BY updated_at DESC, id DESC"
+# Failures that say nothing about the file's contents: report them, never move the file.
+_ENVIRONMENT_ERRORS = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_CANTOPEN",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_PERM",
+    "SQLITE_READONLY",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+)
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+
+def m001_chats(conn: sqlite3.Connection) -> None:
+    """Conversations, their messages, the search index if possible, and our marks on the file."""
+    conn.execute(
+        "CREATE TABLE conversations ("
+        " id INTEGER PRIMARY KEY,"
+        " title TEXT NOT NULL,"
+        " system_prompt TEXT NOT NULL DEFAULT '',"
+        " settings_json TEXT NOT NULL DEFAULT '{}',"
+        " created_at TEXT NOT NULL,"
+        " updated_at TEXT NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TABLE messages ("
+        " id INTEGER PRIMARY KEY,"
+        " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+        " position INTEGER NOT NULL,"
+        " role TEXT NOT NULL CHECK(role IN ('system','user','assistant')),"
+        " content TEXT NOT NULL,"
+        " stats_json TEXT,"
+        " complete INTEGER NOT NULL DEFAULT 1,"
+        " created_at TEXT NOT NULL,"
+        " UNIQUE(conversation_id, position))"
+    )
+    conn.execute("CREATE INDEX messages_by_position ON messages (conversation_id, position)")
+    _create_search_index(conn)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+
+
+def _create_search_index(conn: sqlite3.Connection) -> None:
+    """An FTS5 trigram index of message text, if this SQLite has one; search scans otherwise.
+
+    External content (the text lives once, in `messages`); the triggers keep
+    the index in step with every insert, update and delete, cascades included.
+    """
+    try:
+        conn.execute(
+            "CREATE VIRTUAL TABLE messages_fts USING fts5("
+            "content, content='messages', content_rowid='id', tokenize='trigram')"
+        )
+    except sqlite3.OperationalError as exc:  # no fts5 module, or no trigram tokenizer
+        log.info("chat search will scan messages: no FTS5 trigram index (%s)", exc)
+        return
+    insert = "INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);"
+    delete = (
+        "INSERT INTO messages_fts (messages_fts, rowid, content)"
+        " VALUES ('delete', old.id, old.content);"
+    )
+    conn.execute(f"CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN {insert} END")
+    conn.execute(f"CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN {delete} END")
+    conn.execute(
+        "CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages"
+        f" BEGIN {delete} {insert} END"
+    )
+
+
+MIGRATIONS = (m001_chats,)
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one mutating call changed; `kind` is one of the module's change-kind constants."""
+
+    kind: str
+    conversation_id: int
+    message_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One conversation's own fields (its messages are read separately, they may be many)."""
+
+    id: int
+    title: str
+    system_prompt: str
+    settings: dict[str, Any] = field(hash=False)
+    created_at: str  # UTC, ISO 8601 with microseconds
+    updated_at: str  # UTC, ISO 8601 with microseconds; bumped by every change to it
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One saved message; `complete` is False while its reply is still being generated."""
+
+    id: int
+    conversation_id: int
+    position: int  # increasing within a conversation, from 0
+    role: str
+    content: str
+    stats: dict[str, Any] | None = field(hash=False)
+    complete: bool
+    created_at: str
+
+
+class _UnusableFile(Exception):
+    """The database file is damaged or not ShardChat's chat history; the message says why."""
+
+
+def default_store_path() -> Path:
+    """Where the chat history lives: the app's data folder (honours SHARDCHAT_HOME)."""
+    return app_paths().data_dir / STORE_FILE_NAME
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class ChatStore:
+    """Conversations in one SQLite file; connects in __init__, use as a context manager.
+
+    Use a store only from the thread that created it (see the module docstring).
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_store_path()
+        self.recovered_from: Path | None = None
+        self._last_stamp: datetime | None = None
+        self._conn = self._open()
+        self._has_fts = _has_table(self._conn, "messages_fts")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; safe to call more than once."""
+        self._conn.close()
+
+    def __enter__(self) -> ChatStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- conversations -------------------------------------------------------------------------
+
+    def create_conversation(
+        self,
+        title: str = "New chat",
+        system_prompt: str = "",
+        settings: Mapping[str, Any] | None = None,
+    ) -> Change:
+        """Start an empty conversation; it becomes the newest-updated one."""
+        clean_title = _check_title(title)
+        prompt = _check_text(system_prompt, "system prompt")
+        settings_json = _encode_settings(settings or {})
+        with self._transaction():
+            now = self._stamp()
+            cursor = self._conn.execute(
+                "INSERT INTO conversations"
+                " (title, system_prompt, settings_json, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (clean_title, prompt, settings_json, now, now),
+            )
+        conversation_id = int(cursor.lastrowid or 0)
+        log.debug("created conversation %d", conversation_id)
+        return Change(CONVERSATION_CREATED, conversation_id)
+
+    def rename(self, conversation_id: int, title: str) -> Change:
+        """Give a conversation a new title (whitespace runs become one space)."""
+        clean_title = _check_title(title)
+        self._update_conversation(conversation_id, "title", clean_title)
+        return Change(CONVERSATION_RENAMED, conversation_id)
+
+    def set_system_prompt(self, conversation_id: int, text: str) -> Change:
+        """Replace the conversation's system prompt ('' for none)."""
+        prompt = _check_text(text, "system prompt")
+        self._update_conversation(conversation_id, "system_prompt", prompt)
+        return Change(CONVERSATION_UPDATED, conversation_id)
+
+    def set_settings(self, conversation_id: int, settings: Mapping[str, Any]) -> Change:
+        """Replace the conversation's settings (any JSON object, e.g. sampling parameters)."""
+        settings_json = _encode_settings(settings)
+        self._update_conversation(conversation_id, "settings_json", settings_json)
+        return Change(CONVERSATION_UPDATED, conversation_id)
+
+    def delete(self, conversation_id: int) -> Change:
+        """Delete a conversation and, by the foreign key's cascade, all its messages."""
+        _check_id(conversation_id, "conversation")
+        with self._transaction():
+            cursor = self._conn.execute(
+                "DELETE FROM conversations WHERE id = ?", (conversation_id,)
+            )
+            if cursor.rowcount == 0:
+                raise _no_conversation(conversation_id)
+        log.debug("deleted conversation %d", conversation_id)
+        return Change(CONVERSATION_DELETED, conversation_id)
+
+    def conversations(self) -> list[Conversation]:
+        """Every conversation, the most recently updated first."""
+        rows = self._conn.execute(_CONVERSATION_SELECT + _NEWEST_FIRST).fetchall()
+        return [self._conversation_from_row(row) for row in rows]
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        """One conversation by id; an unknown id is bad input."""
+        _check_id(conversation_id, "conversation")
+        row = self._conn.execute(
+            _CONVERSATION_SELECT + " WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise _no_conversation(conversation_id)
+        return self._conversation_from_row(row)
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """The conversation's messages in position order, incomplete ones included."""
+        self.conversation(conversation_id)  # refuses an unknown id
+        rows = self._conn.execute(
+            _MESSAGE_SELECT + " WHERE conversation_id = ? ORDER BY position",
+            (conversation_id,),
+        ).fetchall()
+        return [self._message_from_row(row) for row in rows]
+
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        complete: bool = True,
+        stats: GenerationStats | Mapping[str, Any] | None = None,
+    ) -> Change:
+        """Append a message after the conversation's last one; only replies may be incomplete."""
+        _check_id(conversation_id, "conversation")
+        _check_role(role, complete)
+        text = _check_text(content, "message content")
+        stats_json = _encode_stats(stats)
+        with self._transaction():
+            self._require_conversation(conversation_id)
+            now = self._stamp()
+            cursor = self._conn.execute(
+                "INSERT INTO messages"
+                " (conversation_id, position, role, content, stats_json, complete, created_at)"
+                " SELECT ?, COALESCE(MAX(position), -1) + 1, ?, ?, ?, ?, ?"
+                " FROM messages WHERE conversation_id = ?",
+                (conversation_id, role, text, stats_json, int(complete), now, conversation_id),
+            )
+            self._touch(conversation_id, now)
+        return Change(MESSAGE_ADDED, conversation_id, int(cursor.lastrowid or 0))
+
+    def update_message(
+        self,
+        message_id: int,
+        content: str,
+        complete: bool,
+        stats: GenerationStats | Mapping[str, Any] | None = None,
+    ) -> Change:
+        """Replace a message's text, completeness and stats: how a streamed reply is saved.
+
+        Stats are replaced too (None clears them): statistics describe the text
+        they came with, so they must not outlive an edit.
+        """
+        _check_id(message_id, "message")
+        text = _check_text(content, "message content")
+        stats_json = _encode_stats(stats)
+        with self._transaction():
+            row = self._conn.execute(
+                "SELECT conversation_id, role FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                raise BadInputError(f"no message with id {message_id}")
+            conversation_id, role = row
+            _check_role(role, complete)
+            self._conn.execute(
+                "UPDATE messages SET content = ?, complete = ?, stats_json = ? WHERE id = ?",
+                (text, int(complete), stats_json, message_id),
+            )
+            self._touch(conversation_id, self._stamp())
+        return Change(MESSAGE_UPDATED, conversation_id, message_id)
+
+    def truncate_after(self, conversation_id: int, position: int) -> Change:
+        """Delete the messages after `position` (-1 deletes all): for Regenerate and Edit."""
+        _check_id(conversation_id, "conversation")
+        if not isinstance(position, int) or isinstance(position, bool) or position < -1:
+            raise BadInputError(f"a position must be a whole number >= -1, not {position!r}")
+        with self._transaction():
+            self._require_conversation(conversation_id)
+            cursor = self._conn.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND position > ?",
+                (conversation_id, position),
+            )
+            self._touch(conversation_id, self._stamp())
+        log.debug(
+            "removed %d messages after %d from conversation %d",
+            cursor.rowcount,
+            position,
+            conversation_id,
+        )
+        return Change(MESSAGES_TRUNCATED, conversation_id)
+
+    def history(self, conversation_id: int) -> list[ChatMessage]:
+        """What to send the model: the system prompt, then the messages worth keeping.
+
+        Complete messages, plus an incomplete reply only if it has text (a reply
+        cut short still says what the model said; an empty one says nothing).
+        """
+        prompt = self.conversation(conversation_id).system_prompt
+        turns = [ChatMessage("system", prompt)] if prompt else []
+        for message in self.messages(conversation_id):
+            if message.complete or (message.role == "assistant" and message.content):
+                turns.append(ChatMessage(message.role, message.content))
+        return turns
+
+    def discard_incomplete(self) -> int:
+        """Tidy what a killed app left; returns how many empty incomplete messages were removed.
+
+        Call at start-up, before any reply streams: an incomplete message with
+        no text is deleted, one with text is kept and marked complete, so the
+        kill loses only the part of the reply not yet saved.
+        """
+        with self._transaction():
+            removed = self._conn.execute(
+                "DELETE FROM messages WHERE complete = 0 AND content = ''"
+            ).rowcount
+            kept = self._conn.execute(
+                "UPDATE messages SET complete = 1 WHERE complete = 0"
+            ).rowcount
+        if removed or kept:
+            log.info("unfinished replies: removed %d empty, kept %d partial", removed, kept)
+        return removed
+
+    # -- search --------------------------------------------------------------------------------
+
+    def search(self, text: str) -> list[Conversation]:
+        """Conversations whose title or any message contains `text`, ignoring case; newest first.
+
+        Leading and trailing whitespace is ignored; a blank query finds every
+        conversation (as a cleared search box should).
+        """
+        if not isinstance(text, str):
+            raise BadInputError(f"a search must be text, not {type(text).__name__}")
+        query = text.strip()
+        if not query:
+            return self.conversations()
+        everything = self.conversations()
+        with_text = self._conversations_with_text(query)
+        folded = query.lower()
+        return [c for c in everything if c.id in with_text or folded in c.title.lower()]
+
+    def _conversations_with_text(self, query: str) -> set[int]:
+        """Ids of conversations with a message containing `query`, by the index if it can."""
+        if self._has_fts and len(query) >= FTS_MIN_QUERY_CHARS and "\x00" not in query:
+            phrase = '"' + query.replace('"', '""') + '"'
+            rows = self._conn.execute(
+                "SELECT DISTINCT conversation_id FROM messages WHERE id IN"
+                " (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?)",
+                (phrase,),
+            )
+            return {row[0] for row in rows}
+        folded = query.lower()
+        found: set[int] = set()
+        for conversation_id, content in self._conn.execute(
+            "SELECT conversation_id, content FROM messages"
+        ):
+            if conversation_id not in found and folded in content.lower():
+                found.add(conversation_id)
+        return found
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _update_conversation(self, conversation_id: int, column: str, value: str) -> None:
+        """Set one column (a name from this module, never from input) and bump updated_at."""
+        _check_id(conversation_id, "conversation")
+        with self._transaction():
+            cursor = self._conn.execute(
+                f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
+                (value, self._stamp(), conversation_id),
+            )
+            if cursor.rowcount == 0:
+                raise _no_conversation(conversation_id)
+
+    def _require_conversation(self, conversation_id: int) -> None:
+        row = self._conn.execute(
+            "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise _no_conversation(conversation_id)
+
+    def _touch(self, conversation_id: int, stamp: str) -> None:
+        self._conn.execute(
+            "UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id)
+        )
+
+    def _stamp(self) -> str:
+        """Now in UTC, strictly later than this store's previous stamp.
+
+        Why strictly: "newest-updated first" must follow the order of the
+        user's actions even when the clock is coarse (Windows) or two calls
+        land in the same microsecond.
+        """
+        now = datetime.now(timezone.utc)
+        if self._last_stamp is not None and now <= self._last_stamp:
+            now = self._last_stamp + timedelta(microseconds=1)
+        self._last_stamp = now
+        return now.isoformat(timespec="microseconds")
+
+    def _conversation_from_row(self, row: tuple[Any, ...]) -> Conversation:
+        row_id, title, system_prompt, settings_json, created_at, updated_at = row
+        settings = self._decode(settings_json, f"settings of conversation {row_id}")
+        return Conversation(
+            row_id,
+            title,
+            system_prompt,
+            settings if isinstance(settings, dict) else {},
+            created_at,
+            updated_at,
+        )
+
+    def _message_from_row(self, row: tuple[Any, ...]) -> StoredMessage:
+        row_id, conversation_id, position, role, content, stats_json, complete, created_at = row
+        stats = None
+        if stats_json is not None:
+            decoded = self._decode(stats_json, f"stats of message {row_id}")
+            stats = decoded if isinstance(decoded, dict) else None
+        return StoredMessage(
+            row_id, conversation_id, position, role, content, stats, bool(complete), created_at
+        )
+
+    def _decode(self, text: str, what: str) -> object:
+        """Parse JSON we wrote; a row edited by hand is logged and read as empty, not fatal."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            log.warning("ignoring unreadable %s in %s: %s", what, self.path, exc)
+            return None
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
+        _make_folder(self.path.parent)
+        try:
+            _inspect(self.path)
+            return _connect(self.path)
+        except _UnusableFile as exc:
+            self.recovered_from = _move_aside(self.path, str(exc))
+        return _connect(self.path)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (incl. KeyboardInterrupt)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+
+# -- checking and encoding ---------------------------------------------------------------------
+
+
+def _check_id(value: object, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadInputError(f"a {what} id must be a whole number, not {value!r}")
+
+
+def _no_conversation(conversation_id: int) -> BadInputError:
+    return BadInputError(f"no conversation with id {conversation_id}")
+
+
+def _check_text(value: object, what: str) -> str:
+    """The text itself, refused if it is not a str SQLite can store (UTF-8 encodable)."""
+    if not isinstance(value, str):
+        raise BadInputError(f"the {what} must be text, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadInputError(f"the {what} is not valid Unicode text: {exc.reason}") from exc
+    return value
+
+
+def _check_title(title: object) -> str:
+    """A title on one line: whitespace runs become one space; an empty title is refused."""
+    clean = " ".join(_check_text(title, "title").split())
+    if not clean:
+        raise BadInputError("a conversation title cannot be empty")
+    return clean
+
+
+def _check_role(role: object, complete: object) -> None:
+    if role not in ROLES:
+        raise BadInputError(f"a message role must be one of {', '.join(ROLES)}, not {role!r}")
+    if not isinstance(complete, bool):
+        raise BadInputError(f"complete must be True or False, not {complete!r}")
+    if not complete and role != "assistant":
+        raise BadInputError(f"only an assistant reply can be incomplete, not a {role} message")
+
+
+def _encode_settings(settings: object) -> str:
+    if not isinstance(settings, Mapping):
+        raise BadInputError(f"settings must be a dict, not {type(settings).__name__}")
+    return _to_json(dict(settings), "settings")
+
+
+def _encode_stats(stats: object) -> str | None:
+    if stats is None:
+        return None
+    if isinstance(stats, GenerationStats):
+        return _to_json(stats.to_dict(), "stats")
+    if not isinstance(stats, Mapping):
+        raise BadInputError(f"stats must be GenerationStats or a dict, not {type(stats).__name__}")
+    return _to_json(dict(stats), "stats")
+
+
+def _to_json(data: dict[str, Any], what: str) -> str:
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise BadInputError(f"the {what} cannot be saved as JSON: {exc}") from exc
+
+
+# -- opening, inspecting, recovering -----------------------------------------------------------
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open read-write in WAL mode, apply pending migrations; autocommit between transactions."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
+        conn.execute(_CONVERSATION_SELECT + " LIMIT 0")
+        conn.execute(_MESSAGE_SELECT + " LIMIT 0")
+    except BaseException as exc:
+        conn.close()
+        _reraise_classified(path, exc)
+        raise
+    _warn_if_newer(conn, path)
+    return conn
+
+
+def _warn_if_newer(conn: sqlite3.Connection, path: Path) -> None:
+    """A newer ShardChat's file is still used (its tables checked out), but say so."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        log.warning(
+            "chat history %s has schema version %d; this ShardChat knows up to %d",
+            path,
+            version,
+            SCHEMA_VERSION,
+        )
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+    return row is not None
+
+
+def _inspect(path: Path) -> None:
+    """Raise _UnusableFile unless `path` is absent, or a sound ShardChat chat history.
+
+    Reads only: the header bytes, then a read-only connection, so a foreign
+    database (even one in WAL mode) is left byte for byte as it was.
+    """
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise BadInputError(f"{path} should be the chat history file but is not a file")
+    header = _read_header(path)
+    if not header:
+        raise _UnusableFile("the file is empty")
+    if not header.startswith(_SQLITE_MAGIC):
+        raise _UnusableFile("not an SQLite database")
+    conn = _connect_read_only(path)
+    try:
+        _check_identity(conn)
+        _check_integrity(conn)
+    except BaseException as exc:
+        _reraise_classified(path, exc)
+        raise
+    finally:
+        conn.close()
+
+
+def _read_header(path: Path) -> bytes:
+    try:
+        with path.open("rb") as file:
+            return file.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        _reraise_classified(path, exc)
+        raise
+
+
+def _check_identity(conn: sqlite3.Connection) -> None:
+    """Ours: our application_id with usable tables, or unmarked and (nearly) empty."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id == APPLICATION_ID:
+        for table, columns in (
+            ("conversations", _CONVERSATION_COLUMNS),
+            ("messages", _MESSAGE_COLUMNS),
+        ):
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if not set(columns) <= present:
+                raise _UnusableFile(f"a ShardChat chat history without a usable {table} table")
+        return
+    if app_id != 0:
+        raise _UnusableFile(f"another application's database (application_id {app_id:#x})")
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    unexpected = tables - {MIGRATIONS_TABLE}
+    if unexpected:
+        raise _UnusableFile(f"a foreign database (tables: {', '.join(sorted(unexpected))})")
+
+
+def _check_integrity(conn: sqlite3.Connection) -> None:
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise _UnusableFile(f"damaged: {'; '.join(problems[:3])}")
+
+
+def _reraise_classified(path: Path, exc: BaseException) -> None:
+    """Turn an sqlite3 error into _UnusableFile (the file is bad) or BadInputError (we can't tell).
+
+    Busy, locked, unreadable or full-disk errors say nothing about the file,
+    so the file must stay where it is; anything else from SQLite means its
+    contents are not a database we can use. Non-sqlite exceptions pass through.
+    """
+    if not isinstance(exc, sqlite3.Error):
+        return
+    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
+    environmental = (
+        name.startswith(_ENVIRONMENT_ERRORS) if name else isinstance(exc, sqlite3.OperationalError)
+    )
+    if environmental:
+        raise BadInputError(f"cannot open the chat history {path}: {_one_line(exc)}") from exc
+    raise _UnusableFile(_one_line(exc)) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _move_aside(path: Path, reason: str) -> Path:
+    """Rename the file (and its -wal/-shm/-journal) to a free .corrupt-<time> name; never delete."""
+    aside = _free_aside_name(path)
+    try:
+        os.replace(path, aside)
+        for suffix in _SIDECARS:
+            sidecar = path.with_name(path.name + suffix)
+            if sidecar.exists():
+                os.replace(sidecar, aside.with_name(aside.name + suffix))
+    except OSError as exc:
+        raise BadInputError(
+            f"the chat history {path} is unusable ({reason}) and cannot be moved aside: "
+            f"{exc.strerror or exc}"
+        ) from exc
+    log.warning(
+        "chat history %s was unusable (%s); moved it to %s and started a fresh one",
+        path,
+        reason,
+        aside,
+    )
+    return aside
+
+
+def _free_aside_name(path: Path) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = path.with_name(f"{path.name}.corrupt-{stamp}")
+    candidate, counter = base, 1
+    while any(candidate.with_name(candidate.name + s).exists() for s in ("", *_SIDECARS)):
+        counter += 1
+        candidate = base.with_name(f"{base.name}-{counter}")
+    return candidate

@@ -1,0 +1,100 @@
+"""The chat window end to end: real model, real worker, real SQLite history, offscreen Qt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.chat_store import ChatStore
+from app.worker import EngineWorker
+from engine.model_params import LoadParams
+from engine.sampling import GREEDY
+from ui.chat_controller import ChatController
+from ui.engine_bridge import EngineBridge
+from ui.main_window import MainWindow
+
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture
+def app_parts(qtbot, default_model_file: Path, tmp_path: Path):
+    bridge = EngineBridge()
+    worker = EngineWorker(bridge).start()
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    window = MainWindow()
+    qtbot.addWidget(window)
+    params = LoadParams(str(default_model_file), n_ctx=1024, n_threads=2)
+    controller = ChatController(
+        window, worker, bridge, store, params, GREEDY.with_changes(max_tokens=24)
+    )
+    with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
+        controller.start()
+    window.show()
+    yield window, controller, store, bridge
+    worker.shutdown()
+    store.close()
+
+
+def send(qtbot, window: MainWindow, bridge: EngineBridge, text: str) -> None:
+    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS):
+        qtbot.keyClicks(window.input, text)
+        qtbot.keyClick(window.input, Qt.Key.Key_Return)
+
+
+def test_enter_sends_and_the_reply_streams_into_view_and_history(qtbot, app_parts) -> None:
+    window, controller, store, bridge = app_parts
+    assert window.input.isEnabled() and "llama" in window.model_label.text()
+    send(qtbot, window, bridge, "What is the capital of France?")
+    messages = store.messages(controller.conversation_id)
+    assert [(m.role, m.complete) for m in messages] == [("user", True), ("assistant", True)]
+    assert messages[1].content and messages[1].stats["generated_tokens"] > 0
+    shown = window.chat_view.toPlainText()
+    assert "What is the capital of France?" in shown and messages[1].content.strip()[:20] in shown
+    assert "tokens/s" in window.speed_label.text()
+    assert window.conversations.currentItem().text().startswith("What is the capital")
+    assert window.send_button.isEnabled() and not window.stop_button.isEnabled()
+
+
+def test_shift_enter_makes_a_new_line_instead_of_sending(qtbot, app_parts) -> None:
+    window, controller, store, _bridge = app_parts
+    qtbot.keyClicks(window.input, "first line")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert window.input.toPlainText() == "first line\n"
+    assert store.messages(controller.conversation_id) == []
+
+
+def test_escape_stops_a_long_reply_and_keeps_what_was_said(qtbot, app_parts) -> None:
+    window, controller, store, bridge = app_parts
+    controller._settings = GREEDY.with_changes(max_tokens=2000)
+    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
+        qtbot.keyClicks(window.input, "Tell me a very long story about a dragon.")
+        qtbot.keyClick(window.input, Qt.Key.Key_Return)
+        qtbot.waitSignal(bridge.token_streamed, timeout=TIMEOUT_MS).wait()
+        qtbot.keyClick(window.input, Qt.Key.Key_Escape)
+    assert finished.args[0].stats.finish_reason.value == "cancelled"
+    reply = store.messages(controller.conversation_id)[-1]
+    assert reply.role == "assistant" and reply.complete
+
+
+def test_conversations_switch_and_keep_their_messages(qtbot, app_parts) -> None:
+    window, controller, store, bridge = app_parts
+    send(qtbot, window, bridge, "My name is Ada.")
+    first = controller.conversation_id
+    qtbot.mouseClick(window.new_chat, Qt.MouseButton.LeftButton)
+    assert controller.conversation_id != first and window.chat_view.toPlainText() == ""
+    assert window.conversations.count() == 2
+    window.conversations.setCurrentRow(
+        next(i for i in range(2) if window.conversations.item(i).text().startswith("My name"))
+    )
+    assert controller.conversation_id == first
+    assert "My name is Ada." in window.chat_view.toPlainText()
+
+
+def test_the_window_renders(qtbot, app_parts, tmp_path: Path) -> None:
+    window, _controller, _store, bridge = app_parts
+    send(qtbot, window, bridge, "Write a haiku about the sea.")
+    picture = tmp_path / "window.png"
+    assert window.grab().save(str(picture))
+    assert picture.stat().st_size > 10_000

@@ -1,0 +1,192 @@
+"""What the chat window does: send, stream, stop, switch and save conversations.
+
+The controller lives on the GUI thread. It talks to the engine only through
+the worker's queue and hears back through the bridge's queued signals, so the
+window never waits on the model. Every message is saved as it happens; a
+streamed reply is saved incomplete and refreshed every SAVE_INTERVAL_S, so a
+killed app loses at most the reply being generated.
+"""
+
+from __future__ import annotations
+
+import time
+
+from app.chat_store import ChatStore
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QListWidgetItem
+
+from app.events import ModelLoaded, ReplyFinished, RequestFailed
+from app.worker import EngineWorker
+from engine.model_params import LoadParams
+from engine.sampling import SamplingSettings
+from ui.engine_bridge import EngineBridge
+from ui.main_window import CONVERSATION_ID, MainWindow
+
+SAVE_INTERVAL_S = 0.5
+NEW_TITLE = "New chat"
+TITLE_CHARS = 40
+
+
+class ChatController(QObject):
+    def __init__(
+        self,
+        window: MainWindow,
+        worker: EngineWorker,
+        bridge: EngineBridge,
+        store: ChatStore,
+        model_params: LoadParams,
+        settings: SamplingSettings,
+    ) -> None:
+        super().__init__(window)
+        self.window, self.worker, self.bridge, self.store = window, worker, bridge, store
+        self._params, self._settings = model_params, settings
+        self.conversation_id: int | None = None
+        self.model_ready = False
+        self._load_request: int | None = None
+        self._reply_request: int | None = None
+        self._reply_message: int | None = None
+        self._reply_text = ""
+        self._saved_at = 0.0
+        self._connect()
+
+    def _connect(self) -> None:
+        w, b = self.window, self.bridge
+        w.input.submitted.connect(self.send)
+        w.send_button.clicked.connect(w.input.submit)
+        w.input.stop_requested.connect(self.stop)
+        w.stop_button.clicked.connect(self.stop)
+        w.new_chat.clicked.connect(self.new_conversation)
+        w.conversations.currentItemChanged.connect(self._on_item_changed)
+        w.search.textChanged.connect(lambda _text: self._refresh_list())
+        b.model_loaded.connect(self._on_model_loaded)
+        b.token_streamed.connect(self._on_token)
+        b.reply_finished.connect(self._on_reply_finished)
+        b.request_failed.connect(self._on_failed)
+
+    # --- actions ---
+
+    def start(self) -> None:
+        """Recover what a crash left, open the newest conversation, load the model."""
+        self.store.discard_incomplete()
+        conversations = self.store.conversations()
+        if conversations:
+            self.conversation_id = conversations[0].id
+        else:
+            self.conversation_id = self.store.create_conversation(NEW_TITLE).conversation_id
+        self._refresh_list()
+        self._render()
+        self.window.model_label.setText("loading model…")
+        self.window.input.setEnabled(False)
+        self._load_request = self.worker.load_model(self._params)
+
+    def send(self, text: str) -> None:
+        if not self.model_ready or self._reply_request is not None:
+            self.window.statusBar().showMessage("wait for the current reply (Esc stops it)", 3000)
+            return
+        assert self.conversation_id is not None
+        self.store.add_message(self.conversation_id, "user", text)
+        self._retitle(text)
+        change = self.store.add_message(self.conversation_id, "assistant", "", complete=False)
+        self._reply_message, self._reply_text = change.message_id, ""
+        self._render()
+        self.window.chat_view.show_streaming("")
+        self._reply_request = self.worker.send_message(text, self._settings)
+        self.window.set_busy(True)
+
+    def stop(self) -> None:
+        if self._reply_request is not None:
+            self.worker.cancel(self._reply_request)
+
+    def new_conversation(self) -> None:
+        self.stop()
+        self.conversation_id = self.store.create_conversation(NEW_TITLE).conversation_id
+        self.window.search.clear()
+        self._refresh_list()
+        self._open(self.conversation_id)
+
+    # --- engine events (GUI thread, queued) ---
+
+    def _on_model_loaded(self, event: ModelLoaded) -> None:
+        if event.request_id != self._load_request:
+            return
+        self.model_ready = True
+        self.window.model_label.setText(f"{event.model_name} · {event.architecture}")
+        self.window.input.setEnabled(True)
+        self.window.input.setFocus()
+        if self.conversation_id is not None:
+            self._open(self.conversation_id)
+
+    def _on_token(self, request_id: int, text: str) -> None:
+        if request_id != self._reply_request:
+            return
+        self._reply_text += text
+        self.window.chat_view.show_streaming(self._reply_text)
+        if time.monotonic() - self._saved_at > SAVE_INTERVAL_S:
+            self._save_reply(complete=False)
+
+    def _on_reply_finished(self, event: ReplyFinished) -> None:
+        if event.request_id != self._reply_request:
+            return
+        self._reply_text = event.text
+        self._save_reply(complete=True, stats=event.stats.to_dict())
+        self._end_reply()
+        stats = event.stats
+        self.window.speed_label.setText(
+            f"{stats.time_to_first_token_s:.2f} s to first token · "
+            f"{stats.decode_tokens_per_s:.1f} tokens/s · {stats.finish_reason.value}"
+        )
+        self._refresh_list()
+
+    def _on_failed(self, event: RequestFailed) -> None:
+        if event.request_id == self._load_request:
+            self.window.model_label.setText("no model loaded")
+        if event.request_id == self._reply_request:
+            self._save_reply(complete=True)
+            self._end_reply()
+        self.window.statusBar().showMessage(event.message, 8000)
+
+    # --- helpers ---
+
+    def _on_item_changed(self, item: QListWidgetItem | None, _previous: object) -> None:
+        if item is not None:
+            self.stop()
+            self._open(int(item.data(CONVERSATION_ID)))
+
+    def _open(self, conversation_id: int) -> None:
+        self.conversation_id = conversation_id
+        self._render()
+        if self.model_ready:
+            self.worker.start_conversation(None, self.store.history(conversation_id))
+
+    def _render(self) -> None:
+        if self.conversation_id is None:
+            return
+        shown = [
+            (m.role, m.content)
+            for m in self.store.messages(self.conversation_id)
+            if m.content or m.complete
+        ]
+        self.window.chat_view.show_messages(shown)
+
+    def _refresh_list(self) -> None:
+        text = self.window.search.text().strip()
+        found = self.store.search(text) if text else self.store.conversations()
+        items = [(c.id, c.title) for c in found]
+        self.window.show_conversations(items, self.conversation_id)
+
+    def _retitle(self, first_message: str) -> None:
+        assert self.conversation_id is not None
+        if self.store.conversation(self.conversation_id).title == NEW_TITLE:
+            title = " ".join(first_message.split())[:TITLE_CHARS] or NEW_TITLE
+            self.store.rename(self.conversation_id, title)
+            self._refresh_list()
+
+    def _save_reply(self, complete: bool, stats: dict | None = None) -> None:
+        if self._reply_message is not None:
+            self.store.update_message(self._reply_message, self._reply_text, complete, stats)
+            self._saved_at = time.monotonic()
+
+    def _end_reply(self) -> None:
+        self._reply_request = self._reply_message = None
+        self.window.set_busy(False)
+        self._render()
