@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -53,6 +52,7 @@ from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
+from app.sqlite_file import StoreIdentity, connect_with, open_store
 from app.sqlite_migrations import apply_migrations
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
@@ -76,8 +76,6 @@ MESSAGE_ADDED = "message_added"
 MESSAGE_UPDATED = "message_updated"
 MESSAGES_TRUNCATED = "messages_truncated"
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_SIDECARS = ("-wal", "-shm", "-journal")
 _CONVERSATION_COLUMNS = (
     "id",
     "title",
@@ -99,17 +97,11 @@ _MESSAGE_COLUMNS = (
 _CONVERSATION_SELECT = f"SELECT {', '.join(_CONVERSATION_COLUMNS)} FROM conversations"
 _MESSAGE_SELECT = f"SELECT {', '.join(_MESSAGE_COLUMNS)} FROM messages"
 _NEWEST_FIRST = " ORDER BY updated_at DESC, id DESC"
-# Failures that say nothing about the file's contents: report them, never move the file.
-_ENVIRONMENT_ERRORS = (
-    "SQLITE_BUSY",
-    "SQLITE_LOCKED",
-    "SQLITE_CANTOPEN",
-    "SQLITE_IOERR",
-    "SQLITE_FULL",
-    "SQLITE_PERM",
-    "SQLITE_READONLY",
-    "SQLITE_NOMEM",
-    "SQLITE_INTERRUPT",
+_IDENTITY = StoreIdentity(
+    "chat history",
+    APPLICATION_ID,
+    (("conversations", _CONVERSATION_COLUMNS), ("messages", _MESSAGE_COLUMNS)),
+    MIGRATIONS_TABLE,
 )
 
 
@@ -211,10 +203,6 @@ class StoredMessage:
     stats: dict[str, Any] | None = field(hash=False)
     complete: bool
     created_at: str
-
-
-class _UnusableFile(Exception):
-    """The database file is damaged or not ShardChat's chat history; the message says why."""
 
 
 def default_store_path() -> Path:
@@ -549,13 +537,8 @@ class ChatStore:
 
     def _open(self) -> sqlite3.Connection:
         """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
-        _make_folder(self.path.parent)
-        try:
-            _inspect(self.path)
-            return _connect(self.path)
-        except _UnusableFile as exc:
-            self.recovered_from = _move_aside(self.path, str(exc))
-        return _connect(self.path)
+        conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
+        return conn
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -635,29 +618,20 @@ def _to_json(data: dict[str, Any], what: str) -> str:
 # -- opening, inspecting, recovering -----------------------------------------------------------
 
 
-def _make_folder(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInputError(f"cannot create {folder}: {exc.strerror or exc}") from exc
-
-
 def _connect(path: Path) -> sqlite3.Connection:
     """Open read-write in WAL mode, apply pending migrations; autocommit between transactions."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
-        conn.execute(_CONVERSATION_SELECT + " LIMIT 0")
-        conn.execute(_MESSAGE_SELECT + " LIMIT 0")
-    except BaseException as exc:
-        conn.close()
-        _reraise_classified(path, exc)
-        raise
+    conn = connect_with(path, _IDENTITY, _set_up)
     _warn_if_newer(conn, path)
     return conn
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
+    conn.execute(_CONVERSATION_SELECT + " LIMIT 0")
+    conn.execute(_MESSAGE_SELECT + " LIMIT 0")
 
 
 def _warn_if_newer(conn: sqlite3.Connection, path: Path) -> None:
@@ -675,131 +649,3 @@ def _warn_if_newer(conn: sqlite3.Connection, path: Path) -> None:
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
     row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
     return row is not None
-
-
-def _inspect(path: Path) -> None:
-    """Raise _UnusableFile unless `path` is absent, or a sound ShardChat chat history.
-
-    Reads only: the header bytes, then a read-only connection, so a foreign
-    database (even one in WAL mode) is left byte for byte as it was.
-    """
-    if not path.exists():
-        return
-    if not path.is_file():
-        raise BadInputError(f"{path} should be the chat history file but is not a file")
-    header = _read_header(path)
-    if not header:
-        raise _UnusableFile("the file is empty")
-    if not header.startswith(_SQLITE_MAGIC):
-        raise _UnusableFile("not an SQLite database")
-    conn = _connect_read_only(path)
-    try:
-        _check_identity(conn)
-        _check_integrity(conn)
-    except BaseException as exc:
-        _reraise_classified(path, exc)
-        raise
-    finally:
-        conn.close()
-
-
-def _read_header(path: Path) -> bytes:
-    try:
-        with path.open("rb") as file:
-            return file.read(len(_SQLITE_MAGIC))
-    except OSError as exc:
-        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    try:
-        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        _reraise_classified(path, exc)
-        raise
-
-
-def _check_identity(conn: sqlite3.Connection) -> None:
-    """Ours: our application_id with usable tables, or unmarked and (nearly) empty."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    if app_id == APPLICATION_ID:
-        for table, columns in (
-            ("conversations", _CONVERSATION_COLUMNS),
-            ("messages", _MESSAGE_COLUMNS),
-        ):
-            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-            if not set(columns) <= present:
-                raise _UnusableFile(f"a ShardChat chat history without a usable {table} table")
-        return
-    if app_id != 0:
-        raise _UnusableFile(f"another application's database (application_id {app_id:#x})")
-    tables = {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
-    unexpected = tables - {MIGRATIONS_TABLE}
-    if unexpected:
-        raise _UnusableFile(f"a foreign database (tables: {', '.join(sorted(unexpected))})")
-
-
-def _check_integrity(conn: sqlite3.Connection) -> None:
-    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
-    if problems != ["ok"]:
-        raise _UnusableFile(f"damaged: {'; '.join(problems[:3])}")
-
-
-def _reraise_classified(path: Path, exc: BaseException) -> None:
-    """Turn an sqlite3 error into _UnusableFile (the file is bad) or BadInputError (we can't tell).
-
-    Busy, locked, unreadable or full-disk errors say nothing about the file,
-    so the file must stay where it is; anything else from SQLite means its
-    contents are not a database we can use. Non-sqlite exceptions pass through.
-    """
-    if not isinstance(exc, sqlite3.Error):
-        return
-    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
-    environmental = (
-        name.startswith(_ENVIRONMENT_ERRORS) if name else isinstance(exc, sqlite3.OperationalError)
-    )
-    if environmental:
-        raise BadInputError(f"cannot open the chat history {path}: {_one_line(exc)}") from exc
-    raise _UnusableFile(_one_line(exc)) from exc
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
-def _move_aside(path: Path, reason: str) -> Path:
-    """Rename the file (and its -wal/-shm/-journal) to a free .corrupt-<time> name; never delete."""
-    aside = _free_aside_name(path)
-    try:
-        os.replace(path, aside)
-        for suffix in _SIDECARS:
-            sidecar = path.with_name(path.name + suffix)
-            if sidecar.exists():
-                os.replace(sidecar, aside.with_name(aside.name + suffix))
-    except OSError as exc:
-        raise BadInputError(
-            f"the chat history {path} is unusable ({reason}) and cannot be moved aside: "
-            f"{exc.strerror or exc}"
-        ) from exc
-    log.warning(
-        "chat history %s was unusable (%s); moved it to %s and started a fresh one",
-        path,
-        reason,
-        aside,
-    )
-    return aside
-
-
-def _free_aside_name(path: Path) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = path.with_name(f"{path.name}.corrupt-{stamp}")
-    candidate, counter = base, 1
-    while any(candidate.with_name(candidate.name + s).exists() for s in ("", *_SIDECARS)):
-        counter += 1
-        candidate = base.with_name(f"{base.name}-{counter}")
-    return candidate

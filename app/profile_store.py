@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
+from app.sqlite_file import StoreIdentity, connect_with, one_line, open_store
 from app.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError
 from engine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
@@ -47,22 +48,11 @@ APPLICATION_ID = 0x53684368  # "ShCh": marks the file as ShardChat's (PRAGMA app
 SCHEMA_VERSION = 1  # PRAGMA user_version after the last migration below
 MIGRATIONS_TABLE = "_migrations"
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_SIDECARS = ("-wal", "-shm", "-journal")
 _COLUMNS = ("id", "fingerprint", "llama_build", "mode", "created_at", "described", "json")
-# Failures that say nothing about the file's contents: report them, never move the file.
-_ENVIRONMENT_ERRORS = (
-    "SQLITE_BUSY",
-    "SQLITE_LOCKED",
-    "SQLITE_CANTOPEN",
-    "SQLITE_IOERR",
-    "SQLITE_FULL",
-    "SQLITE_PERM",
-    "SQLITE_READONLY",
-    "SQLITE_NOMEM",
-    "SQLITE_INTERRUPT",
-)
 _PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
+_IDENTITY = StoreIdentity(
+    "profile store", APPLICATION_ID, (("profiles", _COLUMNS),), MIGRATIONS_TABLE
+)
 
 
 def m001_profiles(conn: sqlite3.Connection) -> None:
@@ -107,10 +97,6 @@ class ProfileSummary:
     created_at: str  # UTC, ISO 8601 with microseconds
     described: bool
     size_bytes: int
-
-
-class _UnusableFile(Exception):
-    """The database file is damaged or not ShardChat's; the message says why."""
 
 
 def default_store_path() -> Path:
@@ -253,13 +239,8 @@ class ProfileStore:
 
     def _open(self) -> sqlite3.Connection:
         """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
-        _make_folder(self.path.parent)
-        try:
-            _inspect(self.path)
-            return _connect(self.path)
-        except _UnusableFile as exc:
-            self.recovered_from = _move_aside(self.path, str(exc))
-        return _connect(self.path)
+        conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
+        return conn
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -335,7 +316,7 @@ def _read_profile_file(path: Path) -> Profile:
     try:
         return Profile.from_dict(data)
     except _PARSE_ERRORS as exc:
-        raise BadInputError(f"{path} is not a valid profile: {_one_line(exc)}") from exc
+        raise BadInputError(f"{path} is not a valid profile: {one_line(exc)}") from exc
 
 
 def _load_json_object(path: Path) -> dict[str, Any]:
@@ -357,10 +338,6 @@ def _load_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadInputError(f"{path} holds a JSON {type(data).__name__}, not a profile object")
     return data
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -387,142 +364,12 @@ def _atomic_write(path: Path, text: str) -> None:
 # -- opening, inspecting, recovering -----------------------------------------------------------
 
 
-def _make_folder(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInputError(f"cannot create {folder}: {exc.strerror or exc}") from exc
-
-
 def _connect(path: Path) -> sqlite3.Connection:
     """Open read-write in WAL mode and apply pending migrations; autocommit between transactions."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
-        conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM profiles LIMIT 0")
-    except BaseException as exc:
-        conn.close()
-        _reraise_classified(path, exc)
-        raise
-    return conn
+    return connect_with(path, _IDENTITY, _set_up)
 
 
-def _inspect(path: Path) -> None:
-    """Raise _UnusableFile unless `path` is absent, or a sound ShardChat profile store.
-
-    Reads only: the header bytes, then a read-only connection, so a foreign
-    database (even one in WAL mode) is left byte for byte as it was.
-    """
-    if not path.exists():
-        return
-    if not path.is_file():
-        raise BadInputError(f"{path} should be the profile store file but is not a file")
-    header = _read_header(path)
-    if not header:
-        raise _UnusableFile("the file is empty")
-    if not header.startswith(_SQLITE_MAGIC):
-        raise _UnusableFile("not an SQLite database")
-    conn = _connect_read_only(path)
-    try:
-        _check_identity(conn)
-        _check_integrity(conn)
-    except BaseException as exc:
-        _reraise_classified(path, exc)
-        raise
-    finally:
-        conn.close()
-
-
-def _read_header(path: Path) -> bytes:
-    try:
-        with path.open("rb") as file:
-            return file.read(len(_SQLITE_MAGIC))
-    except OSError as exc:
-        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    try:
-        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        _reraise_classified(path, exc)
-        raise
-
-
-def _check_identity(conn: sqlite3.Connection) -> None:
-    """Ours: our application_id with a profiles table, or unmarked and (nearly) empty."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
-    if app_id == APPLICATION_ID:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(profiles)")}
-        if not set(_COLUMNS) <= columns:
-            raise _UnusableFile("a ShardChat store without a usable profiles table")
-        return
-    if app_id != 0:
-        raise _UnusableFile(f"another application's database (application_id {app_id:#x})")
-    unexpected = tables - {MIGRATIONS_TABLE}
-    if unexpected:
-        raise _UnusableFile(f"a foreign database (tables: {', '.join(sorted(unexpected))})")
-
-
-def _check_integrity(conn: sqlite3.Connection) -> None:
-    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
-    if problems != ["ok"]:
-        raise _UnusableFile(f"damaged: {'; '.join(problems[:3])}")
-
-
-def _reraise_classified(path: Path, exc: BaseException) -> None:
-    """Turn an sqlite3 error into _UnusableFile (the file is bad) or BadInputError (we can't tell).
-
-    Busy, locked, unreadable or full-disk errors say nothing about the file,
-    so the file must stay where it is; anything else from SQLite means its
-    contents are not a database we can use. Non-sqlite exceptions pass through.
-    """
-    if not isinstance(exc, sqlite3.Error):
-        return
-    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
-    environmental = (
-        name.startswith(_ENVIRONMENT_ERRORS) if name else isinstance(exc, sqlite3.OperationalError)
-    )
-    if environmental:
-        raise BadInputError(f"cannot open the profile store {path}: {exc}") from exc
-    raise _UnusableFile(_one_line(exc)) from exc
-
-
-def _move_aside(path: Path, reason: str) -> Path:
-    """Rename the file (and its -wal/-shm/-journal) to a free .corrupt-<time> name; never delete."""
-    aside = _free_aside_name(path)
-    try:
-        os.replace(path, aside)
-        for suffix in _SIDECARS:
-            sidecar = path.with_name(path.name + suffix)
-            if sidecar.exists():
-                os.replace(sidecar, aside.with_name(aside.name + suffix))
-    except OSError as exc:
-        raise BadInputError(
-            f"the profile store {path} is unusable ({reason}) and cannot be moved aside: "
-            f"{exc.strerror or exc}"
-        ) from exc
-    log.warning(
-        "profile store %s was unusable (%s); moved it to %s and started a fresh one",
-        path,
-        reason,
-        aside,
-    )
-    return aside
-
-
-def _free_aside_name(path: Path) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = path.with_name(f"{path.name}.corrupt-{stamp}")
-    candidate, counter = base, 1
-    while any(candidate.with_name(candidate.name + s).exists() for s in ("", *_SIDECARS)):
-        counter += 1
-        candidate = base.with_name(f"{base.name}-{counter}")
-    return candidate
+def _set_up(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
+    conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM profiles LIMIT 0")
