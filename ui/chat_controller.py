@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from app.chat_store import ChatStore
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QListWidgetItem
 
+from app.chat_store import ChatStore
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.worker import EngineWorker
 from engine.model_params import LoadParams

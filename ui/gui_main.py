@@ -10,9 +10,9 @@ import asyncio
 import sys
 
 import qasync
-from app.chat_store import ChatStore
 from PySide6.QtWidgets import QApplication
 
+from app.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.model_params import LoadParams
 from engine.sampling import SamplingSettings
