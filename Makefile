@@ -21,13 +21,13 @@ run: $(INSTALLED)
 	$(VENV)/bin/shardchat gui
 
 test: $(INSTALLED)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --no-cache --check .
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
 lint: $(INSTALLED)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --no-cache --check .
 
 format: $(INSTALLED)
 	$(VENV)/bin/ruff format .
