@@ -56,6 +56,10 @@ class ChatController(QObject):
         w.input.stop_requested.connect(self.stop)
         w.stop_button.clicked.connect(self.stop)
         w.new_chat.clicked.connect(self.new_conversation)
+        w.delete_chat.clicked.connect(self.delete_conversation)
+        w.regenerate_button.clicked.connect(self.regenerate)
+        w.edit_button.clicked.connect(self.edit_last)
+        w.conversations.itemChanged.connect(self._on_item_renamed)
         w.conversations.currentItemChanged.connect(self._on_item_changed)
         w.search.textChanged.connect(lambda _text: self._refresh_list())
         b.model_loaded.connect(self._on_model_loaded)
@@ -104,6 +108,32 @@ class ChatController(QObject):
         self._refresh_list()
         self._open(self.conversation_id)
 
+    def delete_conversation(self) -> None:
+        """Delete the open conversation and open the newest other one (or a new one)."""
+        if self.conversation_id is None or self._reply_request is not None:
+            return
+        self.store.delete(self.conversation_id)
+        remaining = self.store.conversations()
+        if not remaining:
+            self.new_conversation()
+            return
+        self.conversation_id = remaining[0].id
+        self._refresh_list()
+        self._open(self.conversation_id)
+
+    def regenerate(self) -> None:
+        """Ask again: the last reply goes, the last message is sent once more."""
+        text = self._take_back_last_message()
+        if text is not None:
+            self.send(text)
+
+    def edit_last(self) -> None:
+        """Put the last message back in the input box, with its reply gone."""
+        text = self._take_back_last_message()
+        if text is not None:
+            self.window.input.setPlainText(text)
+            self.window.input.setFocus()
+
     # --- engine events (GUI thread, queued) ---
 
     def _on_model_loaded(self, event: ModelLoaded) -> None:
@@ -151,6 +181,24 @@ class ChatController(QObject):
         if item is not None:
             self.stop()
             self._open(int(item.data(CONVERSATION_ID)))
+
+    def _take_back_last_message(self) -> str | None:
+        """Remove the last user message and what followed it; the model forgets them too."""
+        if self.conversation_id is None or self._reply_request is not None or not self.model_ready:
+            return None
+        messages = self.store.messages(self.conversation_id)
+        last = next((m for m in reversed(messages) if m.role == "user"), None)
+        if last is None:
+            return None
+        self.store.truncate_after(self.conversation_id, last.position - 1)
+        self._open(self.conversation_id)
+        return last.content
+
+    def _on_item_renamed(self, item: QListWidgetItem) -> None:
+        title = " ".join(item.text().split())
+        conversation_id = int(item.data(CONVERSATION_ID))
+        if title and title != self.store.conversation(conversation_id).title:
+            self.store.rename(conversation_id, title)
 
     def _open(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id

@@ -33,11 +33,14 @@ class MainWindow(QMainWindow):
         self.search = QLineEdit(placeholderText="Search chats")
         self.conversations = QListWidget()
         self.new_chat = QPushButton("New chat")
+        self.delete_chat = QPushButton("Delete chat")
         self.chat_view = ChatView()
         self.input = MessageInput()
         self.send_button = QPushButton("Send")
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.edit_button = QPushButton("Edit last")
         self.model_label, self.plan_label, self.speed_label = QLabel(), QLabel(), QLabel()
         self._lay_out()
 
@@ -47,6 +50,7 @@ class MainWindow(QMainWindow):
         side.addWidget(self.new_chat)
         side.addWidget(self.search)
         side.addWidget(self.conversations)
+        side.addWidget(self.delete_chat)
         chat = QWidget()
         right = QVBoxLayout(chat)
         right.addWidget(self.chat_view, stretch=1)
@@ -55,6 +59,8 @@ class MainWindow(QMainWindow):
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.regenerate_button)
+        buttons.addWidget(self.edit_button)
         row.addLayout(buttons)
         right.addLayout(row)
         splitter = QSplitter()
@@ -72,12 +78,14 @@ class MainWindow(QMainWindow):
         for conversation_id, title in items:
             item = QListWidgetItem(title)
             item.setData(CONVERSATION_ID, conversation_id)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)  # double-click renames
             self.conversations.addItem(item)
             if conversation_id == current:
                 self.conversations.setCurrentItem(item)
         self.conversations.blockSignals(False)
 
     def set_busy(self, busy: bool) -> None:
-        """While a reply streams: Stop is live, Send is not."""
+        """While a reply streams: Stop is live; Send, Regenerate and Edit are not."""
         self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(not busy)
+        for button in (self.send_button, self.regenerate_button, self.edit_button):
+            button.setEnabled(not busy)

@@ -98,3 +98,37 @@ def test_the_window_renders(qtbot, app_parts, tmp_path: Path) -> None:
     picture = tmp_path / "window.png"
     assert window.grab().save(str(picture))
     assert picture.stat().st_size > 10_000
+
+
+def test_regenerate_replaces_the_last_reply_without_duplicating_the_question(
+    qtbot, app_parts
+) -> None:
+    window, controller, store, bridge = app_parts
+    send(qtbot, window, bridge, "Name a colour.")
+    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS):
+        qtbot.mouseClick(window.regenerate_button, Qt.MouseButton.LeftButton)
+    messages = store.messages(controller.conversation_id)
+    assert [(m.role, m.content) for m in messages][:1] == [("user", "Name a colour.")]
+    assert [m.role for m in messages] == ["user", "assistant"]
+
+
+def test_edit_last_puts_the_message_back_and_forgets_its_reply(qtbot, app_parts) -> None:
+    window, controller, store, bridge = app_parts
+    send(qtbot, window, bridge, "Name a fruit.")
+    qtbot.mouseClick(window.edit_button, Qt.MouseButton.LeftButton)
+    assert window.input.toPlainText() == "Name a fruit."
+    assert store.messages(controller.conversation_id) == []
+
+
+def test_rename_by_editing_and_delete_the_open_chat(qtbot, app_parts) -> None:
+    window, controller, store, bridge = app_parts
+    send(qtbot, window, bridge, "Hello there.")
+    first = controller.conversation_id
+    window.conversations.currentItem().setText("Greetings")
+    assert store.conversation(first).title == "Greetings"
+    qtbot.mouseClick(window.new_chat, Qt.MouseButton.LeftButton)
+    second = controller.conversation_id
+    qtbot.mouseClick(window.delete_chat, Qt.MouseButton.LeftButton)
+    assert [c.id for c in store.conversations()] == [first]
+    assert controller.conversation_id == first and second != first
+    assert "Hello there." in window.chat_view.toPlainText()
