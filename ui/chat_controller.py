@@ -60,6 +60,8 @@ class ChatController(QObject):
         w.regenerate_button.clicked.connect(self.regenerate)
         w.edit_button.clicked.connect(self.edit_last)
         w.conversations.itemChanged.connect(self._on_item_renamed)
+        w.settings.system_prompt_changed.connect(self._on_system_prompt)
+        w.settings.sampling_changed.connect(self._on_sampling)
         w.conversations.currentItemChanged.connect(self._on_item_changed)
         w.search.textChanged.connect(lambda _text: self._refresh_list())
         b.model_loaded.connect(self._on_model_loaded)
@@ -94,7 +96,7 @@ class ChatController(QObject):
         self._reply_message, self._reply_text = change.message_id, ""
         self._render()
         self.window.chat_view.show_streaming("")
-        self._reply_request = self.worker.send_message(text, self._settings)
+        self._reply_request = self.worker.send_message(text, self._sampling())
         self.window.set_busy(True)
 
     def stop(self) -> None:
@@ -194,6 +196,23 @@ class ChatController(QObject):
         self._open(self.conversation_id)
         return last.content
 
+    def _sampling(self) -> SamplingSettings:
+        """The open conversation's settings over the app's defaults."""
+        assert self.conversation_id is not None
+        stored = self.store.conversation(self.conversation_id).settings
+        return SamplingSettings.from_dict({**self._settings.to_dict(), **stored})
+
+    def _on_system_prompt(self, text: str) -> None:
+        if self.conversation_id is None:
+            return
+        if text.strip() != self.store.conversation(self.conversation_id).system_prompt:
+            self.store.set_system_prompt(self.conversation_id, text.strip())
+            self._open(self.conversation_id)  # the model hears the new system prompt
+
+    def _on_sampling(self, sampling: dict) -> None:
+        if self.conversation_id is not None:
+            self.store.set_settings(self.conversation_id, sampling)
+
     def _on_item_renamed(self, item: QListWidgetItem) -> None:
         title = " ".join(item.text().split())
         conversation_id = int(item.data(CONVERSATION_ID))
@@ -202,6 +221,8 @@ class ChatController(QObject):
 
     def _open(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
+        conversation = self.store.conversation(conversation_id)
+        self.window.settings.show_settings(conversation.system_prompt, self._sampling())
         self._render()
         if self.model_ready:
             self.worker.start_conversation(None, self.store.history(conversation_id))

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from ui.chat_view import ChatView
+from ui.conversation_settings import ConversationSettings
 from ui.message_input import MessageInput
 
 CONVERSATION_ID = Qt.ItemDataRole.UserRole
@@ -34,6 +35,7 @@ class MainWindow(QMainWindow):
         self.conversations = QListWidget()
         self.new_chat = QPushButton("New chat")
         self.delete_chat = QPushButton("Delete chat")
+        self.settings = ConversationSettings()
         self.chat_view = ChatView()
         self.input = MessageInput()
         self.send_button = QPushButton("Send")
@@ -53,6 +55,7 @@ class MainWindow(QMainWindow):
         side.addWidget(self.delete_chat)
         chat = QWidget()
         right = QVBoxLayout(chat)
+        right.addWidget(self.settings)
         right.addWidget(self.chat_view, stretch=1)
         row = QHBoxLayout()
         row.addWidget(self.input, stretch=1)

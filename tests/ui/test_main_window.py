@@ -132,3 +132,22 @@ def test_rename_by_editing_and_delete_the_open_chat(qtbot, app_parts) -> None:
     assert [c.id for c in store.conversations()] == [first]
     assert controller.conversation_id == first and second != first
     assert "Hello there." in window.chat_view.toPlainText()
+
+
+def test_each_conversation_keeps_its_own_system_prompt_and_sampling(qtbot, app_parts) -> None:
+    window, controller, store, bridge = app_parts
+    send(qtbot, window, bridge, "Hi.")
+    plain_prompt = store.messages(controller.conversation_id)[1].stats["prompt_tokens"]
+    first = controller.conversation_id
+    window.settings.max_tokens.setValue(7)
+    window.settings.system_prompt.setText("You are a pirate who answers in one short sentence.")
+    window.settings.system_prompt.editingFinished.emit()
+    assert store.conversation(first).system_prompt.startswith("You are a pirate")
+    assert store.conversation(first).settings["max_tokens"] == 7
+    send(qtbot, window, bridge, "Hi again.")
+    reply = store.messages(first)[-1].stats
+    assert reply["generated_tokens"] <= 7
+    assert reply["prompt_tokens"] > plain_prompt + 10  # the system prompt reached the model
+    qtbot.mouseClick(window.new_chat, Qt.MouseButton.LeftButton)
+    assert window.settings.system_prompt.text() == ""
+    assert window.settings.max_tokens.value() == 24  # the app's default, not the other chat's

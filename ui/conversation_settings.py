@@ -1,0 +1,65 @@
+"""Per-conversation system prompt and sampling settings, shown above the chat.
+
+It renders what the controller gives it and reports edits; pushing values in
+blocks its own signals, so showing a conversation never looks like an edit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdit, QSpinBox, QWidget
+
+from engine.sampling import SamplingSettings
+
+
+class ConversationSettings(QWidget):
+    system_prompt_changed = Signal(str)
+    sampling_changed = Signal(dict)  # SamplingSettings.to_dict()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.system_prompt = QLineEdit(placeholderText="System prompt (optional)")
+        self.temperature = _spin(0.0, 2.0, 0.05)
+        self.top_p = _spin(0.05, 1.0, 0.05)
+        self.max_tokens = QSpinBox(minimum=1, maximum=32768, singleStep=64)
+        form = QFormLayout()
+        form.addRow("System", self.system_prompt)
+        numbers = QHBoxLayout()
+        for label, widget in (("Temperature", self.temperature), ("Top-p", self.top_p),
+                              ("Max tokens", self.max_tokens)):  # fmt: skip
+            inner = QFormLayout()
+            inner.addRow(label, widget)
+            numbers.addLayout(inner)
+        form.addRow(numbers)
+        self.setLayout(form)
+        self.system_prompt.editingFinished.connect(
+            lambda: self.system_prompt_changed.emit(self.system_prompt.text())
+        )
+        for spin in (self.temperature, self.top_p, self.max_tokens):
+            spin.valueChanged.connect(lambda _value: self.sampling_changed.emit(self.sampling()))
+
+    def sampling(self) -> dict[str, Any]:
+        return SamplingSettings(
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+            max_tokens=self.max_tokens.value(),
+        ).to_dict()
+
+    def show_settings(self, system_prompt: str, sampling: SamplingSettings) -> None:
+        widgets = (self.system_prompt, self.temperature, self.top_p, self.max_tokens)
+        for widget in widgets:
+            widget.blockSignals(True)
+        self.system_prompt.setText(system_prompt)
+        self.temperature.setValue(sampling.temperature)
+        self.top_p.setValue(sampling.top_p)
+        self.max_tokens.setValue(sampling.max_tokens)
+        for widget in widgets:
+            widget.blockSignals(False)
+
+
+def _spin(low: float, high: float, step: float) -> QDoubleSpinBox:
+    spin = QDoubleSpinBox(minimum=low, maximum=high, singleStep=step)
+    spin.setDecimals(2)
+    return spin
