@@ -16,13 +16,17 @@ from PySide6.QtWidgets import QListWidgetItem
 
 from app.chat_store import ChatStore
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
+from app.units import format_bytes
 from app.worker import EngineWorker
 from engine.model_params import LoadParams
+from engine.plan import Plan
+from engine.profile import Profile
 from engine.sampling import SamplingSettings
 from ui.engine_bridge import EngineBridge
 from ui.main_window import CONVERSATION_ID, MainWindow
 
 SAVE_INTERVAL_S = 0.5
+NOT_PROFILED = "not profiled: CPU defaults (run shardchat profile)"
 NEW_TITLE = "New chat"
 TITLE_CHARS = 40
 
@@ -36,10 +40,13 @@ class ChatController(QObject):
         store: ChatStore,
         model_params: LoadParams,
         settings: SamplingSettings,
+        plan: Plan | None = None,
+        profile: Profile | None = None,
     ) -> None:
         super().__init__(window)
         self.window, self.worker, self.bridge, self.store = window, worker, bridge, store
         self._params, self._settings = model_params, settings
+        self._plan, self._profile = plan, profile
         self.conversation_id: int | None = None
         self.model_ready = False
         self._load_request: int | None = None
@@ -83,7 +90,8 @@ class ChatController(QObject):
         self._render()
         self.window.model_label.setText("loading model…")
         self.window.input.setEnabled(False)
-        self._load_request = self.worker.load_model(self._params)
+        self._load_request = self.worker.load_model(self._params, self._plan, self._profile)
+        self.window.plan_label.setText(plan_summary(self._plan))
 
     def send(self, text: str) -> None:
         if not self.model_ready or self._reply_request is not None:
@@ -259,3 +267,14 @@ class ChatController(QObject):
         self._reply_request = self._reply_message = None
         self.window.set_busy(False)
         self._render()
+
+
+def plan_summary(plan: Plan | None) -> str:
+    """The status bar's view of the plan: how a chat's decode runs, and its VRAM."""
+    if plan is None:
+        return NOT_PROFILED
+    vram = plan.vram
+    return (
+        f"{plan.family_for(1).value.replace('_', ' ')} decode · VRAM "
+        f"{format_bytes(vram.total_bytes)} of {format_bytes(vram.budget_bytes)}"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,9 +10,15 @@ from PySide6.QtCore import Qt
 
 from app.chat_store import ChatStore
 from app.worker import EngineWorker
+from engine.hardware import probe_hardware
+from engine.inventory import read_inventory
 from engine.model_params import LoadParams
+from engine.plan import PlanRequest
+from engine.plan_execution import load_params_for
+from engine.planner import make_plan
+from engine.profile import Profile
 from engine.sampling import GREEDY
-from ui.chat_controller import ChatController
+from ui.chat_controller import ChatController, plan_summary
 from ui.engine_bridge import EngineBridge
 from ui.main_window import MainWindow
 
@@ -151,3 +158,31 @@ def test_each_conversation_keeps_its_own_system_prompt_and_sampling(qtbot, app_p
     qtbot.mouseClick(window.new_chat, Qt.MouseButton.LeftButton)
     assert window.settings.system_prompt.text() == ""
     assert window.settings.max_tokens.value() == 24  # the app's default, not the other chat's
+
+
+def test_the_status_bar_shows_the_plan_the_model_runs_under(
+    qtbot, default_model_file: Path, tmp_path: Path
+) -> None:
+    recorded = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
+    profile = replace(
+        Profile.from_json(recorded.read_text()), fingerprint=probe_hardware().fingerprint()
+    )
+    inventory = read_inventory(default_model_file)
+    plan = make_plan(inventory, profile, PlanRequest(0, n_ctx=1024))
+    params = load_params_for(plan, inventory, str(default_model_file))
+    bridge = EngineBridge()
+    worker = EngineWorker(bridge).start()
+    window = MainWindow()
+    qtbot.addWidget(window)
+    with ChatStore(tmp_path / "chats.sqlite3") as store:
+        controller = ChatController(
+            window, worker, bridge, store, params, GREEDY.with_changes(max_tokens=8), plan, profile
+        )
+        try:
+            with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
+                controller.start()
+            assert window.plan_label.text() == "cpu only decode · VRAM 0 B of 0 B"
+            send(qtbot, window, bridge, "Hi.")
+        finally:
+            worker.shutdown()
+    assert plan_summary(None).startswith("not profiled")
