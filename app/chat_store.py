@@ -43,8 +43,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -52,7 +52,7 @@ from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
-from app.sqlite_file import StoreIdentity, connect_with, open_store
+from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
 from app.sqlite_migrations import apply_migrations
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
@@ -540,16 +540,8 @@ class ChatStore:
         conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
         return conn
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (incl. KeyboardInterrupt)."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[None]:
+        return transaction(self._conn)
 
 
 # -- checking and encoding ---------------------------------------------------------------------

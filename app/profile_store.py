@@ -25,8 +25,7 @@ import logging
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
-from app.sqlite_file import StoreIdentity, connect_with, one_line, open_store
+from app.sqlite_file import StoreIdentity, connect_with, one_line, open_store, transaction
 from app.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError
 from engine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
@@ -242,16 +241,8 @@ class ProfileStore:
         conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
         return conn
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (incl. KeyboardInterrupt)."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[None]:
+        return transaction(self._conn)
 
 
 # -- encoding and checking ---------------------------------------------------------------------
