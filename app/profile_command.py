@@ -14,13 +14,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.profile_store import ProfileStore
+from app.profile_summary import render_profile
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.hardware import HardwareInfo, probe_hardware
-from engine.profile import KernelShape, Profile, ProfileMode
+from engine.profile import Profile, ProfileMode
 from engine.profiler import ProfileProgress, Profiler
-
-_SUMMARY_TOKENS = (1, 16, 256)
 
 
 def add_profile_command(commands: argparse._SubParsersAction) -> None:
@@ -83,97 +82,3 @@ def _print(profile: Profile, as_json: bool, where: str) -> int:
         print(render_profile(profile))
         print(where)
     return 0
-
-
-def render_profile(profile: Profile) -> str:
-    """A short human summary: throughput by quant at the best thread count, bandwidths, GPU."""
-    described = " (described, not measured)" if profile.is_described else ""
-    token_counts = " / ".join(map(str, _SUMMARY_TOKENS))
-    lines = [
-        f"profile        {profile.mode.value}{described}, {profile.created_at}, "
-        f"took {profile.duration_s:.1f} s",
-        f"machine        {_machine(profile)}",
-        f"llama.cpp      {profile.llama_build}",
-        f"GFLOP/s        at the best thread count, for {token_counts} tokens",
-    ]
-    lines += [f"  {line}" for line in _throughput_lines(profile)]
-    lines += [
-        f"DRAM read      {profile.dram_read_gbps:.1f} GB/s",
-        f"repacking      {_repack(profile)}",
-        f"fixed costs    {_fixed(profile)}",
-        f"attention      {_attention(profile)}",
-        f"GPU            {_gpu(profile)}",
-        f"unusable       {_unusable(profile)}",
-    ]
-    return "\n".join(lines)
-
-
-def _unusable(profile: Profile) -> str:
-    return "; ".join(f"{u.config}: {u.reason}" for u in profile.unusable) or "none"
-
-
-def _machine(profile: Profile) -> str:
-    hardware = profile.hardware
-    if not hardware:
-        return profile.description or f"{profile.physical_cores} cores"
-    cpu, memory = hardware.get("cpu", {}), hardware.get("memory", {})
-    return (
-        f"{cpu.get('model', '?')}, {cpu.get('physical_cores', '?')} cores, "
-        f"{format_bytes(memory.get('total_bytes', 0))} RAM"
-    )
-
-
-def _throughput_lines(profile: Profile) -> list[str]:
-    lines = []
-    for shape in KernelShape:
-        for quant in sorted({k.quant for k in profile.cpu_kernels if k.shape is shape}):
-            points = [k for k in profile.cpu_kernels if k.shape is shape and k.quant == quant]
-            best = max({k.threads for k in points}, key=lambda t: _peak(points, t))
-            cells = []
-            for n_tokens in _SUMMARY_TOKENS:
-                match = [k for k in points if k.threads == best and k.n_tokens == n_tokens]
-                cells.append(f"{match[0].gflops:7.1f}" if match else "      -")
-            lines.append(f"{shape.value:6}{quant:6} {best:>3} threads {' /'.join(cells)}")
-    return lines
-
-
-def _peak(points: list, threads: int) -> float:
-    return max(k.gflops for k in points if k.threads == threads)
-
-
-def _repack(profile: Profile) -> str:
-    repack = profile.repack
-    if repack is None or not repack.works:
-        return f"not usable ({repack.detail if repack else 'not measured'})"
-    verdict = "pays off" if repack.pays_off else "does not pay off"
-    return f"works, {repack.speedup:.2f}x for Q4_0 ({verdict})"
-
-
-def _fixed(profile: Profile) -> str:
-    top = max(profile.cpu_call_overhead_s, default=None)
-    if top is None:
-        return "not measured"
-    call = 1e6 * profile.cpu_call_overhead_s[top]
-    per_block = 1e6 * profile.cpu_layer_overhead_s.get(top, 0.0)
-    return f"{call:.1f} µs per call, {per_block:.1f} µs per block ({top} threads)"
-
-
-def _attention(profile: Profile) -> str:
-    single = [p for p in profile.cpu_attention if p.n_tokens == 1]
-    if not single:
-        return "not measured"
-    point = max(single, key=lambda p: p.n_ctx)
-    per_head_per_k = 1e6 * point.seconds_per_layer / point.n_head / point.n_ctx * 1000
-    return f"{per_head_per_k:.2f} µs per head and block per 1k cached tokens (1-token step)"
-
-
-def _gpu(profile: Profile) -> str:
-    gpu = profile.gpu
-    if gpu is not None:
-        return (
-            f"{gpu.name}, {format_bytes(gpu.vram_total_bytes)}, VRAM {gpu.memory_gbps:.0f} GB/s, "
-            f"host->device {gpu.h2d_pinned_gbps:.1f} GB/s pinned, {gpu.h2d_pageable_gbps:.1f} "
-            f"pageable, CPU at {100 * gpu.cpu_derate_under_copy:.0f}% during copies"
-        )
-    reason = profile.hardware.get("gpu_reason") if profile.hardware else None
-    return f"none ({reason})" if reason else "none"

@@ -1,0 +1,256 @@
+"""Profiles and machines in words: the text `shardchat profile` prints and the wizard shows.
+
+The CLI and the first-launch wizard describe the same figures; keeping the
+wording in one UI-free module means they never disagree, and the phrasing
+can be tested without a terminal or a window. Rows are (label, value) pairs
+so each front end lays them out its own way.
+"""
+
+from __future__ import annotations
+
+from app.auto_budget import AutoBudget
+from app.units import format_bytes
+from engine.hardware import GpuInfo, HardwareInfo
+from engine.profile import KernelShape, Profile
+
+_SUMMARY_TOKENS = (1, 16, 256)
+
+Row = tuple[str, str]
+
+
+# -- the CLI's summary -------------------------------------------------------------------------
+
+
+def render_profile(profile: Profile) -> str:
+    """A short human summary: throughput by quant at the best thread count, bandwidths, GPU."""
+    described = " (described, not measured)" if profile.is_described else ""
+    token_counts = " / ".join(map(str, _SUMMARY_TOKENS))
+    lines = [
+        f"profile        {profile.mode.value}{described}, {profile.created_at}, "
+        f"took {profile.duration_s:.1f} s",
+        f"machine        {_machine(profile)}",
+        f"llama.cpp      {profile.llama_build}",
+        f"GFLOP/s        at the best thread count, for {token_counts} tokens",
+    ]
+    lines += [f"  {line}" for line in _throughput_lines(profile)]
+    lines += [
+        f"DRAM read      {profile.dram_read_gbps:.1f} GB/s",
+        f"repacking      {_repack(profile)}",
+        f"fixed costs    {_fixed(profile)}",
+        f"attention      {_attention(profile)}",
+        f"GPU            {_gpu(profile)}",
+        f"unusable       {_unusable(profile)}",
+    ]
+    return "\n".join(lines)
+
+
+def _unusable(profile: Profile) -> str:
+    return "; ".join(f"{u.config}: {u.reason}" for u in profile.unusable) or "none"
+
+
+def _machine(profile: Profile) -> str:
+    hardware = profile.hardware
+    if not hardware:
+        return profile.description or f"{profile.physical_cores} cores"
+    cpu, memory = hardware.get("cpu", {}), hardware.get("memory", {})
+    return (
+        f"{cpu.get('model', '?')}, {cpu.get('physical_cores', '?')} cores, "
+        f"{format_bytes(memory.get('total_bytes', 0))} RAM"
+    )
+
+
+def _throughput_lines(profile: Profile) -> list[str]:
+    lines = []
+    for shape in KernelShape:
+        for quant in sorted({k.quant for k in profile.cpu_kernels if k.shape is shape}):
+            points = [k for k in profile.cpu_kernels if k.shape is shape and k.quant == quant]
+            best = max({k.threads for k in points}, key=lambda t: _peak(points, t))
+            cells = []
+            for n_tokens in _SUMMARY_TOKENS:
+                match = [k for k in points if k.threads == best and k.n_tokens == n_tokens]
+                cells.append(f"{match[0].gflops:7.1f}" if match else "      -")
+            lines.append(f"{shape.value:6}{quant:6} {best:>3} threads {' /'.join(cells)}")
+    return lines
+
+
+def _peak(points: list, threads: int) -> float:
+    return max(k.gflops for k in points if k.threads == threads)
+
+
+def _repack(profile: Profile) -> str:
+    repack = profile.repack
+    if repack is None or not repack.works:
+        return f"not usable ({repack.detail if repack else 'not measured'})"
+    verdict = "pays off" if repack.pays_off else "does not pay off"
+    return f"works, {repack.speedup:.2f}x for Q4_0 ({verdict})"
+
+
+def _fixed(profile: Profile) -> str:
+    top = max(profile.cpu_call_overhead_s, default=None)
+    if top is None:
+        return "not measured"
+    call = 1e6 * profile.cpu_call_overhead_s[top]
+    per_block = 1e6 * profile.cpu_layer_overhead_s.get(top, 0.0)
+    return f"{call:.1f} µs per call, {per_block:.1f} µs per block ({top} threads)"
+
+
+def _attention(profile: Profile) -> str:
+    single = [p for p in profile.cpu_attention if p.n_tokens == 1]
+    if not single:
+        return "not measured"
+    point = max(single, key=lambda p: p.n_ctx)
+    per_head_per_k = 1e6 * point.seconds_per_layer / point.n_head / point.n_ctx * 1000
+    return f"{per_head_per_k:.2f} µs per head and block per 1k cached tokens (1-token step)"
+
+
+def _gpu(profile: Profile) -> str:
+    gpu = profile.gpu
+    if gpu is not None:
+        return (
+            f"{gpu.name}, {format_bytes(gpu.vram_total_bytes)}, VRAM {gpu.memory_gbps:.0f} GB/s, "
+            f"host->device {gpu.h2d_pinned_gbps:.1f} GB/s pinned, {gpu.h2d_pageable_gbps:.1f} "
+            f"pageable, CPU at {100 * gpu.cpu_derate_under_copy:.0f}% during copies"
+        )
+    reason = profile.hardware.get("gpu_reason") if profile.hardware else None
+    return f"none ({reason})" if reason else "none"
+
+
+# -- the wizard's pages ------------------------------------------------------------------------
+
+
+def hardware_rows(hardware: HardwareInfo) -> list[Row]:
+    """What the probe found, before anything is measured."""
+    memory = hardware.memory
+    rows = [
+        ("CPU", _cpu_text(hardware)),
+        ("Instruction sets", ", ".join(hardware.cpu.flags) or "none that llama.cpp uses"),
+        (
+            "Memory",
+            f"{format_bytes(memory.total_bytes)} RAM, {format_bytes(memory.available_bytes)} free",
+        ),
+    ]
+    rows += gpu_rows(hardware)
+    rows.append(("llama.cpp", hardware.llama_build))
+    return rows
+
+
+def gpu_rows(hardware: HardwareInfo) -> list[Row]:
+    """One row per NVIDIA GPU with its link, or the one line saying why there is none."""
+    if not hardware.gpus:
+        return [("GPU", no_gpu_text(hardware.gpu_reason))]
+    rows = [(f"GPU {gpu.index}", _gpu_identity(gpu)) for gpu in hardware.gpus]
+    rows += [(f"PCIe (GPU {gpu.index})", pcie_text(gpu)) for gpu in hardware.gpus]
+    if hardware.driver_version:
+        cuda = f", CUDA {hardware.cuda_driver_version}" if hardware.cuda_driver_version else ""
+        rows.append(("Driver", f"{hardware.driver_version}{cuda}"))
+    return rows
+
+
+def no_gpu_text(reason: str | None) -> str:
+    return f"no NVIDIA GPU found ({reason})" if reason else "no NVIDIA GPU found"
+
+
+def _gpu_identity(gpu: GpuInfo) -> str:
+    others = format_bytes(gpu.other_processes_bytes)
+    return f"{gpu.name}, {format_bytes(gpu.vram_total_bytes)} VRAM ({others} used by others)"
+
+
+def pcie_text(gpu: GpuInfo) -> str:
+    """Current and best link: a GPU idles at a lower generation, so both are worth seeing."""
+    generation = _link_part("gen ", gpu.pcie_generation_current, gpu.pcie_generation_max)
+    width = _link_part("x", gpu.pcie_width_current, gpu.pcie_width_max)
+    return f"{generation}, {width}"
+
+
+def _link_part(prefix: str, current: int | None, best: int | None) -> str:
+    if current is None and best is None:
+        return f"{prefix}?"
+    if current == best or best is None:
+        return f"{prefix}{current}"
+    return f"{prefix}{current if current is not None else '?'} (up to {prefix}{best})"
+
+
+def suggested_budget_bytes(hardware: HardwareInfo) -> int:
+    """The auto budget of the first GPU right now; 0 means a CPU plan."""
+    gpu = hardware.gpus[0] if hardware.gpus else None
+    return AutoBudget(apply=lambda _budget: None).budget_for(gpu)
+
+
+def budget_text(budget_bytes: int) -> str:
+    if budget_bytes <= 0:
+        return "0 B: no GPU memory to use, so the model runs on the CPU (CPU plan)"
+    return f"{format_bytes(budget_bytes)} (the VRAM other programs leave, minus a reserve)"
+
+
+def result_rows(profile: Profile, budget_bytes: int) -> list[Row]:
+    """The measured figures a person can check against what they know of their machine."""
+    hardware = HardwareInfo.from_dict(profile.hardware) if profile.hardware else None
+    rows = [("CPU", _cpu_text(hardware) if hardware is not None else _machine(profile))]
+    if profile.thread_counts:
+        threads = ", ".join(map(str, profile.thread_counts))
+        rows.append(("Threads", f"measured {threads}; fastest with {fastest_threads(profile)}"))
+    if hardware is not None:
+        rows.append(("Memory", f"{format_bytes(hardware.memory.total_bytes)} RAM"))
+    rows.append(("DRAM read", f"{profile.dram_read_gbps:.1f} GB/s"))
+    rows += _measured_gpu_rows(profile, hardware)
+    rows.append(("Suggested VRAM budget", budget_text(budget_bytes)))
+    if profile.unusable:
+        rows.append(("Not usable here", _unusable(profile)))
+    took = format_duration(profile.duration_s)
+    rows.append(
+        ("Measured in", "not measured: a described machine" if profile.is_described else took)
+    )
+    return rows
+
+
+def _cpu_text(hardware: HardwareInfo) -> str:
+    cpu = hardware.cpu
+    return f"{cpu.model}, {cpu.physical_cores} cores / {cpu.logical_cores} threads"
+
+
+def _measured_gpu_rows(profile: Profile, hardware: HardwareInfo | None) -> list[Row]:
+    if hardware is None:
+        return [("GPU", _gpu(profile))]
+    if not hardware.gpus:
+        return [("GPU", no_gpu_text(hardware.gpu_reason))]
+    rows = [row for row in gpu_rows(hardware) if row[0] != "Driver"]
+    gpu = profile.gpu
+    if gpu is None:
+        return rows + [("Host→device", "not measured (the GPU steps failed)")]
+    pinned, pageable = gpu.h2d_pinned_gbps, gpu.h2d_pageable_gbps
+    return rows + [
+        ("VRAM read", f"{gpu.memory_gbps:.0f} GB/s"),
+        ("Host→device", f"{pinned:.1f} GB/s pinned, {pageable:.1f} GB/s pageable"),
+    ]
+
+
+def fastest_threads(profile: Profile) -> int:
+    """The thread count whose dense (else any) CPU kernels add up to the most GFLOP/s."""
+    points = [k for k in profile.cpu_kernels if k.shape is KernelShape.DENSE]
+    points = points or list(profile.cpu_kernels)
+    totals: dict[int, float] = {}
+    for point in points:
+        totals[point.threads] = totals.get(point.threads, 0.0) + point.gflops
+    return max(totals, key=totals.__getitem__)
+
+
+# -- time ----------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float) -> str:
+    """45 -> '45 s', 83 -> '1 min 23 s'."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    return f"{whole // 60} min {whole % 60:02d} s"
+
+
+def time_left_text(eta_s: float | None) -> str:
+    """An ETA that does not pretend to be exact: rounded to 5 s, or to minutes when long."""
+    if eta_s is None:
+        return "estimating the time left…"
+    if eta_s < 10:
+        return "a few seconds left"
+    if eta_s < 120:
+        return f"about {5 * round(eta_s / 5)} s left"
+    return f"about {round(eta_s / 60)} min left"

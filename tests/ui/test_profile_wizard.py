@@ -1,0 +1,208 @@
+"""The first-launch wizard, driven page by page with real profiling runs and real files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import gguf
+import numpy as np
+import psutil
+import pytest
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QDialog, QWizard
+
+from app.profile_store import ProfileStore
+from engine.default_model import default_model_path
+from engine.hardware import probe_hardware
+from engine.profile import ProfileMode
+from ui.profile_wizard import (
+    DONE_PAGE,
+    HARDWARE_PAGE,
+    MODEL_PAGE,
+    PROFILING_PAGE,
+    RESULTS_PAGE,
+    WELCOME_PAGE,
+    ProfileWizard,
+)
+
+RUN_TIMEOUT_MS = 300_000  # a fast profile takes 45 s alone, 150 s when others load the box
+NEXT = QWizard.WizardButton.NextButton
+
+
+@pytest.fixture(scope="module")
+def hardware():
+    return probe_hardware()
+
+
+def stored(hardware):
+    with ProfileStore() as store:
+        return store.latest(hardware.fingerprint(), hardware.llama_build)
+
+
+def profiling_children() -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "engine.child_process" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def open_wizard(qtbot, hardware, mode: ProfileMode) -> ProfileWizard:
+    wizard = ProfileWizard(hardware, mode)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    return wizard
+
+
+def go_to_profiling(wizard: ProfileWizard) -> None:
+    wizard.next()
+    wizard.next()
+    assert wizard.currentId() == PROFILING_PAGE
+
+
+def test_a_fast_profile_runs_through_every_page(qtbot, hardware) -> None:
+    wizard = open_wizard(qtbot, hardware, ProfileMode.FAST)
+    assert wizard.currentId() == WELCOME_PAGE and wizard.profile() is None
+    wizard.next()
+    assert wizard.currentId() == HARDWARE_PAGE
+    found = wizard.hardware_page.facts.values
+    assert hardware.cpu.model in found["CPU"].text()
+    assert found["GPU"].text().startswith("no NVIDIA GPU found (")
+
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    started = time.perf_counter()
+    wizard.next()
+    page = wizard.profiling_page
+    assert wizard.currentId() == PROFILING_PAGE and page.is_running
+    assert not wizard.button(NEXT).isEnabled()
+    qtbot.waitUntil(lambda: "s left" in page.time_label.text(), timeout=RUN_TIMEOUT_MS)
+    assert "step" in page.step_label.text() and page.bar.value() >= 1
+    qtbot.waitUntil(lambda: wizard.profile() is not None, timeout=RUN_TIMEOUT_MS)
+    elapsed = time.perf_counter() - started
+    timer.stop()
+    assert len(ticks) >= elapsed / 0.1, f"{len(ticks)} ticks in {elapsed:.1f} s"
+    assert max(b - a for a, b in zip(ticks, ticks[1:], strict=False)) < 2.0  # no freeze
+
+    profile = wizard.profile()
+    assert profile.mode is ProfileMode.FAST and stored(hardware) == profile
+    assert page.bar.value() == page.bar.maximum() > 1
+    assert page.job.wait(5) and not page.is_running
+    assert wizard.button(NEXT).isEnabled()
+
+    wizard.next()
+    assert wizard.currentId() == RESULTS_PAGE
+    results = wizard.results_page.facts.values
+    assert hardware.cpu.model in results["CPU"].text()
+    assert f"{profile.dram_read_gbps:.1f} GB/s" in results["DRAM read"].text()
+    assert results["GPU"].text().startswith("no NVIDIA GPU found (")
+    assert results["Suggested VRAM budget"].text().startswith("0 B")
+    assert "CPU plan" in results["Suggested VRAM budget"].text()
+    threads = ", ".join(map(str, profile.thread_counts))
+    assert f"measured {threads}" in results["Threads"].text()
+
+    wizard.next()
+    assert wizard.currentId() == MODEL_PAGE
+    assert wizard.model_page.default_choice.isChecked()
+    assert wizard.chosen_model() == str(default_model_path())
+    wizard.next()
+    assert wizard.currentId() == DONE_PAGE
+    assert "A fast profile of this machine is stored" in wizard.done_page.summary.text()
+    wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert wizard.result() == QDialog.DialogCode.Accepted
+
+
+def test_cancel_during_profiling_stores_nothing_and_allows_a_retry(qtbot, hardware) -> None:
+    wizard = open_wizard(qtbot, hardware, ProfileMode.SMOKE)
+    go_to_profiling(wizard)
+    page = wizard.profiling_page
+    qtbot.waitUntil(lambda: page.bar.value() >= 1, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: bool(profiling_children()), timeout=RUN_TIMEOUT_MS)
+    first_job = page.job
+    page.cancel_button.click()
+    assert first_job.wait(5) and not page.is_running
+    qtbot.waitUntil(page.retry_button.isVisible, timeout=5_000)
+    assert "nothing was stored" in page.status_label.text()
+    assert profiling_children() == []
+    assert stored(hardware) is None and wizard.profile() is None
+    assert not wizard.button(NEXT).isEnabled()
+
+    page.retry_button.click()
+    assert page.job is not first_job and page.is_running
+    qtbot.waitUntil(lambda: wizard.profile() is not None, timeout=RUN_TIMEOUT_MS)
+    assert stored(hardware) == wizard.profile()
+    assert wizard.button(NEXT).isEnabled() and not page.retry_button.isVisible()
+
+
+def test_closing_the_wizard_mid_run_cancels_the_job(qtbot, hardware) -> None:
+    wizard = open_wizard(qtbot, hardware, ProfileMode.SMOKE)
+    go_to_profiling(wizard)
+    page = wizard.profiling_page
+    qtbot.waitUntil(lambda: page.bar.value() >= 1, timeout=RUN_TIMEOUT_MS)
+    asked = time.monotonic()
+    wizard.close()
+    assert time.monotonic() - asked < 3.0
+    assert not page.is_running and page.job.wait(0)
+    assert wizard.result() == QDialog.DialogCode.Rejected
+    assert profiling_children() == [] and stored(hardware) is None
+
+
+def test_back_mid_run_cancels_and_next_starts_afresh(qtbot, hardware) -> None:
+    """The first run's late "cancelled" report must not end the second run's page."""
+    wizard = open_wizard(qtbot, hardware, ProfileMode.SMOKE)
+    go_to_profiling(wizard)
+    page = wizard.profiling_page
+    qtbot.waitUntil(lambda: page.bar.value() >= 1, timeout=RUN_TIMEOUT_MS)
+    first_job = page.job
+    wizard.back()
+    assert wizard.currentId() == HARDWARE_PAGE and not first_job.is_running
+    wizard.next()
+    assert page.job is not first_job and page.is_running
+    qtbot.wait(300)  # the first job's queued report arrives now
+    assert page.cancel_button.isEnabled() and not page.retry_button.isVisible()
+    qtbot.waitUntil(lambda: wizard.profile() is not None, timeout=RUN_TIMEOUT_MS)
+    assert stored(hardware) == wizard.profile()
+
+
+def write_projector(path: Path) -> Path:
+    writer = gguf.GGUFWriter(path, "clip")
+    writer.add_string("clip.projector_type", "gemma3")
+    writer.add_tensor("mm.input_projection.weight", np.zeros((8, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_the_model_page_refuses_bad_files_and_keeps_the_default(
+    qtbot, hardware, tmp_path: Path, make_synthetic
+) -> None:
+    wizard = open_wizard(qtbot, hardware, ProfileMode.SMOKE)
+    page = wizard.model_page
+    default = str(default_model_path())
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("these are my notes, not a model")
+    assert not page.import_model(str(not_gguf))
+    assert "not a GGUF file" in page.reason_label.text()
+    assert "\n" not in page.reason_label.text()
+    assert page.default_choice.isChecked() and not page.imported_choice.isVisibleTo(wizard)
+    assert wizard.chosen_model() == default
+
+    assert not page.import_model(str(write_projector(tmp_path / "mmproj.gguf")))
+    assert "vision projector" in page.reason_label.text()
+    assert wizard.chosen_model() == default
+
+    model = make_synthetic("llama", "Q8_0")
+    assert page.import_model(str(model))
+    assert page.reason_label.text() == "" and page.imported_choice.isChecked()
+    assert wizard.chosen_model() == str(model)
+    page.default_choice.setChecked(True)
+    assert wizard.chosen_model() == default

@@ -1,0 +1,469 @@
+"""The first-launch wizard: meet the machine, measure it, show the figures, pick a model.
+
+Shown when no profile exists for this machine's fingerprint (see
+`app.profiling_job.needs_profiling`), and again from the menu. Measuring runs
+in a `ProfilingJob` on its own thread; a bridge turns the job's reports into
+queued signals, so the pages update on the GUI thread and the window stays
+responsive for the minute a fast profile takes. Cancelling, going back, or
+closing the wizard stops the job and stores nothing; skipping is fine, and
+ShardChat then runs without a plan until the machine is profiled.
+
+The pages only render: the facts come from `app.profile_summary`, the run
+from the job, the model check from `engine.inventory`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
+    QWizard,
+    QWizardPage,
+)
+
+from app.profile_summary import (
+    Row,
+    format_duration,
+    hardware_rows,
+    result_rows,
+    suggested_budget_bytes,
+    time_left_text,
+)
+from app.profiling_job import (
+    ProfilingCancelled,
+    ProfilingEvent,
+    ProfilingFailed,
+    ProfilingJob,
+    ProfilingSaved,
+)
+from app.units import format_bytes
+from engine.default_model import default_model_path
+from engine.errors import BadInputError
+from engine.hardware import HardwareInfo, probe_hardware
+from engine.inventory import read_inventory
+from engine.profile import Profile, ProfileMode
+
+if TYPE_CHECKING:  # engine.profiler loads llama.cpp; only its type is needed here
+    from engine.profiler import ProfileProgress
+
+log = logging.getLogger(__name__)
+
+WELCOME_PAGE, HARDWARE_PAGE, PROFILING_PAGE, RESULTS_PAGE, MODEL_PAGE, DONE_PAGE = range(6)
+STOP_WAIT_S = 5.0  # a cancel kills the child at its next 50 ms poll; this is ample
+CLOCK_INTERVAL_MS = 250
+
+
+class ProfilingBridge(QObject):
+    """Callable from the job's thread; re-emits each report as a signal queued to the GUI."""
+
+    progress = Signal(object)  # engine.profiler.ProfileProgress
+    saved = Signal(object)  # ProfilingSaved
+    cancelled = Signal()
+    failed = Signal(str)  # one line for the user
+
+    def __call__(self, event: ProfilingEvent) -> None:
+        if isinstance(event, ProfilingSaved):
+            self.saved.emit(event)
+        elif isinstance(event, ProfilingCancelled):
+            self.cancelled.emit()
+        elif isinstance(event, ProfilingFailed):
+            self.failed.emit(event.message)
+        else:
+            self.progress.emit(event)
+
+
+class FactsForm(QWidget):
+    """(label, value) rows as a form; each value is selectable and named for screen readers."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._form = QFormLayout(self)
+        self.values: dict[str, QLabel] = {}
+
+    def show_rows(self, rows: list[Row]) -> None:
+        while self._form.rowCount():
+            self._form.removeRow(0)
+        self.values = {}
+        for label, value in rows:
+            shown = QLabel(value)
+            shown.setWordWrap(True)
+            shown.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            shown.setAccessibleName(label)
+            self._form.addRow(f"{label}:", shown)
+            self.values[label] = shown
+
+
+def _page(title: str, subtitle: str) -> QWizardPage:
+    page = QWizardPage()
+    page.setTitle(title)
+    page.setSubTitle(subtitle)
+    return page
+
+
+def _welcome_page() -> QWizardPage:
+    page = _page(
+        "Welcome to ShardChat",
+        "Before the first chat, ShardChat measures this computer once.",
+    )
+    text = QLabel(
+        "ShardChat splits big models between your GPU and your CPU. To split them well it "
+        "times llama.cpp's own kernels on this machine: about a minute, and nothing leaves "
+        "your computer. The figures are stored and reused until the hardware or llama.cpp "
+        "changes.\n\nYou can skip this now and run it later from the menu."
+    )
+    text.setWordWrap(True)
+    QVBoxLayout(page).addWidget(text)
+    return page
+
+
+class HardwarePage(QWizardPage):
+    """What the probe found: CPU, memory, GPUs with their PCIe links, llama.cpp build."""
+
+    def __init__(self, hardware: HardwareInfo) -> None:
+        super().__init__()
+        self.setTitle("Hardware found")
+        self.setSubTitle("This is what will be measured.")
+        self.facts = FactsForm()
+        self.facts.show_rows(hardware_rows(hardware))
+        QVBoxLayout(self).addWidget(self.facts)
+
+
+class ProfilingPage(QWizardPage):
+    """Runs the job: progress, current step, elapsed and ETA; cancel, retry."""
+
+    def __init__(self, mode: ProfileMode, hardware: HardwareInfo, store_path: Path | None) -> None:
+        super().__init__()
+        self.setTitle("Measuring this machine")
+        self.setSubTitle(
+            f"A {mode.value} profile. The window stays usable; you can cancel at any time."
+        )
+        self.profile: Profile | None = None
+        self.job: ProfilingJob | None = None
+        self._mode, self._hardware, self._store_path = mode, hardware, store_path
+        self._bridge: ProfilingBridge | None = None
+        self._started_at = 0.0
+        self._eta: tuple[float, float] | None = None  # (seconds left, when that was said)
+        self._build_widgets()
+        self._clock = QTimer(self)
+        self._clock.setInterval(CLOCK_INTERVAL_MS)
+        self._clock.timeout.connect(self._show_time)
+
+    def _build_widgets(self) -> None:
+        self.bar = QProgressBar()
+        self.bar.setAccessibleName("Profiling progress")
+        self.step_label = QLabel("Not started")
+        self.step_label.setAccessibleName("Current step")
+        self.time_label = QLabel()
+        self.time_label.setAccessibleName("Elapsed and time left")
+        self.status_label = QLabel()
+        self.status_label.setWordWrap(True)
+        self.status_label.setAccessibleName("Profiling status")
+        self.cancel_button = QPushButton("Cancel profiling")
+        self.cancel_button.setAccessibleName("Cancel profiling")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.retry_button = QPushButton("Profile again")
+        self.retry_button.setAccessibleName("Profile again")
+        self.retry_button.clicked.connect(self.start)
+        self.retry_button.hide()
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.retry_button)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        for widget in (self.bar, self.step_label, self.time_label, self.status_label):
+            layout.addWidget(widget)
+        layout.addLayout(buttons)
+        layout.addStretch(1)
+
+    # -- QWizardPage ------------------------------------------------------------------------
+
+    def initializePage(self) -> None:
+        if self.profile is None and not self.is_running:
+            self.start()
+
+    def cleanupPage(self) -> None:
+        """Back to the hardware page: a run in progress is cancelled, not left behind."""
+        self.stop_job()
+
+    def isComplete(self) -> bool:
+        return self.profile is not None
+
+    # -- the job ----------------------------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        return self.job is not None and self.job.is_running
+
+    def start(self) -> None:
+        """Start a fresh job; events of an earlier one that are still queued are ignored."""
+        self._bridge = self._connected_bridge()
+        self.job = ProfilingJob(self._bridge, self._mode, self._hardware, self._store_path)
+        self._started_at, self._eta = time.monotonic(), None
+        self.bar.setRange(0, 0)  # busy until the first step reports
+        self.step_label.setText("Starting…")
+        self.status_label.clear()
+        self.cancel_button.setEnabled(True)
+        self.retry_button.hide()
+        self.job.start()
+        self._clock.start()
+        self._show_time()
+
+    def cancel(self) -> None:
+        if self.is_running:
+            self.job.cancel()
+            self.cancel_button.setEnabled(False)
+            self.step_label.setText("Cancelling…")
+
+    def stop_job(self) -> None:
+        """Cancel and wait for the thread to end; the child process dies with the cancel."""
+        if self.job is None:
+            return
+        self.cancel()
+        if not self.job.wait(STOP_WAIT_S):
+            log.warning("the profiling thread did not end within %.0f s", STOP_WAIT_S)
+
+    def _connected_bridge(self) -> ProfilingBridge:
+        bridge = ProfilingBridge(self)
+        bridge.progress.connect(self._show_progress)
+        bridge.saved.connect(self._show_saved)
+        bridge.cancelled.connect(self._show_cancelled)
+        bridge.failed.connect(self._show_failed)
+        return bridge
+
+    def _from_current_job(self) -> bool:
+        return self.sender() is self._bridge
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def _show_progress(self, progress: ProfileProgress) -> None:
+        if not self._from_current_job():
+            return
+        self.bar.setRange(0, progress.total)
+        self.bar.setValue(progress.step)
+        if progress.step < progress.total:
+            shown = f"Measuring {progress.label} (step {progress.step + 1} of {progress.total})"
+            self.step_label.setText(shown)
+        self._eta = (progress.eta_s, time.monotonic()) if progress.eta_s is not None else None
+        self._show_time()
+
+    def _show_time(self) -> None:
+        now = time.monotonic()
+        left = None if self._eta is None else self._eta[0] - (now - self._eta[1])
+        elapsed = format_duration(now - self._started_at)
+        self.time_label.setText(f"{elapsed} elapsed, {time_left_text(left)}")
+
+    def _show_saved(self, outcome: ProfilingSaved) -> None:
+        if not self._from_current_job():
+            return
+        self._finish_run()
+        self.profile = outcome.profile
+        self.bar.setValue(self.bar.maximum())
+        self.step_label.setText(f"Done: all {self.bar.maximum()} steps measured")
+        took = format_duration(outcome.profile.duration_s)
+        self.time_label.setText(f"took {took}")
+        self.status_label.setText("The profile is stored. Press Next to see the figures.")
+        self.completeChanged.emit()
+
+    def _show_cancelled(self) -> None:
+        if not self._from_current_job():
+            return
+        self._finish_run()
+        self.step_label.setText("Cancelled")
+        self.status_label.setText(
+            "Profiling was cancelled and nothing was stored. Profile again, or Skip and run "
+            "it later from the menu."
+        )
+        self.retry_button.show()
+
+    def _show_failed(self, message: str) -> None:
+        if not self._from_current_job():
+            return
+        self._finish_run()
+        self.step_label.setText("Failed")
+        self.status_label.setText(f"{message}\nProfile again, or Skip and run it later.")
+        self.retry_button.show()
+
+    def _finish_run(self) -> None:
+        self._clock.stop()
+        self.cancel_button.setEnabled(False)
+        if self.bar.maximum() == 0:
+            self.bar.setRange(0, 1)
+
+
+class ResultsPage(QWizardPage):
+    """The measured figures and the suggested VRAM budget."""
+
+    def __init__(self, profiling: ProfilingPage, budget_bytes: int) -> None:
+        super().__init__()
+        self.setTitle("Results")
+        self.setSubTitle("What ShardChat measured; the planner uses these figures.")
+        self._profiling = profiling
+        self._budget_bytes = budget_bytes
+        self.facts = FactsForm()
+        QVBoxLayout(self).addWidget(self.facts)
+
+    def initializePage(self) -> None:
+        profile = self._profiling.profile
+        if profile is not None:
+            self.facts.show_rows(result_rows(profile, self._budget_bytes))
+
+
+class ModelPage(QWizardPage):
+    """The embedded default model, preselected, or a GGUF file the user imports."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTitle("Choose a model")
+        self.setSubTitle("The small embedded model works at once; import a bigger GGUF any time.")
+        self.default_choice = QRadioButton()
+        self.default_choice.setAccessibleName("Use the embedded default model")
+        self.imported_choice = QRadioButton()
+        self.imported_choice.setAccessibleName("Use the imported model")
+        self.imported_choice.hide()
+        self.import_button = QPushButton("Import a GGUF file…")
+        self.import_button.setAccessibleName("Import a GGUF file")
+        self.import_button.clicked.connect(self._browse)
+        self.reason_label = QLabel()
+        self.reason_label.setWordWrap(True)
+        self.reason_label.setAccessibleName("Why the file was refused")
+        self._imported_path = ""
+        self._default_path = self._offer_default()
+        self._choices = QButtonGroup(self)
+        for choice in (self.default_choice, self.imported_choice):
+            self._choices.addButton(choice)
+            choice.toggled.connect(lambda _checked: self.completeChanged.emit())
+        importing = QHBoxLayout()
+        importing.addWidget(self.import_button)
+        importing.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.default_choice)
+        layout.addWidget(self.imported_choice)
+        layout.addLayout(importing)
+        layout.addWidget(self.reason_label)
+        layout.addStretch(1)
+
+    def _offer_default(self) -> str:
+        try:
+            path = default_model_path()
+        except BadInputError as exc:
+            self.default_choice.setText("Embedded default model (not installed)")
+            self.default_choice.setEnabled(False)
+            self.reason_label.setText(str(exc))
+            return ""
+        size = format_bytes(path.stat().st_size)
+        self.default_choice.setText(f"Embedded default: {path.stem} ({size})")
+        self.default_choice.setChecked(True)
+        return str(path)
+
+    def isComplete(self) -> bool:
+        return bool(self.chosen_model())
+
+    def chosen_model(self) -> str:
+        if self.imported_choice.isChecked():
+            return self._imported_path
+        return self._default_path if self.default_choice.isChecked() else ""
+
+    def import_model(self, path: str) -> bool:
+        """Check the file as a chat model and select it; on refusal say why, keep the choice."""
+        try:
+            inventory = read_inventory(path)
+        except BadInputError as exc:
+            self.reason_label.setText(str(exc))
+            return False
+        if inventory.is_vision_projector:
+            self.reason_label.setText(
+                f"{path}: a vision projector (mmproj), not a chat model; choose the model's "
+                "own GGUF file"
+            )
+            return False
+        self._imported_path = str(Path(path))
+        size = format_bytes(inventory.file_bytes)
+        self.imported_choice.setText(f"Imported: {inventory.name} ({size}), {path}")
+        self.imported_choice.show()
+        self.imported_choice.setChecked(True)
+        self.reason_label.clear()
+        return True
+
+    def _browse(self) -> None:
+        path, _filter = QFileDialog.getOpenFileName(
+            self, "Import a GGUF model", "", "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.import_model(path)
+
+
+class DonePage(QWizardPage):
+    def __init__(self, profiling: ProfilingPage, model: ModelPage) -> None:
+        super().__init__()
+        self.setTitle("Ready")
+        self._profiling, self._model = profiling, model
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setAccessibleName("Summary")
+        QVBoxLayout(self).addWidget(self.summary)
+
+    def initializePage(self) -> None:
+        profile = self._profiling.profile
+        measured = f"A {profile.mode.value} profile" if profile else "No profile"
+        model = Path(self._model.chosen_model()).name
+        self.summary.setText(
+            f"{measured} of this machine is stored. ShardChat will chat with {model}."
+            "\n\nYou can profile again from the menu when the hardware changes."
+        )
+
+
+class ProfileWizard(QWizard):
+    """welcome → hardware → profiling → results → model → done; Skip leaves no profile."""
+
+    def __init__(
+        self,
+        hardware: HardwareInfo | None = None,
+        mode: ProfileMode = ProfileMode.FAST,
+        store_path: Path | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Set up ShardChat")
+        self.hardware = hardware or probe_hardware()
+        self.budget_bytes = suggested_budget_bytes(self.hardware)
+        self.setOption(QWizard.WizardOption.NoBackButtonOnStartPage)
+        self.setOption(QWizard.WizardOption.NoCancelButtonOnLastPage)
+        self.setButtonText(QWizard.WizardButton.CancelButton, "Skip")
+        self.hardware_page = HardwarePage(self.hardware)
+        self.profiling_page = ProfilingPage(mode, self.hardware, store_path)
+        self.results_page = ResultsPage(self.profiling_page, self.budget_bytes)
+        self.model_page = ModelPage()
+        self.done_page = DonePage(self.profiling_page, self.model_page)
+        pages = (
+            _welcome_page(), self.hardware_page, self.profiling_page, self.results_page,
+            self.model_page, self.done_page,
+        )  # fmt: skip
+        for page_id, page in enumerate(pages):
+            self.setPage(page_id, page)
+        self.setStartId(WELCOME_PAGE)
+
+    def profile(self) -> Profile | None:
+        """The profile measured and stored in this wizard, or None if skipped or cancelled."""
+        return self.profiling_page.profile
+
+    def chosen_model(self) -> str:
+        return self.model_page.chosen_model()
+
+    def done(self, result: int) -> None:
+        """Finish, Skip, Esc or the window's close button: never leave a run behind."""
+        self.profiling_page.stop_job()
+        super().done(result)
