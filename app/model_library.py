@@ -1,0 +1,418 @@
+"""The user's list of models: which GGUF files ShardChat knows, their projectors, the default.
+
+Why a list at all: people keep models in many folders (a download folder, a
+big external disk) and expect, as in LM Studio or Jan, to import a file once
+and pick it again later. The list only points at files; it never copies
+them, and removing an entry leaves the file on disk unless the caller asks.
+
+Why SQLite: like `app.chat_store` and `app.profile_store`, each change is one
+short transaction in `models.sqlite3` in the data folder, upgraded in place by
+numbered migrations, and a damaged or foreign file is moved aside, never
+written to or deleted (see `app.sqlite_file`).
+
+The embedded default model is always listed first as a built-in entry. It is
+not stored (its path moves with the Python environment) and cannot be
+removed; it is the default whenever no stored entry is, and `default()` falls
+back to it when the chosen file has gone missing. A stored model whose file
+vanished stays listed, marked missing, so a model on an unplugged disk comes
+back when the disk does.
+
+Files are checked with `engine.inventory.read_inventory` before they are
+listed, so anything that is not a usable GGUF is refused with its reason in
+one line and the list is left as it was.
+
+Threads: one SQLite connection, used only from the thread that made the
+library (the GUI thread in the app).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from app.model_summary import kind_label
+from app.paths import app_paths
+from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
+from app.sqlite_migrations import apply_migrations
+from engine.default_model import default_model_path
+from engine.errors import BadInputError, ModelFileError
+from engine.inventory import read_inventory
+
+log = logging.getLogger(__name__)
+
+STORE_FILE_NAME = "models.sqlite3"
+APPLICATION_ID = 0x53684D64  # "ShMd": ShardChat's model list (chats "ShCt", profiles "ShCh")
+MIGRATIONS_TABLE = "_migrations"
+PROJECTOR_MARK = "mmproj"  # a file whose name holds this is taken for a vision projector
+GGUF_SUFFIX = ".gguf"
+
+_COLUMNS = ("id", "path", "mmproj_path", "name", "architecture", "kind", "added_at", "is_default")
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM models"
+_IDENTITY = StoreIdentity("model list", APPLICATION_ID, (("models", _COLUMNS),), MIGRATIONS_TABLE)
+
+
+def m001_models(conn: sqlite3.Connection) -> None:
+    """The models table; a partial unique index allows at most one stored default."""
+    conn.execute(
+        "CREATE TABLE models ("
+        " id INTEGER PRIMARY KEY,"
+        " path TEXT NOT NULL UNIQUE,"
+        " mmproj_path TEXT,"
+        " name TEXT NOT NULL,"
+        " architecture TEXT NOT NULL,"
+        " kind TEXT NOT NULL,"
+        " added_at TEXT NOT NULL,"
+        " is_default INTEGER NOT NULL DEFAULT 0)"
+    )
+    conn.execute("CREATE UNIQUE INDEX one_default ON models (is_default) WHERE is_default = 1")
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+
+
+MIGRATIONS = (m001_models,)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One listed model as it stands now (`exists` and sizes are read when listed)."""
+
+    path: Path  # absolute and resolved
+    name: str  # the file's name without .gguf: what people recognise
+    architecture: str
+    kind: str  # "dense", "MoE 128×8" (app.model_summary.kind_label)
+    mmproj_path: Path | None
+    is_default: bool  # the user's choice (the built-in when none is stored)
+    builtin: bool
+    exists: bool
+    mmproj_exists: bool  # False when none is paired or its file is gone
+    file_bytes: int | None  # None when the file is missing
+    added_at: str | None  # UTC ISO 8601; None for the built-in
+
+    @property
+    def kind_text(self) -> str:
+        """The kind, with "+ vision" once a projector is paired."""
+        return f"{self.kind} + vision" if self.mmproj_path is not None else self.kind
+
+
+@dataclass(frozen=True)
+class ModelRemoved:
+    """What a removal did: the entry that left the list, and what else changed with it."""
+
+    entry: ModelEntry
+    file_deleted: bool
+    default_reset: bool  # the removed entry was the default; the built-in is now
+
+
+def default_store_path() -> Path:
+    """Where the model list lives: the app's data folder (honours SHARDCHAT_HOME)."""
+    return app_paths().data_dir / STORE_FILE_NAME
+
+
+class ModelLibrary:
+    """The model list in one SQLite file; connects in __init__, use as a context manager."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_store_path()
+        self.recovered_from: Path | None = None
+        self._builtin_path, self._builtin_problem = _builtin_model_path()
+        self._builtin_facts: tuple[str, str] | None = None  # (architecture, kind), read once
+        self._conn = self._open()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; safe to call more than once."""
+        self._conn.close()
+
+    def __enter__(self) -> ModelLibrary:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def models(self) -> list[ModelEntry]:
+        """The built-in model first (when installed), then stored ones in the order added."""
+        rows = self._conn.execute(_SELECT + " ORDER BY id").fetchall()
+        stored = [_entry_from_row(row) for row in rows]
+        if self._builtin_path is None:
+            return stored
+        has_default = any(entry.is_default for entry in stored)
+        return [self._builtin_entry(is_default=not has_default), *stored]
+
+    def find(self, path: str | os.PathLike[str]) -> ModelEntry | None:
+        """The listed entry for this file (any spelling of its path), or None."""
+        wanted = _resolved(path)
+        return next((entry for entry in self.models() if entry.path == wanted), None)
+
+    def default(self) -> ModelEntry:
+        """The model to load when none is named: the user's choice while its file exists."""
+        entries = self.models()
+        chosen = next((entry for entry in entries if entry.is_default), None)
+        if chosen is not None and chosen.exists:
+            return chosen
+        builtin = next((entry for entry in entries if entry.builtin), None)
+        if builtin is not None:
+            if chosen is not None:
+                log.warning("default model %s is missing; using the built-in", chosen.path)
+            return builtin
+        if chosen is not None:
+            raise ModelFileError(
+                f"the default model {chosen.path} is missing and the built-in model is not "
+                "installed"
+            )
+        raise ModelFileError(f"no model to load: {self._builtin_problem}")
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def add(self, path: str | os.PathLike[str]) -> ModelEntry:
+        """List a GGUF model (an already listed one is returned as it is).
+
+        Anything but a usable GGUF model is refused with its reason; a lone
+        vision projector in the model's folder is paired with it, as LM Studio does.
+        """
+        model_path = _resolved(path)
+        existing = self.find(model_path)
+        if existing is not None:
+            return existing
+        inventory = read_inventory(model_path)
+        if inventory.is_vision_projector:
+            raise BadInputError(
+                f"{model_path.name} is a vision projector (mmproj); pair it with its model instead"
+            )
+        projector = _lone_projector_beside(model_path)
+        with self._transaction():
+            self._conn.execute(
+                "INSERT INTO models (path, mmproj_path, name, architecture, kind, added_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    str(model_path),
+                    None if projector is None else str(projector),
+                    _display_name(model_path),
+                    inventory.architecture,
+                    kind_label(inventory),
+                    datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                ),
+            )
+        log.info("added model %s (projector %s)", model_path, projector)
+        return self._require(model_path)
+
+    def pair_projector(
+        self, model_path: str | os.PathLike[str], mmproj_path: str | os.PathLike[str]
+    ) -> ModelEntry:
+        """Give a listed model its vision projector, once the file is checked to be one."""
+        entry = self._require_stored(model_path, "takes no vision projector")
+        projector = _resolved(mmproj_path)
+        _check_projector(projector)
+        self._set_projector(entry.path, projector)
+        return self._require(entry.path)
+
+    def unpair_projector(self, model_path: str | os.PathLike[str]) -> ModelEntry:
+        """Forget a model's vision projector (the projector file stays on disk)."""
+        entry = self._require_stored(model_path, "has no vision projector")
+        self._set_projector(entry.path, None)
+        return self._require(entry.path)
+
+    def set_default(self, path: str | os.PathLike[str]) -> ModelEntry:
+        """Make a listed model the default; the built-in one clears the stored choice."""
+        entry = self._require(path)
+        if not entry.exists:
+            raise BadInputError(f"{entry.path} is missing, so it cannot be the default")
+        with self._transaction():
+            self._conn.execute("UPDATE models SET is_default = 0 WHERE is_default = 1")
+            if not entry.builtin:
+                self._conn.execute(
+                    "UPDATE models SET is_default = 1 WHERE path = ?", (str(entry.path),)
+                )
+        log.info("default model is now %s", entry.path)
+        return self._require(entry.path)
+
+    def remove(self, path: str | os.PathLike[str], delete_file: bool = False) -> ModelRemoved:
+        """Take a model off the list; its file is deleted only when `delete_file` says so.
+
+        Row and file go together: if the file cannot be deleted the row stays too.
+        """
+        entry = self._require_stored(path, "cannot be removed")
+        with self._transaction():
+            self._conn.execute("DELETE FROM models WHERE path = ?", (str(entry.path),))
+            file_deleted = delete_file and _delete_file(entry.path)
+        log.info("removed model %s (file deleted: %s)", entry.path, file_deleted)
+        return ModelRemoved(entry, file_deleted, default_reset=entry.is_default)
+
+    # -- inside --------------------------------------------------------------------------------
+
+    def _require(self, path: str | os.PathLike[str]) -> ModelEntry:
+        entry = self.find(path)
+        if entry is None:
+            raise BadInputError(f"{_resolved(path)} is not in the model list")
+        return entry
+
+    def _require_stored(self, path: str | os.PathLike[str], builtin_refusal: str) -> ModelEntry:
+        entry = self._require(path)
+        if entry.builtin:
+            raise BadInputError(f"the built-in model {builtin_refusal}")
+        return entry
+
+    def _set_projector(self, model_path: Path, projector: Path | None) -> None:
+        with self._transaction():
+            self._conn.execute(
+                "UPDATE models SET mmproj_path = ? WHERE path = ?",
+                (None if projector is None else str(projector), str(model_path)),
+            )
+        log.info("projector of %s is now %s", model_path, projector)
+
+    def _builtin_entry(self, is_default: bool) -> ModelEntry:
+        path = self._builtin_path
+        assert path is not None
+        architecture, kind = self._read_builtin_facts(path)
+        return ModelEntry(
+            path=path,
+            name=_display_name(path),
+            architecture=architecture,
+            kind=kind,
+            mmproj_path=None,
+            is_default=is_default,
+            builtin=True,
+            exists=path.is_file(),
+            mmproj_exists=False,
+            file_bytes=_file_bytes(path),
+            added_at=None,
+        )
+
+    def _read_builtin_facts(self, path: Path) -> tuple[str, str]:
+        """Architecture and kind of the built-in file, read once per library (it is not stored)."""
+        if self._builtin_facts is None:
+            try:
+                inventory = read_inventory(path)
+                self._builtin_facts = (inventory.architecture, kind_label(inventory))
+            except ModelFileError as exc:
+                log.warning("cannot read the built-in model: %s", exc)
+                self._builtin_facts = ("unknown", "unreadable")
+        return self._builtin_facts
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
+        conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
+        return conn
+
+    def _transaction(self) -> AbstractContextManager[None]:
+        return transaction(self._conn)
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def is_projector_name(path: Path) -> bool:
+    """A .gguf whose name says mmproj: how projectors are published next to their models."""
+    name = path.name.lower()
+    return name.endswith(GGUF_SUFFIX) and PROJECTOR_MARK in name
+
+
+def _lone_projector_beside(model_path: Path) -> Path | None:
+    """The one vision projector in the model's folder, if there is exactly one and it checks out."""
+    try:
+        candidates = [
+            p for p in model_path.parent.iterdir()
+            if p != model_path and is_projector_name(p) and p.is_file()
+        ]  # fmt: skip
+    except OSError:
+        return None
+    if len(candidates) != 1:
+        return None
+    try:
+        _check_projector(candidates[0].resolve())
+    except BadInputError as exc:
+        log.info("not pairing %s automatically: %s", candidates[0], exc)
+        return None
+    return candidates[0].resolve()
+
+
+def _check_projector(path: Path) -> None:
+    """Refuse, with the reason, a file that is not a GGUF vision projector."""
+    inventory = read_inventory(path)
+    if not inventory.is_vision_projector:
+        raise BadInputError(
+            f"{path.name} is not a vision projector (it is a {inventory.architecture} model); "
+            "choose an mmproj file"
+        )
+
+
+def _delete_file(path: Path) -> bool:
+    """Delete the file; False if it was already gone. A refusal is one line for the user."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise BadInputError(f"cannot delete {path}: {exc.strerror or exc}") from exc
+    return True
+
+
+def _builtin_model_path() -> tuple[Path | None, str]:
+    """The embedded model's path, or None and why not (the package may not be installed)."""
+    try:
+        return default_model_path().resolve(), ""
+    except ModelFileError as exc:
+        log.warning("no built-in model: %s", exc)
+        return None, str(exc)
+
+
+def _resolved(path: str | os.PathLike[str]) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _display_name(path: Path) -> str:
+    return path.name[: -len(GGUF_SUFFIX)] if path.name.lower().endswith(GGUF_SUFFIX) else path.name
+
+
+def _file_bytes(path: Path) -> int | None:
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None
+
+
+def _entry_from_row(row: tuple[Any, ...]) -> ModelEntry:
+    _id, path_text, mmproj_text, name, architecture, kind, added_at, is_default = row
+    path = Path(path_text)
+    mmproj = None if mmproj_text is None else Path(mmproj_text)
+    return ModelEntry(
+        path=path,
+        name=name,
+        architecture=architecture,
+        kind=kind,
+        mmproj_path=mmproj,
+        is_default=bool(is_default),
+        builtin=False,
+        exists=path.is_file(),
+        mmproj_exists=mmproj is not None and mmproj.is_file(),
+        file_bytes=_file_bytes(path),
+        added_at=added_at,
+    )
+
+
+# -- opening -----------------------------------------------------------------------------------
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open read-write in WAL mode and apply pending migrations; autocommit between transactions."""
+    return connect_with(path, _IDENTITY, _set_up)
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
+    conn.execute(_SELECT + " LIMIT 0")

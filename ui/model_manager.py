@@ -1,0 +1,399 @@
+"""The "Models" dialog: import, pair, choose the default, load and remove GGUF models.
+
+It renders `app.model_library.ModelLibrary` (the list) and
+`app.model_summary` (what is said about one file); every change goes through
+the library and the dialog then redraws from it, so the window never holds
+state of its own. Refusals (a text file named .gguf, a projector given as a
+model) are shown as their one-line reason under the list and change nothing.
+
+Reading a model's inventory is the only slow thing done on the GUI thread
+(about 2 s for a 49k-token vocabulary, cached afterwards), as agreed for the
+details pane and for checking an imported file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.model_library import ModelEntry, ModelLibrary, is_projector_name
+from app.model_summary import summarize
+from app.units import format_bytes
+from engine.errors import BadInputError
+from engine.inventory import read_inventory
+from ui.model_drop import GgufDropFilter
+
+COLUMNS = ("Name", "Size", "Kind", "Default", "Status")
+NAME, SIZE, KIND, DEFAULT, STATUS = range(len(COLUMNS))
+MODEL_PATH = Qt.ItemDataRole.UserRole
+GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+PROJECTOR_FILTER = "GGUF vision projectors (*.gguf);;All files (*)"
+ERROR_STYLE = "color: #b00020;"
+
+T = TypeVar("T")
+
+
+class ModelManager(QDialog):
+    """The model list with a details pane; emits what the main window must act on."""
+
+    default_changed = Signal(str)  # path of the model that is now the default
+    load_requested = Signal(str, object)  # model path, projector path or None
+
+    def __init__(self, library: ModelLibrary, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.library = library
+        self.setWindowTitle("Models")
+        self.resize(900, 560)
+        self.table = _table(COLUMNS, stretch_column=NAME)
+        self.details = _table(("Property", "Value"), stretch_column=1)
+        self.breakdown = _table(("Part", "Size", "Share"), stretch_column=0)
+        self.message = QLabel(wordWrap=True)
+        self.import_button = QPushButton("Import GGUF…")
+        self.pair_button = QPushButton("Pair vision projector…")
+        self.unpair_button = QPushButton("Unpair")
+        self.default_button = QPushButton("Set as default")
+        self.load_button = QPushButton("Load now")
+        self.remove_button = QPushButton("Remove")
+        self.close_buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self._last_folder = Path.home()
+        self._lay_out()
+        self._name_for_screen_readers()
+        self._connect()
+        self.drop_filter = GgufDropFilter(self)
+        self.drop_filter.files_dropped.connect(self.import_files)
+        self.refresh()
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _lay_out(self) -> None:
+        left = QWidget()
+        left_column = QVBoxLayout(left)
+        left_column.addWidget(self.table, stretch=1)
+        left_column.addWidget(self.message)
+        right = QWidget()
+        right_column = QVBoxLayout(right)
+        right_column.addWidget(QLabel("Details"))
+        right_column.addWidget(self.details, stretch=3)
+        right_column.addWidget(QLabel("Size by part"))
+        right_column.addWidget(self.breakdown, stretch=2)
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setSizes([520, 380])
+        buttons = QHBoxLayout()
+        for button in self._action_buttons():
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.close_buttons)
+        column = QVBoxLayout(self)
+        column.addWidget(QLabel("Drop .gguf files here, or import them."))
+        column.addWidget(splitter, stretch=1)
+        column.addLayout(buttons)
+
+    def _action_buttons(self) -> tuple[QPushButton, ...]:
+        return (
+            self.import_button, self.pair_button, self.unpair_button,
+            self.default_button, self.load_button, self.remove_button,
+        )  # fmt: skip
+
+    def _name_for_screen_readers(self) -> None:
+        self.table.setAccessibleName("Models")
+        self.details.setAccessibleName("Model details")
+        self.breakdown.setAccessibleName("Model size by part")
+        self.message.setAccessibleName("Model manager message")
+        self.close_buttons.setAccessibleName("Close the model manager")
+        for button in self._action_buttons():
+            button.setAccessibleName(button.text().rstrip("…"))
+
+    def _connect(self) -> None:
+        self.table.itemSelectionChanged.connect(self._show_selected)
+        self.table.itemDoubleClicked.connect(lambda _item: self.request_load())
+        self.import_button.clicked.connect(self.choose_and_import)
+        self.pair_button.clicked.connect(self.choose_projector)
+        self.unpair_button.clicked.connect(self.unpair)
+        self.default_button.clicked.connect(self.set_default)
+        self.load_button.clicked.connect(self.request_load)
+        self.remove_button.clicked.connect(self.remove)
+        self.close_buttons.rejected.connect(self.reject)
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def refresh(self, select: Path | None = None) -> None:
+        """Redraw the list from the library, keeping (or moving) the selection."""
+        current = self.selected()
+        wanted = select or (current.path if current else None)
+        entries = self.library.models()
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(entries))
+        for row, entry in enumerate(entries):
+            for column, text in enumerate(_row_texts(entry)):
+                item = QTableWidgetItem(text)
+                item.setData(MODEL_PATH, str(entry.path))
+                self.table.setItem(row, column, item)
+        rows = [row for row, entry in enumerate(entries) if entry.path == wanted]
+        self.table.selectRow(rows[0] if rows else 0)
+        self.table.blockSignals(False)
+        self._show_selected()
+
+    def selected(self) -> ModelEntry | None:
+        """The entry of the selected row, as the library has it now."""
+        items = self.table.selectedItems()
+        if not items:
+            return None
+        return self.library.find(items[0].data(MODEL_PATH))
+
+    def _show_selected(self) -> None:
+        entry = self.selected()
+        self._show_details(entry)
+        self._enable_buttons(entry)
+
+    def _show_details(self, entry: ModelEntry | None) -> None:
+        facts: list[tuple[str, str]] = []
+        parts: list[tuple[str, str, str]] = []
+        if entry is not None:
+            facts = [("File", str(entry.path))]
+            if entry.mmproj_path is not None:
+                facts.append(("Vision projector", _projector_text(entry)))
+            if not entry.exists:
+                facts.append(("Status", "the file is missing"))
+            else:
+                try:
+                    summary = summarize(read_inventory(entry.path))
+                except BadInputError as exc:
+                    facts.append(("Problem", str(exc)))
+                else:
+                    facts = summary.facts() + facts
+                    parts = [(s.label, s.size_text, s.percent_text) for s in summary.breakdown]
+        _fill(self.details, facts)
+        _fill(self.breakdown, parts)
+
+    def _enable_buttons(self, entry: ModelEntry | None) -> None:
+        stored = entry is not None and not entry.builtin
+        present = entry is not None and entry.exists
+        self.pair_button.setEnabled(stored and present)
+        self.unpair_button.setEnabled(stored and entry.mmproj_path is not None)
+        self.default_button.setEnabled(present and not entry.is_default)
+        self.load_button.setEnabled(present)
+        self.remove_button.setEnabled(stored)
+
+    def show_message(self, text: str, problem: bool = False) -> None:
+        """One line (or one per file) under the list; problems in red."""
+        self.message.setStyleSheet(ERROR_STYLE if problem else "")
+        self.message.setText(text)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def choose_and_import(self) -> None:
+        """The "Import GGUF…" button: pick files, then import them as if dropped."""
+        names, _filter = QFileDialog.getOpenFileNames(
+            self, "Import GGUF models", str(self._last_folder), GGUF_FILTER
+        )
+        if names:
+            self.import_files([Path(name) for name in names])
+
+    def import_files(self, paths: list[Path]) -> None:
+        """Add dropped or chosen files; projectors dropped with a single model are paired to it.
+
+        Each refused file gets its one-line reason; the others are imported anyway.
+        """
+        if not paths:
+            return
+        self._last_folder = paths[0].parent
+        projectors = [p for p in paths if is_projector_name(p)]
+        models = [p for p in paths if p not in projectors]
+        lines: list[str] = []
+        problems: list[str] = []
+        added = [entry for path in models if (entry := self._import_one(path, lines, problems))]
+        if len(added) == 1 and len(projectors) == 1:
+            self._pair_dropped(added[0], projectors[0], lines, problems)
+        else:
+            for path in projectors:  # refused by the library, with the reason
+                self._attempt(partial(self.library.add, path), problems)
+        self.refresh(select=added[-1].path if added else None)
+        self.show_message("\n".join(problems + lines), problem=bool(problems))
+
+    def _import_one(self, path: Path, lines: list[str], problems: list[str]) -> ModelEntry | None:
+        """Add one model file, noting what happened in `lines` or why not in `problems`."""
+        known = self.library.find(path)
+        entry = self._attempt(partial(self.library.add, path), problems)
+        if entry is not None:
+            note = "is already in the list" if known is not None else "imported"
+            lines.append(f"{entry.name} {note}{_paired_note(entry) if known is None else ''}")
+        return entry
+
+    def _pair_dropped(
+        self, model: ModelEntry, projector: Path, lines: list[str], problems: list[str]
+    ) -> None:
+        """Pair a projector dropped together with one model (unless import already did)."""
+        if model.mmproj_path == projector.resolve():
+            return
+        pair = partial(self.library.pair_projector, model.path, projector)
+        if self._attempt(pair, problems) is not None:
+            lines.append(f"Paired {projector.name} with {model.name}")
+
+    def choose_projector(self) -> None:
+        """The "Pair vision projector…" button, for the selected model."""
+        entry = self.selected()
+        if entry is None:
+            return
+        name, _filter = QFileDialog.getOpenFileName(
+            self, f"Vision projector for {entry.name}", str(entry.path.parent), PROJECTOR_FILTER
+        )
+        if name:
+            self.pair_projector(entry, Path(name))
+
+    def pair_projector(self, entry: ModelEntry, projector: Path) -> None:
+        problems: list[str] = []
+        paired = self._attempt(lambda: self.library.pair_projector(entry.path, projector), problems)
+        self.refresh()
+        if paired is None:
+            self.show_message(problems[0], problem=True)
+        else:
+            self.show_message(f"Paired {projector.name} with {entry.name}")
+
+    def unpair(self) -> None:
+        entry = self.selected()
+        if entry is None or entry.mmproj_path is None:
+            return
+        self._act(lambda: self.library.unpair_projector(entry.path), f"Unpaired {entry.name}")
+
+    def set_default(self) -> None:
+        entry = self.selected()
+        if entry is None:
+            return
+        if self._act(lambda: self.library.set_default(entry.path), f"{entry.name} is the default"):
+            self.default_changed.emit(str(entry.path))
+
+    def request_load(self) -> None:
+        """Ask the main window to load the selected model (and its projector), then close."""
+        entry = self.selected()
+        if entry is None or not entry.exists:
+            return
+        projector = str(entry.mmproj_path) if entry.mmproj_exists else None
+        self.load_requested.emit(str(entry.path), projector)
+        self.accept()
+
+    def remove(self) -> None:
+        """Confirm, then take the selected model off the list (deleting its file if ticked)."""
+        entry = self.selected()
+        if entry is None or entry.builtin:
+            return
+        delete_file = self.confirm_removal(entry)
+        if delete_file is None:
+            return
+        problems: list[str] = []
+        removed = self._attempt(lambda: self.library.remove(entry.path, delete_file), problems)
+        self.refresh()
+        if removed is None:
+            self.show_message(problems[0], problem=True)
+            return
+        deleted = " and deleted its file" if removed.file_deleted else " (the file stays on disk)"
+        self.show_message(f"Removed {entry.name}{deleted}")
+        if removed.default_reset:
+            self.default_changed.emit(str(self.library.default().path))
+
+    def confirm_removal(self, entry: ModelEntry) -> bool | None:
+        """Ask before removing: None to cancel, else whether to delete the file too."""
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Remove model",
+            f"Remove {entry.name} from the list?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setInformativeText(f"{entry.path}\nThe file stays on disk unless you tick the box.")
+        delete_box = QCheckBox("Also delete the file from disk")
+        delete_box.setAccessibleName("Also delete the file from disk")
+        delete_box.setEnabled(entry.exists)
+        box.setCheckBox(delete_box)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        if box.exec() != QMessageBox.StandardButton.Yes:
+            return None
+        return delete_box.isChecked()
+
+    def _act(self, change: Callable[[], ModelEntry], done: str) -> bool:
+        """Run a library change, redraw, and say how it went; False when it was refused."""
+        problems: list[str] = []
+        result = self._attempt(change, problems)
+        self.refresh()
+        self.show_message(problems[0] if problems else done, problem=bool(problems))
+        return result is not None
+
+    @staticmethod
+    def _attempt(change: Callable[[], T], problems: list[str]) -> T | None:
+        try:
+            return change()
+        except BadInputError as exc:
+            problems.append(str(exc))
+            return None
+
+
+# -- plain helpers -----------------------------------------------------------------------------
+
+
+def _row_texts(entry: ModelEntry) -> tuple[str, ...]:
+    name = f"{entry.name} (built-in)" if entry.builtin else entry.name
+    size = format_bytes(entry.file_bytes) if entry.file_bytes is not None else "—"
+    default = "default" if entry.is_default else ""
+    return name, size, entry.kind_text, default, _status(entry)
+
+
+def _status(entry: ModelEntry) -> str:
+    if not entry.exists:
+        return "missing"
+    if entry.mmproj_path is not None and not entry.mmproj_exists:
+        return "projector missing"
+    return ""
+
+
+def _projector_text(entry: ModelEntry) -> str:
+    text = str(entry.mmproj_path)
+    return text if entry.mmproj_exists else f"{text} (missing)"
+
+
+def _paired_note(entry: ModelEntry) -> str:
+    if entry.mmproj_path is None:
+        return ""
+    return f", paired with {entry.mmproj_path.name}"
+
+
+def _table(headers: tuple[str, ...], stretch_column: int) -> QTableWidget:
+    """A read-only table of whole rows; one column takes the spare width, the rest fit."""
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(list(headers))
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.verticalHeader().setVisible(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch_column, QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+def _fill(table: QTableWidget, rows: list[tuple[str, ...]]) -> None:
+    table.setRowCount(len(rows))
+    for row, texts in enumerate(rows):
+        for column, text in enumerate(texts):
+            table.setItem(row, column, QTableWidgetItem(text))
