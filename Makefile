@@ -15,7 +15,7 @@ INSTALLED := $(VENV)/.installed
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: run test lint format bench clean distclean
+.PHONY: run test lint format bench screenshots clean distclean
 
 run: $(INSTALLED)
 	$(VENV)/bin/shardchat gui
@@ -35,6 +35,10 @@ format: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(PY) bench/runtime_overhead.py
+
+# The README's pictures, rendered offscreen from the real window (runs a fast profile).
+screenshots: $(INSTALLED)
+	QT_QPA_PLATFORM=offscreen $(PY) assets/screenshots.py
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -36,6 +36,7 @@ class PlanChanged:
     predicted_decode_tokens_per_s: float
     predicted_ttft_s: float
     n_gpu_layers: int
+    plan: Any = None  # the new engine.plan.Plan, for panels that show the whole account
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import os
 import sys
 
 from app.arg_types import positive_int
-from engine.default_model import default_model_path
+from app.model_library import ModelLibrary
 from engine.runtime import inspect_model
 
 
@@ -33,8 +33,14 @@ def has_display() -> bool:
     return any(os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
 
 
+def library_default() -> str:
+    """The model chosen as default in the model manager (the embedded one until then)."""
+    with ModelLibrary() as models:
+        return str(models.default().path)
+
+
 def run_gui_command(args: argparse.Namespace) -> int:
-    model_path = str(inspect_model(args.model or default_model_path()).path)
+    model_path = str(inspect_model(args.model or library_default()).path)
     if not has_display():
         print("shardchat: no display here; starting the terminal chat instead", file=sys.stderr)
         from app.chat_command import run_chat
@@ -46,4 +52,4 @@ def run_gui_command(args: argparse.Namespace) -> int:
         return run_chat(chat_args)
     from ui.gui_main import run_gui  # Qt loads here, and only here
 
-    return run_gui(model_path, n_ctx=args.ctx)
+    return run_gui(model_path, n_ctx=args.ctx, model_chosen=args.model is not None)

@@ -251,7 +251,7 @@ class EngineWorker:
             PlanChanged(
                 entry.request_id, request.vram_budget_bytes, reload, new_plan.reason,
                 new_plan.predicted_decode_tokens_per_s, new_plan.predicted_ttft_s,
-                new_plan.n_gpu_layers,
+                new_plan.n_gpu_layers, new_plan,
             )
         )  # fmt: skip
 

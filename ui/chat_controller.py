@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QListWidgetItem
 
 from app.chat_store import ChatStore
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
+from app.load_planning import PlannedLoad, planned_load
 from app.units import format_bytes
 from app.worker import EngineWorker
-from engine.model_params import LoadParams
+from engine.errors import BadInputError
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.sampling import SamplingSettings
@@ -26,27 +27,30 @@ from ui.engine_bridge import EngineBridge
 from ui.main_window import CONVERSATION_ID, MainWindow
 
 SAVE_INTERVAL_S = 0.5
+N_CTX_KEY = "n_ctx"  # a conversation's context length, kept with its sampling settings
 NOT_PROFILED = "not profiled: CPU defaults (run shardchat profile)"
 NEW_TITLE = "New chat"
 TITLE_CHARS = 40
 
 
 class ChatController(QObject):
+    plan_used = Signal(object)  # Plan | None: the plan of the model being loaded
+
     def __init__(
         self,
         window: MainWindow,
         worker: EngineWorker,
         bridge: EngineBridge,
         store: ChatStore,
-        model_params: LoadParams,
+        load: PlannedLoad,
         settings: SamplingSettings,
-        plan: Plan | None = None,
-        profile: Profile | None = None,
     ) -> None:
         super().__init__(window)
         self.window, self.worker, self.bridge, self.store = window, worker, bridge, store
-        self._params, self._settings = model_params, settings
-        self._plan, self._profile = plan, profile
+        self._params, self._settings = load.params, settings
+        self._plan, self._profile = load.plan, load.profile
+        self.model_name = ""
+        self._default_n_ctx = load.params.n_ctx
         self.conversation_id: int | None = None
         self.model_ready = False
         self._load_request: int | None = None
@@ -58,7 +62,7 @@ class ChatController(QObject):
 
     def _connect(self) -> None:
         w, b = self.window, self.bridge
-        w.input.submitted.connect(self.send)
+        w.input.submitted.connect(self._on_submitted)
         w.send_button.clicked.connect(w.input.submit)
         w.input.stop_requested.connect(self.stop)
         w.stop_button.clicked.connect(self.stop)
@@ -78,20 +82,44 @@ class ChatController(QObject):
 
     # --- actions ---
 
-    def start(self) -> None:
-        """Recover what a crash left, open the newest conversation, load the model."""
+    def start(self, conversation_id: int | None = None) -> None:
+        """Recover what a crash left, open the given (else newest) conversation, load the model."""
         self.store.discard_incomplete()
         conversations = self.store.conversations()
-        if conversations:
+        if conversation_id in {c.id for c in conversations}:
+            self.conversation_id = conversation_id
+        elif conversations:
             self.conversation_id = conversations[0].id
         else:
             self.conversation_id = self.store.create_conversation(NEW_TITLE).conversation_id
         self._refresh_list()
         self._render()
-        self.window.model_label.setText("loading model…")
-        self.window.input.setEnabled(False)
-        self._load_request = self.worker.load_model(self._params, self._plan, self._profile)
-        self.window.plan_label.setText(plan_summary(self._plan))
+        self._load(PlannedLoad(self._params, self._plan, self._profile))
+
+    def load_model(self, model_path: str) -> None:
+        """Switch to another model under the same budget; the open conversation carries over."""
+        self._plan_and_load(model_path, self._params.n_ctx, self._profile, self._budget())
+
+    def use_profile(self, profile: Profile | None, model_path: str | None = None) -> None:
+        """This machine was (re)profiled: plan again from the new figures and reload."""
+        self._plan_and_load(model_path or self._params.model_path, self._params.n_ctx, profile)
+
+    def use_plan(self, plan: Plan) -> None:
+        """The engine re-planned (a new VRAM budget): show it, and plan later loads with it."""
+        self._plan = plan
+        self.window.plan_label.setText(plan_summary(plan))
+
+    def _on_submitted(self, text: str) -> None:
+        """Text and images from the input; images stay there until a model can see them."""
+        if self.window.input.attachments():  # no model has vision until the vision issue
+            self.window.input.setPlainText(text)  # submit() took the text out: give it back
+            self.window.statusBar().showMessage(
+                f"{self.model_name or 'this model'} cannot see images (it has no vision "
+                "projector); remove the images to send the text",
+                8000,
+            )
+            return
+        self.send(text)
 
     def send(self, text: str) -> None:
         if not self.model_ready or self._reply_request is not None:
@@ -150,7 +178,10 @@ class ChatController(QObject):
         if event.request_id != self._load_request:
             return
         self.model_ready = True
-        self.window.model_label.setText(f"{event.model_name} · {event.architecture}")
+        self.model_name = event.model_name
+        self.window.model_label.setText(
+            f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens"
+        )
         self.window.input.setEnabled(True)
         self.window.input.setFocus()
         if self.conversation_id is not None:
@@ -176,6 +207,7 @@ class ChatController(QObject):
             f"{stats.decode_tokens_per_s:.1f} tokens/s · {stats.finish_reason.value}"
         )
         self._refresh_list()
+        self._apply_context_length()
 
     def _on_failed(self, event: RequestFailed) -> None:
         if event.request_id == self._load_request:
@@ -218,8 +250,16 @@ class ChatController(QObject):
             self._open(self.conversation_id)  # the model hears the new system prompt
 
     def _on_sampling(self, sampling: dict) -> None:
-        if self.conversation_id is not None:
-            self.store.set_settings(self.conversation_id, sampling)
+        if self.conversation_id is None:
+            return
+        self.store.set_settings(self.conversation_id, sampling)
+        if self._reply_request is None:  # else it applies when the reply ends
+            self._apply_context_length()
+
+    def _apply_context_length(self) -> None:
+        if self.model_ready and self._n_ctx() != self._params.n_ctx:
+            assert self.conversation_id is not None
+            self._open(self.conversation_id)
 
     def _on_item_renamed(self, item: QListWidgetItem) -> None:
         title = " ".join(item.text().split())
@@ -230,10 +270,50 @@ class ChatController(QObject):
     def _open(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
         conversation = self.store.conversation(conversation_id)
-        self.window.settings.show_settings(conversation.system_prompt, self._sampling())
+        self.window.settings.show_settings(
+            conversation.system_prompt, self._sampling(), self._n_ctx()
+        )
         self._render()
-        if self.model_ready:
-            self.worker.start_conversation(None, self.store.history(conversation_id))
+        if not self.model_ready:
+            return
+        if self._n_ctx() != self._params.n_ctx:
+            self._reload_for_context(self._n_ctx())  # reopens this conversation when loaded
+            return
+        self.worker.start_conversation(None, self.store.history(conversation_id))
+
+    def _n_ctx(self) -> int:
+        """The open conversation's context length: its own setting, else the app's."""
+        assert self.conversation_id is not None
+        stored = self.store.conversation(self.conversation_id).settings.get(N_CTX_KEY)
+        return stored if isinstance(stored, int) and stored > 0 else self._default_n_ctx
+
+    def _reload_for_context(self, n_ctx: int) -> None:
+        """A context length is a load-time parameter: re-plan (the KV cache moves) and reload."""
+        self.window.statusBar().showMessage(f"reloading the model with {n_ctx} tokens of context")
+        self._plan_and_load(self._params.model_path, n_ctx, self._profile, self._budget())
+
+    def _plan_and_load(
+        self, model_path: str, n_ctx: int, profile: Profile | None, budget: int | None = None
+    ) -> None:
+        self.stop()
+        try:
+            load = planned_load(model_path, n_ctx, profile, budget)
+        except (BadInputError, ValueError) as exc:
+            self.window.statusBar().showMessage(str(exc), 8000)
+            return
+        self._load(load)
+
+    def _load(self, load: PlannedLoad) -> None:
+        self._params, self._plan, self._profile = load.params, load.plan, load.profile
+        self.model_ready = False
+        self.window.model_label.setText("loading model…")
+        self.window.input.setEnabled(False)
+        self._load_request = self.worker.load_model(load.params, load.plan, load.profile)
+        self.window.plan_label.setText(plan_summary(load.plan))
+        self.plan_used.emit(load.plan)
+
+    def _budget(self) -> int | None:
+        return self._plan.vram.budget_bytes if self._plan else None
 
     def _render(self) -> None:
         if self.conversation_id is None:

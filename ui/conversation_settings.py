@@ -13,6 +13,8 @@ from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdi
 
 from engine.sampling import SamplingSettings
 
+MIN_CONTEXT, MAX_CONTEXT = 512, 262144
+
 
 class ConversationSettings(QWidget):
     system_prompt_changed = Signal(str)
@@ -24,11 +26,19 @@ class ConversationSettings(QWidget):
         self.temperature = _spin(0.0, 2.0, 0.05)
         self.top_p = _spin(0.05, 1.0, 0.05)
         self.max_tokens = QSpinBox(minimum=1, maximum=32768, singleStep=64)
+        self.n_ctx = QSpinBox(minimum=MIN_CONTEXT, maximum=MAX_CONTEXT, singleStep=1024)
+        self.n_ctx.setKeyboardTracking(False)  # a change reloads the model: only when settled
+        for widget, name in ((self.system_prompt, "System prompt"),
+                             (self.temperature, "Temperature"), (self.top_p, "Top-p"),
+                             (self.max_tokens, "Maximum tokens in a reply"),
+                             (self.n_ctx, "Context length in tokens")):  # fmt: skip
+            widget.setAccessibleName(name)
         form = QFormLayout()
         form.addRow("System", self.system_prompt)
         numbers = QHBoxLayout()
-        for label, widget in (("Temperature", self.temperature), ("Top-p", self.top_p),
-                              ("Max tokens", self.max_tokens)):  # fmt: skip
+        fields = (("Temperature", self.temperature), ("Top-p", self.top_p),
+                  ("Max tokens", self.max_tokens), ("Context", self.n_ctx))  # fmt: skip
+        for label, widget in fields:
             inner = QFormLayout()
             inner.addRow(label, widget)
             numbers.addLayout(inner)
@@ -37,24 +47,27 @@ class ConversationSettings(QWidget):
         self.system_prompt.editingFinished.connect(
             lambda: self.system_prompt_changed.emit(self.system_prompt.text())
         )
-        for spin in (self.temperature, self.top_p, self.max_tokens):
+        for spin in (self.temperature, self.top_p, self.max_tokens, self.n_ctx):
             spin.valueChanged.connect(lambda _value: self.sampling_changed.emit(self.sampling()))
 
     def sampling(self) -> dict[str, Any]:
-        return SamplingSettings(
+        """The sampling settings, and the context length under the "n_ctx" key."""
+        settings = SamplingSettings(
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
             max_tokens=self.max_tokens.value(),
         ).to_dict()
+        return {**settings, "n_ctx": self.n_ctx.value()}
 
-    def show_settings(self, system_prompt: str, sampling: SamplingSettings) -> None:
-        widgets = (self.system_prompt, self.temperature, self.top_p, self.max_tokens)
+    def show_settings(self, system_prompt: str, sampling: SamplingSettings, n_ctx: int) -> None:
+        widgets = (self.system_prompt, self.temperature, self.top_p, self.max_tokens, self.n_ctx)
         for widget in widgets:
             widget.blockSignals(True)
         self.system_prompt.setText(system_prompt)
         self.temperature.setValue(sampling.temperature)
         self.top_p.setValue(sampling.top_p)
         self.max_tokens.setValue(sampling.max_tokens)
+        self.n_ctx.setValue(n_ctx)
         for widget in widgets:
             widget.blockSignals(False)
 

@@ -1,20 +1,51 @@
-"""The message box: Enter sends, Shift+Enter starts a new line, Esc stops the reply."""
+"""The message box: Enter sends, Shift+Enter starts a new line, Esc stops the reply.
+
+Images pasted or dropped into it (image data or image files) become
+attachments of the next message instead of text; a file that is not a usable
+image is refused as a whole, with its reason on `attachment_refused`, and
+neither the text nor the attachments change.
+
+A message is the text and the attachments together. `submit` clears the text
+and emits `submitted(text)` (text may be empty when images are attached) but
+leaves the attachments alone: the slot calls `take_attachments()` once it
+accepts the message, and a slot that refuses it (busy, a model without
+vision) leaves them in place for the person to send again.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtGui import QImage, QKeyEvent, QPixmap
 from PySide6.QtWidgets import QPlainTextEdit
+
+from engine.errors import BadInputError
+from ui.image_attachments import (
+    ImageAttachment,
+    image_from_bytes,
+    image_from_qimage,
+    load_image_file,
+)
+
+# Encoded image types a browser or image viewer may put on the clipboard.
+IMAGE_MIME_TYPES = ("image/png", "image/jpeg", "image/webp", "image/bmp", "image/gif")
+MODEL_SUFFIX = ".gguf"
 
 
 class MessageInput(QPlainTextEdit):
     submitted = Signal(str)
     stop_requested = Signal()
+    attachments_changed = Signal(list)  # list[ImageAttachment], the whole new list
+    attachment_refused = Signal(str)  # one-line reason for the person
 
     def __init__(self) -> None:
         super().__init__()
-        self.setPlaceholderText("Message (Enter sends, Shift+Enter new line, Esc stops)")
+        self.setAccessibleName("Message")
+        self.setPlaceholderText(
+            "Message (Enter sends, Shift+Enter new line, Esc stops; paste or drop images)"
+        )
         self.setMaximumHeight(120)
+        self._attachments: list[ImageAttachment] = []
+        self._pasted_count = 0
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
@@ -28,7 +59,91 @@ class MessageInput(QPlainTextEdit):
         super().keyPressEvent(event)
 
     def submit(self) -> None:
+        """Send the text and attachments; images alone are a message too."""
         text = self.toPlainText()
-        if text.strip():
-            self.clear()
-            self.submitted.emit(text)
+        if not text.strip() and not self._attachments:
+            return
+        self.clear()
+        self.submitted.emit(text)
+
+    # --- attachments ---
+
+    def attachments(self) -> list[ImageAttachment]:
+        return list(self._attachments)
+
+    def take_attachments(self) -> list[ImageAttachment]:
+        """The attachments, cleared from the input: what accepting a message calls."""
+        taken = self.attachments()
+        self.clear_attachments()
+        return taken
+
+    def remove_attachment(self, index: int) -> None:
+        if 0 <= index < len(self._attachments):
+            del self._attachments[index]
+            self.attachments_changed.emit(self.attachments())
+
+    def clear_attachments(self) -> None:
+        if self._attachments:
+            self._attachments.clear()
+            self.attachments_changed.emit([])
+
+    def add_attachments(self, attachments: list[ImageAttachment]) -> None:
+        if attachments:
+            self._attachments.extend(attachments)
+            self.attachments_changed.emit(self.attachments())
+
+    # --- paste and drop: QPlainTextEdit routes both through these two ---
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 - Qt's name
+        """Dragged models are refused here, so the drag goes on to the window, which loads them."""
+        files = _local_files(source)
+        if files and all(path.lower().endswith(MODEL_SUFFIX) for path in files):
+            return False
+        return bool(files) or _has_image(source) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt's name
+        if not (_local_files(source) or _has_image(source)):
+            super().insertFromMimeData(source)
+            return
+        try:
+            attachments = self._attachments_from(source)
+        except BadInputError as error:
+            self.attachment_refused.emit(str(error))
+            return
+        self.add_attachments(attachments)
+
+    def _attachments_from(self, source: QMimeData) -> list[ImageAttachment]:
+        """All images in the paste or drop, or BadInputError for the first bad one."""
+        files = _local_files(source)
+        if files:
+            return [load_image_file(path) for path in files]
+        name = f"pasted image {self._pasted_count + 1}.png"
+        if source.hasImage():
+            attachment = image_from_qimage(_as_qimage(source.imageData()), name)
+        else:
+            mime_type = next(t for t in IMAGE_MIME_TYPES if source.hasFormat(t))
+            attachment = image_from_bytes(bytes(source.data(mime_type).data()), name)
+        self._pasted_count += 1
+        return [attachment]
+
+
+def _local_files(source: QMimeData) -> list[str]:
+    """The dropped or pasted files, when every URL is a local file (else it is text)."""
+    if not source.hasUrls():
+        return []
+    urls = source.urls()
+    if not urls or not all(url.isLocalFile() for url in urls):
+        return []
+    return [url.toLocalFile() for url in urls]
+
+
+def _has_image(source: QMimeData) -> bool:
+    return source.hasImage() or any(source.hasFormat(t) for t in IMAGE_MIME_TYPES)
+
+
+def _as_qimage(image_data: object) -> QImage:
+    if isinstance(image_data, QImage):
+        return image_data
+    if isinstance(image_data, QPixmap):
+        return image_data.toImage()
+    return QImage()

@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.chat_store import ChatStore
+from app.load_planning import PlannedLoad
 from app.worker import EngineWorker
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
@@ -34,8 +35,9 @@ def app_parts(qtbot, default_model_file: Path, tmp_path: Path):
     qtbot.addWidget(window)
     params = LoadParams(str(default_model_file), n_ctx=1024, n_threads=2)
     controller = ChatController(
-        window, worker, bridge, store, params, GREEDY.with_changes(max_tokens=24)
-    )
+        window, worker, bridge, store, PlannedLoad(params, None, None),
+        GREEDY.with_changes(max_tokens=24),
+    )  # fmt: skip
     with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
         controller.start()
     window.show()
@@ -176,8 +178,9 @@ def test_the_status_bar_shows_the_plan_the_model_runs_under(
     qtbot.addWidget(window)
     with ChatStore(tmp_path / "chats.sqlite3") as store:
         controller = ChatController(
-            window, worker, bridge, store, params, GREEDY.with_changes(max_tokens=8), plan, profile
-        )
+            window, worker, bridge, store, PlannedLoad(params, plan, profile),
+            GREEDY.with_changes(max_tokens=8),
+        )  # fmt: skip
         try:
             with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
                 controller.start()

@@ -1,0 +1,54 @@
+"""How the desktop app loads a model: under this machine's plan when it is profiled.
+
+One place decides the load parameters for the first load, a context-length
+change and a model switch, so all three agree with `shardchat chat --vram`.
+Without a stored profile the model loads with llama-cpp-python's CPU defaults
+and no plan, and the window says the machine is not profiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.auto_budget import AutoBudget, first_gpu
+from app.profile_store import ProfileStore
+from engine.hardware import probe_hardware
+from engine.inventory import read_inventory
+from engine.model_params import LoadParams
+from engine.plan import Plan, PlanRequest
+from engine.plan_execution import load_params_for
+from engine.planner import make_plan
+from engine.profile import Profile
+
+
+@dataclass(frozen=True)
+class PlannedLoad:
+    params: LoadParams
+    plan: Plan | None
+    profile: Profile | None
+
+
+def stored_profile() -> Profile | None:
+    """This machine's newest profile for this llama.cpp build, if it was ever profiled."""
+    hardware = probe_hardware()
+    with ProfileStore() as profiles:
+        return profiles.latest(hardware.fingerprint(), hardware.llama_build)
+
+
+def planned_load(
+    model_path: str,
+    n_ctx: int,
+    profile: Profile | None,
+    budget_bytes: int | None = None,
+) -> PlannedLoad:
+    """Plan for `budget_bytes` (default: what other programs leave free) within the GPU."""
+    if profile is None:
+        return PlannedLoad(LoadParams(model_path, n_ctx=n_ctx), None, None)
+    inventory = read_inventory(model_path)
+    budget = 0
+    if profile.gpu is not None:
+        if budget_bytes is None:
+            budget_bytes = AutoBudget(lambda _budget: None).budget_for(first_gpu())
+        budget = min(budget_bytes, profile.gpu.vram_total_bytes)
+    plan = make_plan(inventory, profile, PlanRequest(budget, n_ctx=n_ctx))
+    return PlannedLoad(load_params_for(plan, inventory, model_path), plan, profile)

@@ -1,0 +1,110 @@
+"""What the VRAM panel shows, as one plain value built from the plan and a GPU reading.
+
+The panel only renders a `VramOverview`; everything it says (how the budget is
+spent, what the plan predicts for a chat and for a batch, what the GPU holds
+right now) is decided here, where it can be tested without a window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.hardware import GpuInfo
+from engine.plan import Plan
+
+BATCH_SEQUENCES = 16  # the batch figure: this many sequences decoding side by side
+NO_PLAN = "no plan: this machine is not profiled yet (Tools → Profile this machine)"
+
+
+@dataclass(frozen=True)
+class VramSegment:
+    """One stretch of the stacked bar."""
+
+    label: str
+    n_bytes: int
+
+
+@dataclass(frozen=True)
+class VramOverview:
+    gpu_name: str | None  # None: no usable GPU, and `no_gpu_reason` says why
+    no_gpu_reason: str
+    vram_total_bytes: int
+    budget_bytes: int
+    auto: bool
+    resident: tuple[VramSegment, ...]  # weights, KV cache, compute buffers, margin
+    shardchat_used_bytes: int | None  # live, from the driver; None without a GPU
+    others_used_bytes: int | None
+    family: str  # how a chat's decode runs under the plan, in words
+    chat_ttft_s: float | None
+    chat_tokens_per_s: float | None
+    batch_tokens_per_s: float | None
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_name is not None
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(segment.n_bytes for segment in self.resident)
+
+
+def vram_overview(
+    plan: Plan | None,
+    gpu: GpuInfo | None,
+    no_gpu_reason: str = "",
+    auto: bool = False,
+    budget_bytes: int | None = None,
+) -> VramOverview:
+    """The panel's figures; `budget_bytes` overrides the plan's while a new one is applied."""
+    budget = budget_bytes if budget_bytes is not None else _plan_budget(plan)
+    return VramOverview(
+        gpu_name=gpu.name if gpu else None,
+        no_gpu_reason=no_gpu_reason or "no NVIDIA GPU found",
+        vram_total_bytes=gpu.vram_total_bytes if gpu else 0,
+        budget_bytes=budget,
+        auto=auto,
+        resident=_resident(plan),
+        shardchat_used_bytes=_shardchat_bytes(gpu),
+        others_used_bytes=gpu.other_processes_bytes if gpu else None,
+        family=_family(plan),
+        chat_ttft_s=plan.predicted_ttft_s if plan else None,
+        chat_tokens_per_s=plan.predicted_decode_tokens_per_s if plan else None,
+        batch_tokens_per_s=_batch_tokens_per_s(plan),
+    )
+
+
+def _plan_budget(plan: Plan | None) -> int:
+    return plan.vram.budget_bytes if plan else 0
+
+
+def _resident(plan: Plan | None) -> tuple[VramSegment, ...]:
+    if plan is None:
+        return ()
+    vram = plan.vram
+    return (
+        VramSegment("weights", vram.weights_bytes),
+        VramSegment("KV cache", vram.kv_cache_bytes),
+        VramSegment("compute buffers", vram.compute_bytes),
+        VramSegment("margin", vram.margin_bytes),
+    )
+
+
+def _shardchat_bytes(gpu: GpuInfo | None) -> int | None:
+    """What the driver counts as used, less what other processes hold: ours and the driver's."""
+    if gpu is None:
+        return None
+    return max(0, gpu.vram_used_bytes - gpu.other_processes_bytes)
+
+
+def _family(plan: Plan | None) -> str:
+    if plan is None:
+        return NO_PLAN
+    return plan.family_for(1).value.replace("_", " ")
+
+
+def _batch_tokens_per_s(plan: Plan | None) -> float | None:
+    """Aggregate decode speed of BATCH_SEQUENCES sequences: the tier that holds them."""
+    if plan is None:
+        return None
+    tier = plan.tier_for(BATCH_SEQUENCES)
+    return next(t.tokens_per_s for t in plan.tiers if t.tier == tier)

@@ -1,0 +1,157 @@
+"""Render the README's pictures: the chat window, the wizard, the VRAM panel, the models.
+
+Everything is the real thing, offscreen: the main window runs the embedded
+default model and streams real replies; the wizard runs a real fast profile of
+this machine; the model manager reads real GGUF files. The VRAM panel is shown
+for a *described* 16 GB desktop (this machine has no GPU), planning a
+shape-true Qwen3-30B-A3B; the picture says so in its title.
+
+    make screenshots        (writes assets/screenshots/*.png)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "screenshots"
+PROMPTS = (
+    "Write a Python function that reverses a string, in a code block.",
+    "Now list three ways to test it.",
+)
+
+
+def main() -> int:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix="shardchat-screenshots-")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("ShardChat")
+    OUT.mkdir(exist_ok=True)
+    for shoot in (main_window, vram_panel, model_manager, wizard):
+        path = shoot()
+        print(f"wrote {path.relative_to(OUT.parent.parent)}")
+    return 0
+
+
+def wait_for(signal, timeout_s: float = 300.0) -> None:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    signal.connect(loop.quit)
+    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+    loop.exec()
+
+
+def settle(ms: int = 300) -> None:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
+def main_window() -> Path:
+    """Mid-conversation: two exchanges done, the third reply streaming."""
+    from app.load_planning import stored_profile
+    from engine.default_model import default_model_path
+    from engine.sampling import SamplingSettings
+    from ui.desktop import Desktop
+
+    desktop = Desktop(
+        str(default_model_path()), stored_profile(), 4096, SamplingSettings(0.0, max_tokens=200)
+    )
+    desktop.window.resize(1360, 820)
+    desktop.start()
+    wait_for(desktop.bridge.model_loaded)
+    for prompt in PROMPTS:
+        desktop.window.input.setPlainText(prompt)
+        desktop.window.input.submit()
+        wait_for(desktop.bridge.reply_finished)
+    desktop.window.input.setPlainText("And what is its time complexity?")
+    desktop.window.input.submit()
+    for _ in range(12):
+        wait_for(desktop.bridge.token_streamed)
+    settle(120)
+    path = OUT / "main-window.png"
+    desktop.window.grab().save(str(path))
+    desktop.close()
+    return path
+
+
+def vram_panel() -> Path:
+    """The panel for a described 16 GB desktop planning Qwen3-30B-A3B at a 10 GiB budget."""
+    from dataclasses import replace
+
+    from app.vram_overview import vram_overview
+    from bench.plan_simulation import MODELS
+    from engine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
+    from engine.inventory import read_inventory
+    from engine.plan import PlanRequest
+    from engine.planner import make_plan
+    from engine.synthetic import write_shape_only_model
+    from ui.vram_panel import VramPanel
+
+    spec, quant = MODELS["Qwen3-30B-A3B Q4_0"]
+    with tempfile.TemporaryDirectory() as folder:
+        inventory = read_inventory(write_shape_only_model(Path(folder) / "m.gguf", spec, quant))
+    profile = load_described("desktop-16gb")
+    plan = make_plan(inventory, profile, PlanRequest(10 << 30, n_ctx=8192))
+    gpu = described_hardware(DESCRIBED_MACHINES["desktop-16gb"]).gpus[0]
+    gpu = replace(gpu, vram_used_bytes=(10 << 30) + (900 << 20), other_processes_bytes=900 << 20)
+    panel = VramPanel()
+    panel.setWindowTitle("VRAM — described 16 GB desktop, Qwen3-30B-A3B Q4_0 (simulated)")
+    panel.show_overview(vram_overview(plan, gpu))
+    panel.resize(420, 420)
+    panel.show()
+    settle()
+    path = OUT / "vram-panel.png"
+    panel.grab().save(str(path))
+    panel.close()
+    return path
+
+
+def model_manager() -> Path:
+    from app.model_library import ModelLibrary
+    from engine.synthetic import SyntheticSpec, write_synthetic_model
+    from ui.model_manager import ModelManager
+
+    folder = Path(os.environ["SHARDCHAT_HOME"]) / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    moe = SyntheticSpec("qwen3moe", n_layer=4, n_embd=256, n_expert=8, n_expert_used=2)
+    manager = ModelManager(ModelLibrary())
+    manager.import_files([write_synthetic_model(folder / "tiny-moe-Q8_0.gguf", moe, "Q8_0")])
+    manager.resize(900, 560)
+    manager.show()
+    settle()
+    path = OUT / "model-manager.png"
+    manager.grab().save(str(path))
+    manager.close()
+    return path
+
+
+def wizard() -> Path:
+    """The results page after a real fast profile of this machine."""
+    from engine.profile import ProfileMode
+    from ui.profile_wizard import RESULTS_PAGE, ProfileWizard
+
+    wizard = ProfileWizard(mode=ProfileMode.FAST)
+    wizard.show()
+    wizard.next()
+    wizard.next()
+    wait_for(wizard.profiling_page.completeChanged)
+    wizard.next()
+    assert wizard.currentId() == RESULTS_PAGE
+    settle()
+    path = OUT / "wizard.png"
+    wizard.grab().save(str(path))
+    wizard.reject()
+    return path
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The GUI thread's longest stall while a model loads, while a reply streams, and at rest.
+
+It opens the real desktop app (window, engine worker, history, VRAM panel) on
+the default model, offscreen, in a throwaway SHARDCHAT_HOME, and ticks a 1 ms
+QTimer on the GUI thread: a tick that arrives late means the event loop was
+busy. The idle figure is the noise floor of this (shared, noisy) machine,
+measured in the same run. Target: every stall <= 50 ms.
+
+    .venv/bin/python bench/gui_latency.py [--model PATH] [--tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+TARGET_MS = 50.0
+
+
+@dataclass
+class StallMeter:
+    """Gaps between 1 ms ticks, in ms, beyond the 1 ms they should take."""
+
+    gaps_ms: list[float] = field(default_factory=list)
+    _last: float | None = None
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            self.gaps_ms.append(max(0.0, (now - self._last) * 1000 - 1.0))
+        self._last = now
+
+    def reset(self) -> None:
+        self.gaps_ms, self._last = [], None
+
+    def summary(self) -> tuple[float, float, int]:
+        gaps = sorted(self.gaps_ms) or [0.0]
+        p99 = gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))]
+        return max(gaps), p99, len(gaps)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="GGUF model (default: the embedded default model)")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens in the streamed reply")
+    args = parser.parse_args()
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix="shardchat-gui-latency-")
+    return measure(args.model, args.tokens)
+
+
+def measure(model: str | None, tokens: int) -> int:
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.load_planning import stored_profile
+    from engine.default_model import default_model_path
+    from engine.sampling import SamplingSettings
+    from ui.desktop import Desktop
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    meter = StallMeter()
+    ticker = QTimer(interval=1)
+    ticker.timeout.connect(meter.tick)
+    ticker.start()
+
+    def run_until(signal, timeout_s: float = 300.0) -> None:
+        loop = QEventLoop()
+        signal.connect(loop.quit)
+        QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+        loop.exec()
+
+    def idle(seconds: float) -> None:
+        loop = QEventLoop()
+        QTimer.singleShot(int(seconds * 1000), loop.quit)
+        loop.exec()
+
+    settings = SamplingSettings(temperature=0.0, max_tokens=tokens)
+    model_path = model or str(default_model_path())
+    results: dict[str, tuple[float, float, int]] = {}
+    meter.reset()
+    desktop = Desktop(model_path, stored_profile(), 4096, settings)
+    desktop.start()
+    run_until(desktop.bridge.model_loaded)
+    results["model load"] = meter.summary()
+    meter.reset()
+    idle(2.0)
+    results["idle (noise floor)"] = meter.summary()
+    meter.reset()
+    desktop.window.input.setPlainText("Write a long story about a lighthouse keeper and a storm.")
+    desktop.window.input.submit()
+    run_until(desktop.bridge.reply_finished)
+    results[f"reply streaming ({tokens} tokens)"] = meter.summary()
+    desktop.close()
+    app.processEvents()
+    report(model_path, results)
+    return 0
+
+
+def report(model_path: str, results: dict[str, tuple[float, float, int]]) -> None:
+    print(f"gui_latency: {os.path.basename(model_path)}, 1 ms ticks on the GUI thread")
+    print(f"{'phase':30}{'longest stall ms':>18}{'p99 ms':>10}{'ticks':>8}")
+    for phase, (longest, p99, ticks) in results.items():
+        print(f"{phase:30}{longest:18.1f}{p99:10.1f}{ticks:8d}")
+    worst = max(longest for phase, (longest, _p, _n) in results.items() if "idle" not in phase)
+    floor = results["idle (noise floor)"][0]
+    verdict = "meets" if worst <= TARGET_MS else "MISSES"
+    print(
+        f"longest stall while loading or streaming: {worst:.1f} ms ({verdict} the target of "
+        f"{TARGET_MS:.0f} ms; idle floor {floor:.1f} ms, ratio {worst / max(floor, 0.1):.1f}x)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

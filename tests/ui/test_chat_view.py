@@ -1,0 +1,49 @@
+"""The chat view's Markdown: copy links under finished code blocks, and what they copy."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QGuiApplication
+
+from ui.chat_view import ChatView
+from ui.code_blocks import with_copy_links
+
+REPLY = "Here:\n\n```python\nprint('hi')\n```\n\nand\n\n- step\n  ~~~\n  make test\n  ~~~\n"
+
+
+def test_every_closed_code_block_gets_one_copy_link_with_its_code() -> None:
+    text, codes = with_copy_links(REPLY)
+    assert codes == ["print('hi')\n", "make test\n"]
+    assert text.count("(copy:0)") == 1 and text.count("(copy:1)") == 1
+    assert "  [⧉ Copy code](copy:1)" in text  # indented: it stays inside the list item
+
+
+def test_a_block_still_streaming_gets_no_link_until_it_closes() -> None:
+    text, codes = with_copy_links("Look:\n\n```sh\nls -l\n")
+    assert codes == [] and "copy:" not in text
+    text, codes = with_copy_links("Look:\n\n```sh\nls -l\n```")
+    assert codes == ["ls -l\n"] and "copy:0" in text
+
+
+def test_backticks_inside_text_are_not_code_blocks() -> None:
+    assert with_copy_links("use `make` or ``run``, not ```x``` inline")[1] == []
+
+
+def test_clicking_a_copy_link_puts_that_block_on_the_clipboard(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show_messages([("user", "code please"), ("assistant", REPLY)])
+    assert "Copy code" in view.toPlainText() and "print('hi')" in view.toPlainText()
+    with qtbot.waitSignal(view.code_copied) as copied:
+        view.anchorClicked.emit(QUrl("copy:1"))
+    assert copied.args == ["make test\n"]
+    assert QGuiApplication.clipboard().text() == "make test\n"
+
+
+def test_a_copy_link_for_a_block_that_is_gone_does_nothing(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show_messages([("assistant", "no code here")])
+    QGuiApplication.clipboard().setText("kept")
+    view.anchorClicked.emit(QUrl("copy:3"))
+    assert QGuiApplication.clipboard().text() == "kept"

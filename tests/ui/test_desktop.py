@@ -1,0 +1,242 @@
+"""The whole desktop app (window, worker, history, VRAM panel) on the default model, offscreen."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, Qt, QUrl
+from PySide6.QtGui import QColor, QImage
+
+from app.chat_store import default_store_path
+from engine.described_machines import DESCRIBED_MACHINES, described_hardware
+from engine.hardware import probe_hardware
+from engine.profile import Profile
+from engine.sampling import GREEDY
+from ui.desktop import Desktop
+from ui.image_attachments import load_image_file
+from ui.model_manager import ModelManager
+from ui.profile_wizard import ProfileWizard
+
+TIMEOUT_MS = 60_000
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
+SHORT = GREEDY.with_changes(max_tokens=12)
+
+
+def this_machine() -> Profile:
+    """The recorded 2-core profile, as if measured here (it was, on a machine like this)."""
+    profile = Profile.from_json(RECORDED.read_text())
+    return replace(profile, fingerprint=probe_hardware().fingerprint())
+
+
+def laptop_gpu():
+    """A described 8 GB laptop GPU with a game holding 1 GiB: what NVML would report there."""
+    gpu = described_hardware(DESCRIBED_MACHINES["laptop-8gb"]).gpus[0]
+    return replace(gpu, vram_used_bytes=1 << 30, other_processes_bytes=1 << 30), ""
+
+
+def no_gpu():
+    return None, "NVIDIA driver not found (libnvidia-ml)"
+
+
+def open_desktop(qtbot, model: Path, read_gpu=no_gpu, n_ctx: int = 1024) -> Desktop:
+    desktop = Desktop(str(model), this_machine(), n_ctx, SHORT, read_gpu)
+    qtbot.addWidget(desktop.window)
+    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):
+        desktop.start()
+    return desktop
+
+
+@pytest.fixture
+def desktops(qtbot):
+    opened: list[Desktop] = []
+    yield opened
+    for desktop in opened:
+        desktop.close()
+
+
+def send(qtbot, desktop: Desktop, text: str):
+    with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
+        qtbot.keyClicks(desktop.window.input, text)
+        qtbot.keyClick(desktop.window.input, Qt.Key.Key_Return)
+    return finished.args[0]
+
+
+def test_releasing_the_slider_replans_and_the_conversation_survives(
+    qtbot, desktops, default_model_file
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file, laptop_gpu)
+    desktops.append(desktop)
+    panel = desktop.window.vram_panel
+    assert panel.slider.isEnabled() and panel.slider.maximum() == 8 << 10  # MiB
+    assert "RTX" in panel.explanation.text() and "other programs 1.0 GiB" in panel.live.text()
+    first = send(qtbot, desktop, "My name is Ada.")
+    with qtbot.waitSignal(desktop.bridge.plan_changed, timeout=TIMEOUT_MS) as changed:
+        panel.slider.setSliderDown(True)
+        panel.slider.setValue(3 << 10)
+        assert "3.0 GiB" in panel.budget_label.text()
+        panel.slider.setSliderDown(False)  # released: debounced, then re-planned
+    assert changed.args[0].vram_budget_bytes == 3 << 30
+    assert "of 3.0 GiB" in desktop.window.plan_label.text()
+    second = send(qtbot, desktop, "What is my name?")
+    assert second.stats.reused_prompt_tokens >= first.stats.prompt_tokens  # nothing lost
+    roles = [m.role for m in desktop.store.messages(desktop.chat.conversation_id)]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_without_a_gpu_the_slider_is_off_and_the_cpu_plan_is_shown(
+    qtbot, desktops, default_model_file
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    panel = desktop.window.vram_panel
+    assert not panel.slider.isEnabled() and not panel.auto.isEnabled()
+    assert panel.explanation.text() == (
+        "NVIDIA driver not found (libnvidia-ml): the model runs on the CPU."
+    )
+    assert panel.family.text() == "cpu only" and "tokens/s predicted" in panel.chat.text()
+
+
+def test_auto_follows_free_vram(qtbot, desktops, default_model_file) -> None:
+    desktop = open_desktop(qtbot, default_model_file, laptop_gpu)
+    desktops.append(desktop)
+    with qtbot.waitSignal(desktop.bridge.plan_changed, timeout=TIMEOUT_MS) as changed:
+        desktop.window.vram_panel.auto.setChecked(True)
+    assert changed.args[0].vram_budget_bytes == (7 << 30) - (512 << 20)  # free, less a reserve
+    assert not desktop.window.vram_panel.slider.isEnabled()
+
+
+def test_a_restart_reopens_the_last_conversation_where_the_window_was(
+    qtbot, desktops, default_model_file
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    send(qtbot, desktop, "Remember the word apple.")
+    remembered = desktop.chat.conversation_id
+    qtbot.mouseClick(desktop.window.new_chat, Qt.MouseButton.LeftButton)
+    desktop.window.conversations.setCurrentRow(1)  # back to the older one
+    assert desktop.chat.conversation_id == remembered
+    desktop.window.resize(1200, 700)
+    desktop.window.vram_dock.hide()
+    desktop.close()
+    again = open_desktop(qtbot, default_model_file)
+    desktops.append(again)
+    assert again.chat.conversation_id == remembered
+    assert "Remember the word apple." in again.window.chat_view.toPlainText()
+    assert again.window.height() == 700  # (the offscreen screen is 800 px: width is clamped)
+    assert again.window.vram_dock.isHidden()
+
+
+def test_a_new_context_length_reloads_the_model_and_keeps_the_chat(
+    qtbot, desktops, default_model_file
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    send(qtbot, desktop, "My name is Ada.")
+    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS) as loaded:
+        desktop.window.settings.n_ctx.setValue(2048)
+    assert loaded.args[0].n_ctx == 2048
+    assert "2048 tokens" in desktop.window.model_label.text()
+    settings = desktop.store.conversation(desktop.chat.conversation_id).settings
+    assert settings["n_ctx"] == 2048
+    reply = send(qtbot, desktop, "What is my name?")
+    assert reply.stats.prompt_tokens > 20  # the reloaded model heard the earlier exchange
+
+
+def test_a_corrupt_history_is_moved_aside_with_a_message(
+    qtbot, desktops, default_model_file
+) -> None:
+    path = default_store_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"this is not a database" * 100)
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    assert "moved to" in desktop.window.statusBar().currentMessage()
+    assert desktop.store.recovered_from is not None and desktop.store.recovered_from.exists()
+    assert len(desktop.store.conversations()) == 1  # a fresh history with one new chat
+
+
+def test_images_sent_to_a_model_without_vision_are_kept_with_a_message(
+    qtbot, desktops, default_model_file, tmp_path
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    picture = QImage(32, 24, QImage.Format.Format_RGB32)
+    picture.fill(QColor("red"))
+    picture.save(str(tmp_path / "red.png"))
+    window = desktop.window
+    window.input.add_attachments([load_image_file(tmp_path / "red.png")])
+    assert window.attachment_strip.isVisibleTo(window)
+    qtbot.keyClicks(window.input, "What colour is this?")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    assert "cannot see images" in window.statusBar().currentMessage()
+    assert window.input.toPlainText() == "What colour is this?"
+    assert [a.name for a in window.input.attachments()] == ["red.png"]
+    assert desktop.store.messages(desktop.chat.conversation_id) == []
+
+
+def test_the_tools_menu_reopens_the_profiling_wizard_and_skipping_changes_nothing(
+    qtbot, desktops, default_model_file
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    plan_before = desktop.window.plan_label.text()
+    desktop.window.profile_action.trigger()
+    wizard = desktop.window.findChild(ProfileWizard)
+    assert wizard is not None and wizard.isVisible()
+    wizard.reject()  # "Skip"
+    assert desktop.window.plan_label.text() == plan_before and desktop.chat.model_ready
+
+
+def file_drop(*paths: Path) -> QMimeData:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path)) for path in paths])
+    return mime
+
+
+def test_dropping_a_file_that_is_neither_model_nor_image_says_why_and_changes_nothing(
+    qtbot, desktops, default_model_file, tmp_path
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list")
+    models_before = [m.path for m in desktop.models.models()]
+    desktop.model_drop.handle_drop(file_drop(notes))
+    assert "notes.txt" in desktop.window.statusBar().currentMessage()
+    assert [m.path for m in desktop.models.models()] == models_before
+    assert (
+        desktop.window.input.attachments() == [] and desktop.window.findChild(ModelManager) is None
+    )
+
+
+def test_a_dropped_image_becomes_an_attachment(qtbot, desktops, default_model_file, tmp_path):
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    picture = QImage(16, 16, QImage.Format.Format_RGB32)
+    picture.fill(QColor("blue"))
+    picture.save(str(tmp_path / "blue.bmp"))
+    desktop.model_drop.handle_drop(file_drop(tmp_path / "blue.bmp"))
+    assert [a.name for a in desktop.window.input.attachments()] == ["blue.bmp"]
+
+
+def test_a_dropped_gguf_is_imported_and_load_now_switches_the_chat_to_it(
+    qtbot, desktops, default_model_file, make_synthetic
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    send(qtbot, desktop, "Hello.")
+    synthetic = make_synthetic("llama", "Q8_0")
+    desktop.model_drop.handle_drop(file_drop(synthetic))
+    manager = desktop.window.findChild(ModelManager)
+    assert manager is not None and manager.isVisible()
+    assert synthetic.resolve() in [m.path for m in desktop.models.models()]
+    assert manager.selected().path == synthetic.resolve()
+    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS) as loaded:
+        manager.request_load()
+    assert Path(loaded.args[0].model_path).resolve() == synthetic.resolve()
+    assert desktop.chat.model_ready and "loading" not in desktop.window.model_label.text()
+    assert [m.role for m in desktop.store.messages(desktop.chat.conversation_id)] == [
+        "user",
+        "assistant",
+    ]

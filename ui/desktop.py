@@ -1,0 +1,136 @@
+"""The whole desktop app as one object: window, engine worker, history, controllers.
+
+`run_gui` shows it under an event loop; tests, screenshots and the latency
+benchmark build the same object, so what they check is what people run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QIcon
+
+from app.chat_store import ChatStore
+from app.load_planning import planned_load, stored_profile
+from app.model_library import ModelLibrary
+from app.worker import EngineWorker
+from engine.errors import BadInputError
+from engine.profile import Profile
+from engine.sampling import SamplingSettings
+from ui.chat_controller import ChatController
+from ui.engine_bridge import EngineBridge
+from ui.image_attachments import load_image_file
+from ui.main_window import MainWindow
+from ui.model_drop import GgufDropFilter
+from ui.model_manager import ModelManager
+from ui.profile_wizard import ProfileWizard
+from ui.vram_controller import GpuReader, VramController, read_first_gpu
+from ui.window_state import WindowState
+
+ICON = Path(__file__).resolve().parent.parent / "assets" / "shardchat.svg"
+STATUS_MS = 6000
+
+
+class Desktop:
+    def __init__(
+        self,
+        model_path: str,
+        profile: Profile | None,
+        n_ctx: int = 4096,
+        settings: SamplingSettings | None = None,
+        read_gpu: GpuReader = read_first_gpu,
+    ) -> None:
+        self.bridge = EngineBridge()
+        self.worker = EngineWorker(self.bridge).start()
+        self.window = MainWindow()
+        self.window.setWindowIcon(QIcon(str(ICON)))
+        self.models = ModelLibrary()
+        self.model_drop = GgufDropFilter(self.window)
+        self.model_drop.watch(self.window.chat_view)  # else the view takes file drops itself
+        self.store = ChatStore()
+        self.state = WindowState()
+        load = planned_load(model_path, n_ctx, profile)
+        self.chat = ChatController(
+            self.window, self.worker, self.bridge, self.store, load, settings or SamplingSettings()
+        )
+        self.vram = VramController(
+            self.window.vram_panel, self.worker, self.bridge, load.plan, read_gpu
+        )
+        self._connect()
+
+    def _connect(self) -> None:
+        self.vram.plan_applied.connect(self.chat.use_plan)
+        self.chat.plan_used.connect(self.vram.use_plan)
+        self.vram.message.connect(self._say)
+        self.window.stop_action.triggered.connect(self.chat.stop)
+        self.window.profile_action.triggered.connect(self.profile_again)
+        self.window.models_action.triggered.connect(self.open_models)
+        self.window.import_model_action.triggered.connect(
+            lambda: self.open_models().choose_and_import()
+        )
+        self.model_drop.files_dropped.connect(self.take_dropped_files)
+
+    def take_dropped_files(self, paths: list[Path]) -> None:
+        """Files dropped on the window: models go to the model manager, images to the input."""
+        if any(path.suffix.lower() == ".gguf" for path in paths):
+            self.open_models().import_files(paths)  # it refuses what is not a model, with why
+            return
+        try:
+            images = [load_image_file(path) for path in paths]
+        except BadInputError as exc:
+            self._say(f"{exc} — drop GGUF models or images here")
+            return
+        self.window.input.add_attachments(images)
+
+    def open_models(self) -> ModelManager:
+        """Tools → Models: the model manager beside the chat; "Load now" switches models."""
+        manager = ModelManager(self.models, parent=self.window)
+        manager.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        manager.load_requested.connect(lambda path, _mmproj: self.chat.load_model(path))
+        manager.open()
+        return manager
+
+    def profile_again(self) -> ProfileWizard:
+        """Tools → Profile this machine: the wizard, beside the chat; its result re-plans."""
+        wizard = ProfileWizard(parent=self.window)
+        wizard.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        wizard.accepted.connect(lambda: self._use_profile(wizard))
+        wizard.open()
+        return wizard
+
+    def _use_profile(self, wizard: ProfileWizard) -> None:
+        profile = wizard.profile() or stored_profile()
+        chosen = wizard.chosen_model()
+        if chosen:
+            chosen = remember_default_model(chosen)
+        if profile is not None:
+            self.chat.use_profile(profile, chosen or None)
+
+    def start(self) -> Desktop:
+        """Restore the window and the last conversation, start loading the model, show."""
+        conversation = self.state.restore(self.window)
+        self.chat.start(conversation)
+        if self.store.recovered_from is not None:
+            self._say(
+                f"the chat history was unreadable and was moved to {self.store.recovered_from}"
+            )
+        self.window.show()
+        return self
+
+    def close(self) -> None:
+        """Remember the window, stop the engine, close the history (idempotent)."""
+        if self.worker.is_running:
+            self.state.save(self.window, self.chat.conversation_id)
+            self.worker.shutdown()
+            self.store.close()
+            self.models.close()
+
+    def _say(self, message: str) -> None:
+        self.window.statusBar().showMessage(message, STATUS_MS)
+
+
+def remember_default_model(model_path: str) -> str:
+    """The wizard's choice joins the model list as the default, as an import there would."""
+    with ModelLibrary() as models:
+        return str(models.set_default(models.add(model_path).path).path)

@@ -1,0 +1,115 @@
+"""What the VRAM panel does: read the GPU each second, apply a chosen or automatic budget.
+
+A chosen budget goes to the engine worker as a re-plan request; the worker
+finishes the reply in progress first and carries the conversation into any
+reloaded model, so the panel never touches the chat. The GPU is read on the GUI
+thread: one NVML query costs microseconds, and without a GPU it is not polled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.auto_budget import AutoBudget
+from app.events import PlanChanged, RequestFailed
+from app.units import format_bytes
+from app.vram_overview import vram_overview
+from app.worker import EngineWorker
+from engine.hardware import GpuInfo, probe_gpus
+from engine.plan import Plan
+from ui.engine_bridge import EngineBridge
+from ui.vram_panel import VramPanel
+
+REFRESH_MS = 1000
+GpuReader = Callable[[], tuple[GpuInfo | None, str]]
+
+
+def read_first_gpu() -> tuple[GpuInfo | None, str]:
+    """The first NVIDIA GPU as NVML sees it now, or None and why not."""
+    gpus, reason, _driver, _cuda = probe_gpus()
+    return (gpus[0] if gpus else None), reason or ""
+
+
+class VramController(QObject):
+    plan_applied = Signal(object)  # Plan, after the engine re-planned
+    message = Signal(str)  # one line for the status bar
+
+    def __init__(
+        self,
+        panel: VramPanel,
+        worker: EngineWorker,
+        bridge: EngineBridge,
+        plan: Plan | None,
+        read_gpu: GpuReader = read_first_gpu,
+    ) -> None:
+        super().__init__(panel)
+        self.panel, self.worker, self.plan = panel, worker, plan
+        self._read_gpu = read_gpu
+        self._gpu, self._no_gpu_reason = read_gpu()
+        self._auto = AutoBudget(self._choose_budget, lambda: self._gpu)
+        self._pending: dict[int, int] = {}  # request id -> budget asked for
+        self._timer = QTimer(self, interval=REFRESH_MS)
+        self._timer.timeout.connect(self.refresh)
+        panel.budget_chosen.connect(self._choose_budget)
+        panel.auto_toggled.connect(self.set_auto)
+        bridge.plan_changed.connect(self._on_plan_changed)
+        bridge.request_failed.connect(self._on_failed)
+        self._render()
+        if self._gpu is not None:
+            self._timer.start()
+
+    @property
+    def auto(self) -> bool:
+        return self._auto.budget_bytes is not None
+
+    def set_auto(self, on: bool) -> None:
+        """Follow free VRAM (applied now, then whenever it moves by a step) or stop following."""
+        self._auto.budget_bytes = None
+        if on and self._gpu is not None:
+            self._auto.poll_once()
+        self._render()
+
+    def use_plan(self, plan: Plan | None) -> None:
+        """The chat loaded a model (another one, or another context length) under this plan."""
+        self.plan = plan
+        self._pending.clear()
+        self._render()
+
+    def refresh(self) -> None:
+        """Read the GPU again; under Auto, re-plan when free VRAM moved."""
+        self._gpu, self._no_gpu_reason = self._read_gpu()
+        if self.auto:
+            self._auto.poll_once()
+        self._render()
+
+    def _choose_budget(self, budget_bytes: int) -> None:
+        if self.plan is None:
+            self.message.emit("profile this machine first: the budget needs a plan")
+            self._render()
+            return
+        self._pending[self.worker.set_budget(budget_bytes)] = budget_bytes
+        self.message.emit(f"re-planning for a {format_bytes(budget_bytes)} VRAM budget…")
+        self._render(budget_bytes)
+
+    def _on_plan_changed(self, event: PlanChanged) -> None:
+        if self._pending.pop(event.request_id, None) is None or event.plan is None:
+            return
+        self.plan = event.plan
+        how = "model reloaded" if event.reloaded else "placement unchanged"
+        self.message.emit(f"VRAM budget {format_bytes(event.vram_budget_bytes)}: {how}")
+        self.plan_applied.emit(event.plan)
+        self._render()
+
+    def _on_failed(self, event: RequestFailed) -> None:
+        if self._pending.pop(event.request_id, None) is not None:
+            self.message.emit(f"the budget was not applied: {event.message}")
+            self._render()
+
+    def _render(self, budget_bytes: int | None = None) -> None:
+        if budget_bytes is None and self._pending:
+            budget_bytes = list(self._pending.values())[-1]
+        self.panel.show_overview(
+            vram_overview(self.plan, self._gpu, self._no_gpu_reason, self.auto, budget_bytes)
+        )

@@ -1,0 +1,190 @@
+"""The VRAM panel: the budget slider, how the budget is spent, and what the plan predicts.
+
+It renders a `VramOverview` and reports what the person chose. Dragging the
+slider only moves the figure beside it; the new budget is reported once the
+slider is released (or the keys stop) for RELEASE_DEBOUNCE_MS, because every
+report re-plans and may reload the model.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.units import format_bytes
+from app.vram_overview import BATCH_SEQUENCES, VramOverview
+
+RELEASE_DEBOUNCE_MS = 300
+MIB = 1 << 20
+SEGMENT_COLOURS = {
+    "weights": QColor("#3b82f6"),
+    "KV cache": QColor("#10b981"),
+    "compute buffers": QColor("#f59e0b"),
+    "margin": QColor("#9ca3af"),
+    "other programs": QColor("#ef4444"),
+}
+
+
+class StackedBar(QWidget):
+    """A horizontal bar of (label, bytes) stretches over a whole; the rest is left empty."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setMinimumHeight(22)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self._segments: list[tuple[str, int]] = []
+        self._whole = 0
+
+    def show_segments(self, segments: list[tuple[str, int]], whole: int) -> None:
+        self._segments, self._whole = segments, whole
+        self.setToolTip("\n".join(f"{label}: {format_bytes(n)}" for label, n in segments))
+        self.update()
+
+    def segments(self) -> list[tuple[str, int]]:
+        return list(self._segments)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(240, 22)
+
+    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        frame = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        painter.setPen(self.palette().mid().color())
+        painter.setBrush(self.palette().base())
+        painter.drawRect(frame)
+        if self._whole <= 0:
+            return
+        x = frame.left()
+        for label, n_bytes in self._segments:
+            width = frame.width() * min(n_bytes, self._whole) / self._whole
+            painter.fillRect(QRectF(x, frame.top(), width, frame.height()), _colour(label))
+            x += width
+
+
+class VramPanel(QWidget):
+    budget_chosen = Signal(object)  # int bytes (over 2 GiB: not a C int), once settled
+    auto_toggled = Signal(bool)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setAccessibleName("VRAM budget")
+        self.slider.setPageStep(256)
+        self.budget_label = QLabel()
+        self.auto = QCheckBox("Auto: follow free VRAM")
+        self.auto.setAccessibleName("Follow free VRAM automatically")
+        self.explanation = QLabel(wordWrap=True)
+        self.bar = StackedBar()
+        self.bar.setAccessibleName("What the plan keeps in VRAM")
+        self.legend = QLabel(wordWrap=True)
+        self.family = QLabel(wordWrap=True)
+        self.chat = QLabel()
+        self.batch = QLabel()
+        self.live = QLabel(wordWrap=True)
+        self._debounce = QTimer(self, singleShot=True, interval=RELEASE_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self._report_budget)
+        self._lay_out()
+        self.slider.valueChanged.connect(self._on_slider_moved)
+        self.slider.sliderReleased.connect(self._debounce.start)
+        self.auto.toggled.connect(self.auto_toggled)
+
+    def _lay_out(self) -> None:
+        row = QHBoxLayout()
+        row.addWidget(self.slider, stretch=1)
+        row.addWidget(self.budget_label)
+        form = QFormLayout()
+        form.addRow("Plan", self.family)
+        form.addRow("Chat", self.chat)
+        form.addRow(f"Batch ({BATCH_SEQUENCES})", self.batch)
+        form.addRow("GPU now", self.live)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("<b>VRAM budget</b>"))
+        layout.addLayout(row)
+        layout.addWidget(self.auto)
+        layout.addWidget(self.explanation)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.legend)
+        layout.addLayout(form)
+        layout.addStretch(1)
+
+    def show_overview(self, view: VramOverview) -> None:
+        """Render the figures; the slider keeps its place while the person holds it."""
+        self._show_slider(view)
+        segments = [(s.label, s.n_bytes) for s in view.resident]
+        if view.others_used_bytes:
+            segments.append(("other programs", view.others_used_bytes))
+        whole = view.vram_total_bytes if view.has_gpu else 0
+        self.bar.show_segments(segments if view.has_gpu else [], whole)
+        self.bar.setVisible(view.has_gpu)
+        self.legend.setText(_legend(segments) if view.has_gpu else "")
+        self.family.setText(view.family)
+        self.chat.setText(_speed(view.chat_tokens_per_s, view.chat_ttft_s))
+        self.batch.setText(_speed(view.batch_tokens_per_s, None))
+        self.live.setText(_live(view))
+
+    def budget_bytes(self) -> int:
+        return self.slider.value() * MIB
+
+    def _show_slider(self, view: VramOverview) -> None:
+        self.slider.setEnabled(view.has_gpu and not view.auto)
+        self.auto.setEnabled(view.has_gpu)
+        self.auto.blockSignals(True)
+        self.auto.setChecked(view.auto and view.has_gpu)
+        self.auto.blockSignals(False)
+        if view.has_gpu:
+            self.explanation.setText(f"{view.gpu_name}, {format_bytes(view.vram_total_bytes)}")
+        else:
+            self.explanation.setText(f"{view.no_gpu_reason}: the model runs on the CPU.")
+        if self.slider.isSliderDown() or self._debounce.isActive():
+            return  # the person's choice is still settling: keep it in view
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, view.vram_total_bytes // MIB)
+        self.slider.setValue(view.budget_bytes // MIB)
+        self.slider.blockSignals(False)
+        self.budget_label.setText(format_bytes(view.budget_bytes))
+
+    def _on_slider_moved(self, value: int) -> None:
+        self.budget_label.setText(format_bytes(value * MIB))
+        if not self.slider.isSliderDown():  # keys and clicks: settle, then report
+            self._debounce.start()
+
+    def _report_budget(self) -> None:
+        if not self.slider.isSliderDown():
+            self.budget_chosen.emit(self.budget_bytes())
+
+
+def _colour(label: str) -> QColor:
+    return SEGMENT_COLOURS.get(label, QColor("#6b7280"))
+
+
+def _legend(segments: list[tuple[str, int]]) -> str:
+    return " ".join(
+        f"<span style='color:{_colour(label).name()}'>■</span> {label} {format_bytes(n)}"
+        for label, n in segments
+    )
+
+
+def _speed(tokens_per_s: float | None, ttft_s: float | None) -> str:
+    if tokens_per_s is None:
+        return "–"
+    text = f"{tokens_per_s:.1f} tokens/s predicted"
+    return text if ttft_s is None else f"{text}, {ttft_s:.2f} s to first token"
+
+
+def _live(view: VramOverview) -> str:
+    if view.shardchat_used_bytes is None:
+        return "no GPU"
+    return (
+        f"ShardChat {format_bytes(view.shardchat_used_bytes)} · other programs "
+        f"{format_bytes(view.others_used_bytes or 0)} · of {format_bytes(view.vram_total_bytes)}"
+    )
