@@ -7,7 +7,11 @@ file is refused with one clear sentence before llama.cpp ever sees it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -15,6 +19,7 @@ import gguf
 from engine.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
+_GC_LOCK = threading.Lock()  # one parse at a time decides when collection resumes
 
 
 def check_model_path(path: str | os.PathLike[str]) -> Path:
@@ -53,6 +58,25 @@ def open_gguf(path: str | os.PathLike[str]) -> gguf.GGUFReader:
             f"{file_bytes})"
         )
     return reader
+
+
+@contextlib.contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """Pause the cycle collector while a GGUFReader is alive (wrap open and use, then drop it).
+
+    GGUFReader builds hundreds of thousands of small numpy objects for a
+    tokenizer; each full collection while they live walks them all with the GIL
+    held, which froze the GUI thread for 100+ ms while the worker read a model.
+    Reference counting still frees everything; collection resumes afterwards.
+    """
+    with _GC_LOCK:
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was_enabled:
+                gc.enable()
 
 
 def field_value(reader: gguf.GGUFReader, key: str, default: object = None) -> object:

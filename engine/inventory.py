@@ -23,7 +23,7 @@ from typing import Any
 
 import gguf
 
-from engine.gguf_file import check_model_path, field_value, open_gguf
+from engine.gguf_file import check_model_path, field_value, open_gguf, without_cyclic_gc
 from engine.known_fields import known_fields
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # the KV cache stays f16: lossless, always
@@ -231,7 +231,11 @@ def read_inventory(path: str | os.PathLike[str]) -> ModelInventory:
 
 @functools.lru_cache(maxsize=16)
 def _read_inventory(path: str, _size: int, _mtime_ns: int) -> ModelInventory:
-    reader = open_gguf(path)
+    with without_cyclic_gc():  # the reader is created and dropped inside
+        return _inventory_of(open_gguf(path), path)
+
+
+def _inventory_of(reader: gguf.GGUFReader, path: str) -> ModelInventory:
     arch = str(field_value(reader, "general.architecture", "unknown"))
     hp = _Hyper(reader, arch)
     tensors = [_classified(t) for t in reader.tensors]
