@@ -20,6 +20,7 @@ from app.info_command import run_info
 from app.logging_setup import configure_logging
 from app.plan_command import add_plan_command
 from app.profile_command import add_profile_command
+from app.summarize_command import add_summarize_command
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     add_profile_command(commands)
     add_plan_command(commands)
     add_gui_command(commands)
+    add_summarize_command(commands)
     return parser
 
 

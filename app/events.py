@@ -23,6 +23,7 @@ class ModelLoaded:
     n_ctx: int
     load_seconds: float
     load_params: dict[str, Any]
+    plan: Any = None  # the engine.plan.Plan it runs under, or None (not profiled)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,22 @@ class ReplyFinished:
 
 
 @dataclass(frozen=True)
+class JobProgressed:
+    """A summarisation job moved on (app.summary_job.JobProgress, with the file just finished)."""
+
+    request_id: int
+    progress: Any
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    """A summarisation job ended, done or cancelled (app.summary_job.JobOutcome)."""
+
+    request_id: int
+    outcome: Any
+
+
+@dataclass(frozen=True)
 class RequestFailed:
     """A request that could not be done; `bad_input` separates user mistakes from bugs."""
 
@@ -82,6 +99,8 @@ EngineEvent = (
     | PlanChanged
     | TokenStreamed
     | ReplyFinished
+    | JobProgressed
+    | JobFinished
     | RequestFailed
 )
 FINAL_EVENTS = (
@@ -90,5 +109,6 @@ FINAL_EVENTS = (
     ConversationStarted,
     PlanChanged,
     ReplyFinished,
+    JobFinished,
     RequestFailed,
 )

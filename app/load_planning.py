@@ -28,6 +28,19 @@ class PlannedLoad:
     profile: Profile | None
 
 
+@dataclass(frozen=True)
+class LoadRequest:
+    """A model to load under a plan made where it loads (reading a GGUF takes seconds)."""
+
+    model_path: str
+    n_ctx: int
+    profile: Profile | None
+    budget_bytes: int | None = None  # None: what other programs leave free
+
+    def planned(self) -> PlannedLoad:
+        return planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes)
+
+
 def stored_profile() -> Profile | None:
     """This machine's newest profile for this llama.cpp build, if it was ever profiled."""
     hardware = probe_hardware()

@@ -22,9 +22,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import os
 import sqlite3
-import tempfile
 from contextlib import AbstractContextManager
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
@@ -32,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from app.atomic_files import write_text_atomic
 from app.paths import app_paths
 from app.sqlite_file import StoreIdentity, connect_with, one_line, open_store, transaction
 from app.sqlite_migrations import apply_migrations
@@ -220,7 +219,7 @@ class ProfileStore:
     def export_json(self, profile: Profile, path: Path) -> Path:
         """Write the profile as indented JSON; atomic, so a crash never leaves half a file."""
         path = Path(path)
-        _atomic_write(path, _encode(profile) + "\n")
+        write_text_atomic(path, _encode(profile) + "\n")
         log.info("exported profile of %s to %s", profile.fingerprint, path)
         return path
 
@@ -329,27 +328,6 @@ def _load_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadInputError(f"{path} holds a JSON {type(data).__name__}, not a profile object")
     return data
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and os.replace, so readers see old or new."""
-    try:
-        fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise BadInputError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    temp = Path(temp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except OSError as exc:
-        temp.unlink(missing_ok=True)
-        raise BadInputError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 # -- opening, inspecting, recovering -----------------------------------------------------------

@@ -9,6 +9,7 @@ once, which the generation loop and llama.cpp's abort callback watch.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -16,10 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from app.events import (
     ConversationStarted,
     EngineEvent,
+    JobFinished,
+    JobProgressed,
     ModelLoaded,
     ModelUnloaded,
     PlanChanged,
@@ -27,6 +31,9 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
+from app.job_store import JobStore
+from app.load_planning import LoadRequest
+from app.summary_job import SummaryJob, SummarySettings
 from engine.cancel import CancelToken
 from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
@@ -52,6 +59,11 @@ class _LoadModel:
 
 
 @dataclass(frozen=True)
+class _LoadPlanned:
+    request: LoadRequest
+
+
+@dataclass(frozen=True)
 class _UnloadModel:
     pass
 
@@ -66,6 +78,13 @@ class _StartConversation:
 class _SendMessage:
     text: str
     settings: SamplingSettings
+
+
+@dataclass(frozen=True)
+class _Summarize:
+    input_folder: Path
+    output_folder: Path | None
+    settings: SummarySettings
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,7 @@ class EngineWorker:
     def __init__(self, on_event: EventCallback, name: str = "shardchat-engine") -> None:
         self._on_event = on_event
         self._queue: queue.Queue[_Queued] = queue.Queue()
+        self._deferred: collections.deque[_Queued] = collections.deque()  # waited out a job
         self._ids = itertools.count(1)
         self._pending: dict[int, _Queued] = {}
         self._lock = threading.Lock()
@@ -100,10 +120,12 @@ class EngineWorker:
         self._steps: StepLog | None = None
         self._handlers: dict[type, Callable[[_Queued], None]] = {
             _LoadModel: self._load,
+            _LoadPlanned: self._load_planned,
             _UnloadModel: self._unload,
             _StartConversation: self._start_conversation,
             _SendMessage: self._send,
             _SetBudget: self._set_budget,
+            _Summarize: self._summarize,
         }
         self._plan: Plan | None = None
         self._profile: Profile | None = None
@@ -124,6 +146,14 @@ class EngineWorker:
         """
         return self._submit(_LoadModel(params, plan, profile))
 
+    def load_planned(self, request: LoadRequest) -> int:
+        """Plan the model for this machine here, on the worker, then load it under that plan.
+
+        Planning reads the model's GGUF (seconds for a big tokenizer), which must not
+        happen on the GUI thread; ModelLoaded carries the plan.
+        """
+        return self._submit(_LoadPlanned(request))
+
     def unload_model(self) -> int:
         return self._submit(_UnloadModel())
 
@@ -142,6 +172,17 @@ class EngineWorker:
         cancel it); the conversation is carried into the reloaded model whole.
         """
         return self._submit(_SetBudget(vram_budget_bytes))
+
+    def summarize(
+        self, input_folder: Path, output_folder: Path | None, settings: SummarySettings
+    ) -> int:
+        """Summarise a folder with the loaded model (JobProgressed events, then JobFinished).
+
+        Chat shares the worker with the job: between the job's decode steps, waiting
+        chat requests are served first, so a reply is never stuck behind a folder.
+        Cancel the request to pause; submitting the same job again resumes it.
+        """
+        return self._submit(_Summarize(input_folder, output_folder, settings))
 
     def cancel(self, request_id: int | None = None) -> None:
         """Cancel one request, or every queued and running one when no id is given."""
@@ -174,10 +215,25 @@ class EngineWorker:
 
     def _run(self) -> None:
         try:
-            while not isinstance((entry := self._queue.get()).request, _Stop):
+            while not isinstance((entry := self._next()).request, _Stop):
                 self._execute(entry)
         finally:
             self._close_model()
+
+    def _next(self) -> _Queued:
+        return self._deferred.popleft() if self._deferred else self._queue.get()
+
+    def _serve_chat_waiting(self) -> None:
+        """During a job: run waiting chat requests now; keep the rest for after the job."""
+        while True:
+            try:
+                entry = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(entry.request, _SendMessage | _StartConversation):
+                self._execute(entry)
+            else:
+                self._deferred.append(entry)
 
     def _execute(self, entry: _Queued) -> None:
         try:
@@ -199,14 +255,26 @@ class EngineWorker:
 
     def _load(self, entry: _Queued) -> None:
         request: _LoadModel = entry.request  # type: ignore[assignment]
-        params = request.params
+        self._load_under(entry.request_id, request.params, request.plan, request.profile)
+
+    def _load_planned(self, entry: _Queued) -> None:
+        request: _LoadPlanned = entry.request  # type: ignore[assignment]
+        try:
+            load = request.request.planned()
+        except ValueError as exc:
+            raise BadInputError(str(exc)) from exc
+        self._load_under(entry.request_id, load.params, load.plan, load.profile)
+
+    def _load_under(
+        self, request_id: int, params: LoadParams, plan: Plan | None, profile: Profile | None
+    ) -> None:
         started = time.perf_counter()
         inspect_model(params.model_path)  # refuse a bad file before giving up the current model
-        self._replace_model(params, request.plan, request.profile)
+        self._replace_model(params, plan, profile)
         inventory = self._model.inventory
         self._emit(
             ModelLoaded(
-                request_id=entry.request_id,
+                request_id=request_id,
                 model_path=str(params.model_path),
                 model_name=inventory.name,
                 architecture=inventory.architecture,
@@ -214,6 +282,7 @@ class EngineWorker:
                 n_ctx=self._model.n_ctx,
                 load_seconds=time.perf_counter() - started,
                 load_params=self._model.params.to_dict(),
+                plan=plan,
             )
         )
 
@@ -254,6 +323,18 @@ class EngineWorker:
                 new_plan.n_gpu_layers, new_plan,
             )
         )  # fmt: skip
+
+    def _summarize(self, entry: _Queued) -> None:
+        request: _Summarize = entry.request  # type: ignore[assignment]
+        model = self._require_model()
+        with JobStore() as store:
+            job = SummaryJob(
+                model, request.input_folder, request.output_folder, request.settings, store,
+                progress=lambda progress: self._emit(JobProgressed(entry.request_id, progress)),
+                cancel=entry.cancel, between_steps=self._serve_chat_waiting,
+            )  # fmt: skip
+            outcome = job.run()
+        self._emit(JobFinished(entry.request_id, outcome))
 
     def _unload(self, entry: _Queued) -> None:
         path = self._model.params.model_path if self._model else None

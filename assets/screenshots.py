@@ -31,7 +31,7 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ShardChat")
     OUT.mkdir(exist_ok=True)
-    for shoot in (main_window, vram_panel, model_manager, wizard):
+    for shoot in (wizard, main_window, vram_panel, model_manager):  # the wizard profiles first
         path = shoot()
         print(f"wrote {path.relative_to(OUT.parent.parent)}")
     return 0
@@ -134,7 +134,7 @@ def model_manager() -> Path:
 
 
 def wizard() -> Path:
-    """The results page after a real fast profile of this machine."""
+    """The results page after a real fast profile of this machine (stored: the window plans)."""
     from engine.profile import ProfileMode
     from ui.profile_wizard import RESULTS_PAGE, ProfileWizard
 

@@ -49,20 +49,22 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens in the streamed reply")
     args = parser.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.load_planning import stored_profile
+
+    profile = stored_profile()  # this machine's, so the window plans as it does for people
     os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix="shardchat-gui-latency-")
-    return measure(args.model, args.tokens)
+    return measure(args.model, args.tokens, profile)
 
 
-def measure(model: str | None, tokens: int) -> int:
+def measure(model: str | None, tokens: int, profile) -> int:  # noqa: ANN001 - Profile | None
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.load_planning import stored_profile
     from engine.default_model import default_model_path
     from engine.sampling import SamplingSettings
     from ui.desktop import Desktop
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    _app = QApplication.instance() or QApplication(sys.argv[:1])  # kept alive while measuring
     meter = StallMeter()
     ticker = QTimer(interval=1)
     ticker.timeout.connect(meter.tick)
@@ -82,9 +84,11 @@ def measure(model: str | None, tokens: int) -> int:
     settings = SamplingSettings(temperature=0.0, max_tokens=tokens)
     model_path = model or str(default_model_path())
     results: dict[str, tuple[float, float, int]] = {}
+    started = time.perf_counter()
+    desktop = Desktop(model_path, profile, 2048, settings)
+    desktop.start()  # the load is queued on the worker: from here the GUI waits for nothing
+    startup_ms = (time.perf_counter() - started) * 1000
     meter.reset()
-    desktop = Desktop(model_path, stored_profile(), 4096, settings)
-    desktop.start()
     run_until(desktop.bridge.model_loaded)
     results["model load"] = meter.summary()
     meter.reset()
@@ -95,18 +99,27 @@ def measure(model: str | None, tokens: int) -> int:
     desktop.window.input.submit()
     run_until(desktop.bridge.reply_finished)
     results[f"reply streaming ({tokens} tokens)"] = meter.summary()
+    meter.reset()
+    desktop.window.settings.n_ctx.setValue(4096)  # re-plans and reloads the model
+    run_until(desktop.bridge.model_loaded)
+    results["model reload (new context length)"] = meter.summary()
+    ticker.stop()
     desktop.close()
-    app.processEvents()
-    report(model_path, results)
+    report(model_path, results, startup_ms, profile is not None)
     return 0
 
 
-def report(model_path: str, results: dict[str, tuple[float, float, int]]) -> None:
-    print(f"gui_latency: {os.path.basename(model_path)}, 1 ms ticks on the GUI thread")
+def report(
+    model_path: str, results: dict[str, tuple[float, float, int]], startup_ms: float, planned: bool
+) -> None:
+    how = "planned on this machine's profile" if planned else "not profiled: no plan"
+    print(f"gui_latency: {os.path.basename(model_path)} ({how}), 1 ms ticks on the GUI thread")
+    print(f"start-up before the event loop runs (planning is on the worker): {startup_ms:.0f} ms")
     print(f"{'phase':30}{'longest stall ms':>18}{'p99 ms':>10}{'ticks':>8}")
     for phase, (longest, p99, ticks) in results.items():
         print(f"{phase:30}{longest:18.1f}{p99:10.1f}{ticks:8d}")
-    worst = max(longest for phase, (longest, _p, _n) in results.items() if "idle" not in phase)
+    measured = {k: v for k, v in results.items() if k.startswith(("model", "reply"))}
+    worst = max(longest for longest, _p99, _ticks in measured.values())
     floor = results["idle (noise floor)"][0]
     verdict = "meets" if worst <= TARGET_MS else "MISSES"
     print(
@@ -116,4 +129,6 @@ def report(model_path: str, results: dict[str, tuple[float, float, int]]) -> Non
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # skip interpreter teardown: PySide6 can crash there after nested event loops

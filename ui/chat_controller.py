@@ -16,10 +16,9 @@ from PySide6.QtWidgets import QListWidgetItem
 
 from app.chat_store import ChatStore
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
-from app.load_planning import PlannedLoad, planned_load
+from app.load_planning import LoadRequest, PlannedLoad
 from app.units import format_bytes
 from app.worker import EngineWorker
-from engine.errors import BadInputError
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.sampling import SamplingSettings
@@ -42,15 +41,19 @@ class ChatController(QObject):
         worker: EngineWorker,
         bridge: EngineBridge,
         store: ChatStore,
-        load: PlannedLoad,
+        load: LoadRequest | PlannedLoad,
         settings: SamplingSettings,
     ) -> None:
+        """`load` is planned on the worker (a LoadRequest), or already planned (tests, benches)."""
         super().__init__(window)
         self.window, self.worker, self.bridge, self.store = window, worker, bridge, store
-        self._params, self._settings = load.params, settings
-        self._plan, self._profile = load.plan, load.profile
+        self._first_load, self._settings = load, settings
+        self._model_path, self._loaded_n_ctx = _path_and_context(load)
+        self._profile = load.profile
+        self._plan: Plan | None = None
+        self._previous: tuple[str, int, Plan | None, str] | None = None  # kept if a load fails
         self.model_name = ""
-        self._default_n_ctx = load.params.n_ctx
+        self._default_n_ctx = self._loaded_n_ctx
         self.conversation_id: int | None = None
         self.model_ready = False
         self._load_request: int | None = None
@@ -66,6 +69,7 @@ class ChatController(QObject):
         w.send_button.clicked.connect(w.input.submit)
         w.input.stop_requested.connect(self.stop)
         w.stop_button.clicked.connect(self.stop)
+        w.stop_action.triggered.connect(self.stop)  # Esc anywhere in the window
         w.new_chat.clicked.connect(self.new_conversation)
         w.delete_chat.clicked.connect(self.delete_conversation)
         w.regenerate_button.clicked.connect(self.regenerate)
@@ -94,20 +98,35 @@ class ChatController(QObject):
             self.conversation_id = self.store.create_conversation(NEW_TITLE).conversation_id
         self._refresh_list()
         self._render()
-        self._load(PlannedLoad(self._params, self._plan, self._profile))
+        self._load(self._first_load)
 
     def load_model(self, model_path: str) -> None:
         """Switch to another model under the same budget; the open conversation carries over."""
-        self._plan_and_load(model_path, self._params.n_ctx, self._profile, self._budget())
+        self._load(LoadRequest(model_path, self._loaded_n_ctx, self._profile, self._budget()))
 
     def use_profile(self, profile: Profile | None, model_path: str | None = None) -> None:
         """This machine was (re)profiled: plan again from the new figures and reload."""
-        self._plan_and_load(model_path or self._params.model_path, self._params.n_ctx, profile)
+        self._load(LoadRequest(model_path or self._model_path, self._loaded_n_ctx, profile))
 
     def use_plan(self, plan: Plan) -> None:
         """The engine re-planned (a new VRAM budget): show it, and plan later loads with it."""
         self._plan = plan
         self.window.plan_label.setText(plan_summary(plan))
+
+    def shutdown(self) -> None:
+        """The app is closing: keep what the reply said so far, and hear no more events."""
+        b = self.bridge
+        for signal, slot in (
+            (b.model_loaded, self._on_model_loaded), (b.token_streamed, self._on_token),
+            (b.reply_finished, self._on_reply_finished), (b.request_failed, self._on_failed),
+        ):  # fmt: skip
+            signal.disconnect(slot)
+        w = self.window
+        for widget in (w.settings, w.conversations, w.search, w.input):
+            widget.blockSignals(True)  # closing must not read as edits (focus-out, selection)
+        if self._reply_request is not None:
+            self._save_reply(complete=True)
+            self._reply_request = self._reply_message = None
 
     def _on_submitted(self, text: str) -> None:
         """Text and images from the input; images stay there until a model can see them."""
@@ -178,6 +197,9 @@ class ChatController(QObject):
         if event.request_id != self._load_request:
             return
         self.model_ready = True
+        self._plan = event.plan
+        self.window.plan_label.setText(plan_summary(event.plan))
+        self.plan_used.emit(event.plan)
         self.model_name = event.model_name
         self.window.model_label.setText(
             f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens"
@@ -211,11 +233,22 @@ class ChatController(QObject):
 
     def _on_failed(self, event: RequestFailed) -> None:
         if event.request_id == self._load_request:
-            self.window.model_label.setText("no model loaded")
+            self._on_load_failed(event)
         if event.request_id == self._reply_request:
             self._save_reply(complete=True)
             self._end_reply()
         self.window.statusBar().showMessage(event.message, 8000)
+
+    def _on_load_failed(self, event: RequestFailed) -> None:
+        """A refused file leaves the current model loaded (the worker checks first): keep it."""
+        if not event.bad_input or self._previous is None:
+            self.window.model_label.setText("no model loaded")
+            return
+        self._model_path, self._loaded_n_ctx, self._plan, label = self._previous
+        self.model_ready = True
+        self.window.model_label.setText(label)
+        self.window.plan_label.setText(plan_summary(self._plan))
+        self.window.input.setEnabled(True)
 
     # --- helpers ---
 
@@ -257,7 +290,7 @@ class ChatController(QObject):
             self._apply_context_length()
 
     def _apply_context_length(self) -> None:
-        if self.model_ready and self._n_ctx() != self._params.n_ctx:
+        if self.model_ready and self._n_ctx() != self._loaded_n_ctx:
             assert self.conversation_id is not None
             self._open(self.conversation_id)
 
@@ -276,7 +309,7 @@ class ChatController(QObject):
         self._render()
         if not self.model_ready:
             return
-        if self._n_ctx() != self._params.n_ctx:
+        if self._n_ctx() != self._loaded_n_ctx:
             self._reload_for_context(self._n_ctx())  # reopens this conversation when loaded
             return
         self.worker.start_conversation(None, self.store.history(conversation_id))
@@ -290,27 +323,25 @@ class ChatController(QObject):
     def _reload_for_context(self, n_ctx: int) -> None:
         """A context length is a load-time parameter: re-plan (the KV cache moves) and reload."""
         self.window.statusBar().showMessage(f"reloading the model with {n_ctx} tokens of context")
-        self._plan_and_load(self._params.model_path, n_ctx, self._profile, self._budget())
+        self._load(LoadRequest(self._model_path, n_ctx, self._profile, self._budget()))
 
-    def _plan_and_load(
-        self, model_path: str, n_ctx: int, profile: Profile | None, budget: int | None = None
-    ) -> None:
+    def _load(self, load: LoadRequest | PlannedLoad) -> None:
+        """Queue the load; until ModelLoaded the input waits (the old model is freed first)."""
         self.stop()
-        try:
-            load = planned_load(model_path, n_ctx, profile, budget)
-        except (BadInputError, ValueError) as exc:
-            self.window.statusBar().showMessage(str(exc), 8000)
-            return
-        self._load(load)
-
-    def _load(self, load: PlannedLoad) -> None:
-        self._params, self._plan, self._profile = load.params, load.plan, load.profile
+        self._previous = None
+        if self.model_ready:
+            label = self.window.model_label.text()
+            self._previous = (self._model_path, self._loaded_n_ctx, self._plan, label)
+        self._model_path, self._loaded_n_ctx = _path_and_context(load)
+        self._profile = load.profile
         self.model_ready = False
         self.window.model_label.setText("loading model…")
+        self.window.plan_label.setText("planning…" if load.profile else plan_summary(None))
         self.window.input.setEnabled(False)
-        self._load_request = self.worker.load_model(load.params, load.plan, load.profile)
-        self.window.plan_label.setText(plan_summary(load.plan))
-        self.plan_used.emit(load.plan)
+        if isinstance(load, PlannedLoad):
+            self._load_request = self.worker.load_model(load.params, load.plan, load.profile)
+        else:
+            self._load_request = self.worker.load_planned(load)
 
     def _budget(self) -> int | None:
         return self._plan.vram.budget_bytes if self._plan else None
@@ -347,6 +378,12 @@ class ChatController(QObject):
         self._reply_request = self._reply_message = None
         self.window.set_busy(False)
         self._render()
+
+
+def _path_and_context(load: LoadRequest | PlannedLoad) -> tuple[str, int]:
+    if isinstance(load, PlannedLoad):
+        return str(load.params.model_path), load.params.n_ctx
+    return load.model_path, load.n_ctx
 
 
 def plan_summary(plan: Plan | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from markdown_it import MarkdownIt
 
 COPY_SCHEME = "copy"
-COPY_LABEL = "⧉ Copy code"
+COPY_LABEL = "Copy code"
 _PARSER = MarkdownIt("commonmark")
 
 

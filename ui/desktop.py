@@ -12,12 +12,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
 from app.chat_store import ChatStore
-from app.load_planning import planned_load, stored_profile
+from app.load_planning import LoadRequest, stored_profile
 from app.model_library import ModelLibrary
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.profile import Profile
 from engine.sampling import SamplingSettings
+from ui.batch_controller import BatchController
 from ui.chat_controller import ChatController
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import load_image_file
@@ -50,20 +51,19 @@ class Desktop:
         self.model_drop.watch(self.window.chat_view)  # else the view takes file drops itself
         self.store = ChatStore()
         self.state = WindowState()
-        load = planned_load(model_path, n_ctx, profile)
+        load = LoadRequest(model_path, n_ctx, profile)  # planned on the worker, not here
         self.chat = ChatController(
             self.window, self.worker, self.bridge, self.store, load, settings or SamplingSettings()
         )
-        self.vram = VramController(
-            self.window.vram_panel, self.worker, self.bridge, load.plan, read_gpu
-        )
+        self.vram = VramController(self.window.vram_panel, self.worker, self.bridge, None, read_gpu)
+        self.batch = BatchController(self.window.batch_panel, self.worker, self.bridge)
         self._connect()
 
     def _connect(self) -> None:
         self.vram.plan_applied.connect(self.chat.use_plan)
         self.chat.plan_used.connect(self.vram.use_plan)
         self.vram.message.connect(self._say)
-        self.window.stop_action.triggered.connect(self.chat.stop)
+        self.batch.message.connect(self._say)
         self.window.profile_action.triggered.connect(self.profile_again)
         self.window.models_action.triggered.connect(self.open_models)
         self.window.import_model_action.triggered.connect(
@@ -72,7 +72,12 @@ class Desktop:
         self.model_drop.files_dropped.connect(self.take_dropped_files)
 
     def take_dropped_files(self, paths: list[Path]) -> None:
-        """Files dropped on the window: models go to the model manager, images to the input."""
+        """Dropped on the window: models go to the model manager, a folder to the batch panel,
+        images to the input."""
+        if len(paths) == 1 and paths[0].is_dir():
+            self.window.batch_action.trigger()
+            self.window.batch_panel.paths_dropped.emit(paths)
+            return
         if any(path.suffix.lower() == ".gguf" for path in paths):
             self.open_models().import_files(paths)  # it refuses what is not a model, with why
             return
@@ -122,6 +127,8 @@ class Desktop:
         """Remember the window, stop the engine, close the history (idempotent)."""
         if self.worker.is_running:
             self.state.save(self.window, self.chat.conversation_id)
+            self.chat.shutdown()  # a reply in progress is kept as far as it got
+            self.vram.shutdown()
             self.worker.shutdown()
             self.store.close()
             self.models.close()

@@ -13,6 +13,8 @@ from PySide6.QtCore import QObject, Signal
 from app.events import (
     ConversationStarted,
     EngineEvent,
+    JobFinished,
+    JobProgressed,
     ModelLoaded,
     ModelUnloaded,
     PlanChanged,
@@ -32,6 +34,8 @@ class EngineBridge(QObject):
     plan_changed = Signal(object)  # PlanChanged
     token_streamed = Signal(int, str)  # request id, text piece
     reply_finished = Signal(object)  # ReplyFinished
+    job_progressed = Signal(object)  # JobProgressed
+    job_finished = Signal(object)  # JobFinished
     request_failed = Signal(object)  # RequestFailed
 
     def __call__(self, event: EngineEvent) -> None:
@@ -48,5 +52,7 @@ _SIGNAL_BY_EVENT: dict[type, str] = {
     ConversationStarted: "conversation_started",
     PlanChanged: "plan_changed",
     ReplyFinished: "reply_finished",
+    JobProgressed: "job_progressed",
+    JobFinished: "job_finished",
     RequestFailed: "request_failed",
 }

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ui.batch_panel import BatchPanel
 from ui.chat_view import ChatView
 from ui.conversation_settings import ConversationSettings
 from ui.image_attachments import AttachmentStrip
@@ -55,6 +56,8 @@ class MainWindow(QMainWindow):
         self.model_label, self.plan_label, self.speed_label = QLabel(), QLabel(), QLabel()
         self.vram_panel = VramPanel()
         self.vram_dock = QDockWidget("VRAM", self)
+        self.batch_panel = BatchPanel()
+        self.batch_dock = QDockWidget("Summarise a folder", self)
         self._make_actions()
         self._lay_out()
         self._make_menus()
@@ -67,11 +70,13 @@ class MainWindow(QMainWindow):
         self.import_model_action = _action(self, "&Import GGUF model…", "Ctrl+O")
         self.models_action = _action(self, "&Models…", "Ctrl+M")
         self.profile_action = _action(self, "&Profile this machine…", None)
+        self.batch_action = _action(self, "Summarise a &folder…", "Ctrl+Shift+S")
         self.quit_action = _action(self, "&Quit", QKeySequence.StandardKey.Quit)
         self.find_action.triggered.connect(self._focus_search)
         self.settings_action.triggered.connect(self._toggle_settings)
         self.new_chat_action.triggered.connect(self.new_chat.click)
         self.quit_action.triggered.connect(self.close)
+        self.batch_action.triggered.connect(self._show_batch)
 
     def _make_menus(self) -> None:
         bar = self.menuBar()
@@ -85,8 +90,10 @@ class MainWindow(QMainWindow):
             chat.addAction(action)
         view = bar.addMenu("&View")
         view.addAction(self.vram_dock.toggleViewAction())
+        view.addAction(self.batch_dock.toggleViewAction())
         tools = bar.addMenu("&Tools")
         tools.addAction(self.models_action)
+        tools.addAction(self.batch_action)
         tools.addAction(self.profile_action)
 
     def _lay_out(self) -> None:
@@ -118,6 +125,11 @@ class MainWindow(QMainWindow):
         self.vram_dock.setWidget(self.vram_panel)
         self.vram_dock.setMinimumWidth(280)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.vram_dock)
+        self.batch_dock.setObjectName("batch-dock")
+        self.batch_dock.setWidget(self.batch_panel)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.batch_dock)
+        self.tabifyDockWidget(self.vram_dock, self.batch_dock)
+        self.vram_dock.raise_()
         for label in (self.model_label, self.plan_label, self.speed_label):
             self.statusBar().addPermanentWidget(label)
 
@@ -140,6 +152,10 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(busy)
         for button in (self.send_button, self.regenerate_button, self.edit_button):
             button.setEnabled(not busy)
+
+    def _show_batch(self) -> None:
+        self.batch_dock.show()
+        self.batch_dock.raise_()
 
     def _focus_search(self) -> None:
         self.search.setFocus()

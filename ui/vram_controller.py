@@ -45,7 +45,7 @@ class VramController(QObject):
         read_gpu: GpuReader = read_first_gpu,
     ) -> None:
         super().__init__(panel)
-        self.panel, self.worker, self.plan = panel, worker, plan
+        self.panel, self.worker, self.bridge, self.plan = panel, worker, bridge, plan
         self._read_gpu = read_gpu
         self._gpu, self._no_gpu_reason = read_gpu()
         self._auto = AutoBudget(self._choose_budget, lambda: self._gpu)
@@ -70,6 +70,11 @@ class VramController(QObject):
         if on and self._gpu is not None:
             self._auto.poll_once()
         self._render()
+
+    def shutdown(self) -> None:
+        self._timer.stop()
+        self.bridge.plan_changed.disconnect(self._on_plan_changed)
+        self.bridge.request_failed.disconnect(self._on_failed)
 
     def use_plan(self, plan: Plan | None) -> None:
         """The chat loaded a model (another one, or another context length) under this plan."""

@@ -15,7 +15,7 @@ def test_every_closed_code_block_gets_one_copy_link_with_its_code() -> None:
     text, codes = with_copy_links(REPLY)
     assert codes == ["print('hi')\n", "make test\n"]
     assert text.count("(copy:0)") == 1 and text.count("(copy:1)") == 1
-    assert "  [⧉ Copy code](copy:1)" in text  # indented: it stays inside the list item
+    assert "  [Copy code](copy:1)" in text  # indented: it stays inside the list item
 
 
 def test_a_block_still_streaming_gets_no_link_until_it_closes() -> None:

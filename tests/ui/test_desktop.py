@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtGui import QColor, QImage
 
-from app.chat_store import default_store_path
+from app.chat_store import ChatStore, default_store_path
 from engine.described_machines import DESCRIBED_MACHINES, described_hardware
 from engine.hardware import probe_hardware
 from engine.profile import Profile
@@ -240,3 +240,22 @@ def test_a_dropped_gguf_is_imported_and_load_now_switches_the_chat_to_it(
         "user",
         "assistant",
     ]
+
+
+def test_closing_while_a_reply_streams_keeps_what_it_said(qtbot, default_model_file) -> None:
+    desktop = Desktop(
+        str(default_model_file), this_machine(), 1024, GREEDY.with_changes(max_tokens=400), no_gpu
+    )
+    qtbot.addWidget(desktop.window)
+    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):
+        desktop.start()
+    with qtbot.waitSignal(desktop.bridge.token_streamed, timeout=TIMEOUT_MS):
+        qtbot.keyClicks(desktop.window.input, "Tell me a long story about a lighthouse.")
+        qtbot.keyClick(desktop.window.input, Qt.Key.Key_Return)
+    qtbot.wait(300)
+    conversation = desktop.chat.conversation_id
+    desktop.close()
+    qtbot.wait(200)  # events still queued for the closed window must not touch the history
+    with ChatStore(default_store_path()) as store:
+        reply = store.messages(conversation)[-1]
+    assert reply.role == "assistant" and reply.complete and reply.content.strip()

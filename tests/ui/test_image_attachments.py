@@ -104,8 +104,8 @@ def drop(widget: MessageInput, mime: QMimeData) -> None:
     widget.show()
     spot = QPointF(5, 5)
     for event in (
-        QDragEnterEvent(spot, Qt.DropAction.CopyAction, mime, LEFT, NO_KEYS),
-        QDragMoveEvent(spot, Qt.DropAction.CopyAction, mime, LEFT, NO_KEYS),
+        QDragEnterEvent(spot.toPoint(), Qt.DropAction.CopyAction, mime, LEFT, NO_KEYS),
+        QDragMoveEvent(spot.toPoint(), Qt.DropAction.CopyAction, mime, LEFT, NO_KEYS),
         QDropEvent(spot, Qt.DropAction.CopyAction, mime, LEFT, NO_KEYS),
     ):
         QApplication.sendEvent(widget.viewport(), event)

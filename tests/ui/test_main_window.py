@@ -42,6 +42,7 @@ def app_parts(qtbot, default_model_file: Path, tmp_path: Path):
         controller.start()
     window.show()
     yield window, controller, store, bridge
+    controller.shutdown()
     worker.shutdown()
     store.close()
 
@@ -187,5 +188,6 @@ def test_the_status_bar_shows_the_plan_the_model_runs_under(
             assert window.plan_label.text() == "cpu only decode · VRAM 0 B of 0 B"
             send(qtbot, window, bridge, "Hi.")
         finally:
+            controller.shutdown()
             worker.shutdown()
     assert plan_summary(None).startswith("not profiled")

@@ -77,7 +77,7 @@ def drop(manager: ModelManager, mime: QMimeData) -> bool:
     """Drag the data onto the dialog and drop it, as Qt delivers a real drag; was it accepted?"""
     point = QPointF(10, 10)
     actions, buttons = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
-    enter = QDragEnterEvent(point, actions, mime, buttons, Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(point.toPoint(), actions, mime, buttons, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(manager, enter)
     if not enter.isAccepted():
         return False

@@ -1,0 +1,349 @@
+"""A summarisation job: every document of a folder summarised, batched, resumable.
+
+The job scans the folder, registers its files in the job store, and feeds the
+batched engine lazily: each document is read when a sequence slot wants work,
+split by tokens if it is longer than a sequence's context, and each part
+summarised; a document of several parts then gets a summary of its parts'
+summaries (map-reduce), in a further round. A summary is written atomically
+and its file marked done in the same breath, so a killed job loses only the
+documents in flight, and running the same job again resumes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+
+from app.atomic_files import remove_leftovers
+from app.document_readers import Document, UnreadableDocument, read_document
+from app.document_scan import FolderScan, check_output_folder, checked_folder, scan_folder
+from app.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord, JobStore
+from app.summary_output import summary_path, write_reports, write_summary
+from app.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise, summarise_part
+from app.text_chunks import split_by_tokens
+from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult
+from engine.cancel import CancelToken
+from engine.chat_template import ChatMessage
+from engine.runtime import LoadedModel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT_PER_SEQUENCE = 2048
+DEFAULT_PARALLEL = 8
+_SAFETY_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class SummarySettings:
+    prompt: str | None = None
+    max_words: int = DEFAULT_MAX_WORDS
+    recursive: bool = True
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    parallel: int | None = None  # sequences decoding together; None: the engine's choice
+    n_ctx_per_sequence: int = DEFAULT_CONTEXT_PER_SEQUENCE
+
+    def identity(self) -> dict:
+        """What makes two runs the same job (parallelism only changes the speed)."""
+        return {k: v for k, v in asdict(self).items() if k != "parallel"}
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_words * 2 + 32  # words are 1.3-1.6 tokens; room to finish a sentence
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    files_done: int
+    files_total: int
+    current: str
+    generated_tokens: int
+    tokens_per_s: float
+    eta_s: float | None
+    finished: FileRecord | None = None  # the file whose outcome this report brings, if any
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    output_folder: Path
+    records: list[FileRecord]
+    cancelled: bool
+    resumed: bool
+    seconds: float
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.records if r.status == status)
+
+
+@dataclass
+class _Doc:
+    """A document in flight: its parts' summaries as they come back, and its tallies."""
+
+    relative: str
+    document: Document
+    texts: list[str]  # the parts, each small enough for one sequence
+    summaries: dict[int, str] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0
+
+    @property
+    def parts(self) -> int:
+        return len(self.texts)
+
+
+class SummaryJob:
+    def __init__(
+        self,
+        model: LoadedModel,
+        input_folder: Path,
+        output_folder: Path | None = None,
+        settings: SummarySettings | None = None,
+        store: JobStore | None = None,
+        progress: Callable[[JobProgress], None] | None = None,
+        cancel: CancelToken | None = None,
+        between_steps: Callable[[], None] | None = None,
+    ) -> None:
+        """`between_steps` runs after every decode step: the worker serves chat there."""
+        self.model = model
+        self._between_steps = between_steps or (lambda: None)
+        self.settings = settings or SummarySettings()
+        self.input_folder = checked_folder(Path(input_folder).expanduser().resolve())
+        self.output_folder = check_output_folder(self.input_folder, output_folder)
+        self._given_store = store
+        self._store: JobStore
+        self._progress = progress or (lambda _p: None)
+        self._cancel = cancel or CancelToken()
+        self._in_flight: dict[str, _Doc] = {}
+        self._combine_queue: list[_Doc] = []
+        self._records: dict[str, FileRecord] = {}
+        self._generated = 0
+        self._started = 0.0
+        self._current = ""
+        self._initially_done = 0
+        self._root = self.input_folder
+
+    def run(self) -> JobOutcome:
+        """Summarise what is not done yet; returns when done or cancelled (then resumable).
+
+        The job store is opened here unless one was given: SQLite connections belong
+        to the thread that opens them, and a job usually runs on a thread of its own.
+        """
+        if self._given_store is not None:
+            self._store = self._given_store
+            return self._run()
+        with JobStore() as self._store:
+            return self._run()
+
+    def _run(self) -> JobOutcome:
+        self._started = time.monotonic()
+        scan = scan_folder(
+            self.input_folder, self.settings.recursive, self.settings.include,
+            self.settings.exclude, self.output_folder,
+        )  # fmt: skip
+        self.output_folder.mkdir(parents=True, exist_ok=True)
+        removed = remove_leftovers(self.output_folder)
+        if removed:
+            log.info("removed %d partial files a stopped job left", removed)
+        job = self._store.start_or_resume(
+            self.input_folder, self.output_folder, self.settings.identity()
+        )
+        self._root = scan.folder
+        self._register(job.id, scan)
+        pending = [r.path for r in self._records.values() if r.status == PENDING]
+        self._initially_done = len(self._records) - len(pending)
+        if pending:
+            self._summarise(pending, job.id)
+        cancelled = self._cancel.cancelled
+        self._store.finish(job.id, "cancelled" if cancelled else "finished")
+        records = self._store.files(job.id)
+        write_reports(self.output_folder, self.input_folder, records)
+        return JobOutcome(
+            self.output_folder, records, cancelled, job.resumed, time.monotonic() - self._started
+        )
+
+    def _summarise(self, pending: list[str], job_id: int) -> None:
+        """Rounds of batched generation: documents' parts, then the combining of parts."""
+        queue = iter(pending)
+        with BatchGenerator(
+            self.model, self._parallel(len(pending)), self.settings.n_ctx_per_sequence
+        ) as engine:
+            while not self._cancel.cancelled:
+                stats = engine.run(
+                    self._requests(queue, job_id), self._on_result(job_id), self._cancel,
+                    on_step=lambda _step: self._between_steps(),
+                )  # fmt: skip
+                if not self._combine_queue or stats.n_results == 0:
+                    break
+
+    # --- registering files ---
+
+    def _register(self, job_id: int, scan: FolderScan) -> None:
+        documents = [self._relative(path) for path in scan.documents]
+        skipped = {self._relative(s.path): s.reason for s in scan.skipped}
+        self._store.add_files(job_id, documents + list(skipped))
+        for record in self._store.files(job_id):
+            if record.path in skipped and record.status == PENDING:
+                record = FileRecord(record.path, SKIPPED, error=skipped[record.path])
+                self._store.record(job_id, record)
+            elif (
+                record.status == DONE and not summary_path(self.output_folder, record.path).exists()
+            ):
+                record = FileRecord(record.path, PENDING)  # its summary was deleted: redo it
+                self._store.record(job_id, record)
+            self._records[record.path] = record
+
+    def _relative(self, path: Path) -> str:
+        return path.relative_to(self._root).as_posix()
+
+    def _parallel(self, n_documents: int) -> int:
+        wanted = self.settings.parallel or DEFAULT_PARALLEL
+        return max(1, min(wanted, max(n_documents, 1)))
+
+    # --- feeding the engine ---
+
+    def _requests(self, queue: Iterator[str], job_id: int) -> Iterator[BatchRequest]:
+        """Combine requests first (their parts are done), then the next document's parts."""
+        while True:
+            while self._combine_queue:
+                yield self._combine_request(self._combine_queue.pop(0))
+            relative = next(queue, None)
+            if relative is None or self._cancel.cancelled:
+                return
+            doc = self._open(relative, job_id)
+            if doc is not None:
+                yield from self._part_requests(doc)
+
+    def _open(self, relative: str, job_id: int) -> _Doc | None:
+        self._current = relative
+        try:
+            document = read_document(self._root / relative)
+        except UnreadableDocument as exc:
+            self._finish(job_id, FileRecord(relative, SKIPPED, error=str(exc)))
+            return None
+        doc = _Doc(relative, document, self._split(document.text))
+        self._in_flight[relative] = doc
+        return doc
+
+    def _part_requests(self, doc: _Doc) -> Iterator[BatchRequest]:
+        s = self.settings
+        for index, text in enumerate(doc.texts, 1):
+            if doc.parts == 1:
+                messages = summarise(text, doc.relative, s.prompt, s.max_words)
+            else:
+                messages = summarise_part(
+                    text, doc.relative, index, doc.parts, s.prompt, s.max_words
+                )
+            yield BatchRequest(f"{doc.relative}\0{index}", messages, s.max_tokens)
+
+    def _combine_request(self, doc: _Doc) -> BatchRequest:
+        s = self.settings
+        summaries = [doc.summaries[i] for i in sorted(doc.summaries)]
+        messages = combine(summaries, doc.relative, s.prompt, s.max_words)
+        if self._count(messages) > self._prompt_budget():  # too many parts: combine in halves
+            half = len(summaries) // 2
+            first = combine(summaries[:half], doc.relative, s.prompt, s.max_words)
+            messages = first if self._count(first) <= self._prompt_budget() else messages
+        return BatchRequest(f"{doc.relative}\0combine", messages, s.max_tokens)
+
+    def _split(self, text: str) -> list[str]:
+        overhead = self._count(
+            summarise("", "x" * 40, self.settings.prompt, self.settings.max_words)
+        )
+        budget = self._prompt_budget() - overhead
+        return split_by_tokens(text, max(budget, 64), self._count_text)
+
+    def _prompt_budget(self) -> int:
+        s = self.settings
+        return s.n_ctx_per_sequence - s.max_tokens - _SAFETY_TOKENS
+
+    def _count(self, messages: tuple[ChatMessage, ...]) -> int:
+        return self.model.count_tokens(list(messages))
+
+    def _count_text(self, text: str) -> int:
+        return len(self.model.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    # --- results ---
+
+    def _on_result(self, job_id: int) -> Callable[[BatchResult], None]:
+        def on_result(result: BatchResult) -> None:
+            relative, _sep, part = result.key.partition("\0")
+            doc = self._in_flight.get(relative)
+            if doc is None:
+                return
+            doc.tokens_in += result.prompt_tokens
+            doc.tokens_out += result.generated_tokens
+            doc.seconds += result.seconds
+            self._generated += result.generated_tokens
+            if result.finish_reason == "cancelled":
+                self._in_flight.pop(relative, None)  # stays pending: the next run redoes it
+            elif result.finish_reason == "error":
+                self._fail(job_id, doc, result.error or "the model could not summarise it")
+            elif part == "combine" or doc.parts == 1:
+                self._done(job_id, doc, _whole_sentences(result))
+            else:
+                doc.summaries[int(part)] = _whole_sentences(result)
+                if len(doc.summaries) == doc.parts:
+                    self._combine_queue.append(doc)
+            self._report()
+
+        return on_result
+
+    def _done(self, job_id: int, doc: _Doc, summary: str) -> None:
+        document = doc.document
+        footer = " · ".join(
+            part
+            for part in (
+                f"{document.pages} pages" if document.pages else "",
+                f"{document.characters} characters",
+                f"{doc.parts} parts" if doc.parts > 1 else "",
+                self.model.inventory.name,
+                date.today().isoformat(),
+            )
+            if part
+        )
+        write_summary(self.output_folder, doc.relative, summary, footer)
+        self._finish(job_id, self._record(doc, DONE))
+
+    def _fail(self, job_id: int, doc: _Doc, reason: str) -> None:
+        self._finish(job_id, self._record(doc, FAILED, reason))
+
+    def _record(self, doc: _Doc, status: str, error: str | None = None) -> FileRecord:
+        return FileRecord(
+            doc.relative, status, doc.document.pages, doc.document.characters,
+            doc.tokens_in, doc.tokens_out, doc.seconds, error,
+        )  # fmt: skip
+
+    def _finish(self, job_id: int, record: FileRecord) -> None:
+        self._in_flight.pop(record.path, None)
+        self._store.record(job_id, record)
+        self._records[record.path] = record
+        write_reports(self.output_folder, self.input_folder, list(self._records.values()))
+        self._report(record)
+
+    def _report(self, finished: FileRecord | None = None) -> None:
+        total = len(self._records)
+        done = sum(1 for r in self._records.values() if r.status != PENDING)
+        elapsed = max(time.monotonic() - self._started, 1e-6)
+        finished_now = done - self._initially_done
+        remaining = total - done
+        eta = elapsed / finished_now * remaining if finished_now > 0 else None
+        speed = self._generated / elapsed
+        self._progress(
+            JobProgress(done, total, self._current, self._generated, speed, eta, finished)
+        )
+
+
+def _whole_sentences(result: BatchResult) -> str:
+    """A summary cut off at the token limit ends at its last full sentence, if it has one."""
+    text = result.text.strip()
+    if result.finish_reason != "length":
+        return text
+    end = max(text.rfind(mark) for mark in (". ", "! ", "? ", ".\n", "!\n", "?\n"))
+    if text.endswith((".", "!", "?")):
+        return text
+    return text[: end + 1] if end > len(text) // 3 else text + "…"

@@ -1,0 +1,45 @@
+"""Summary files mirror the input tree; reports are complete, atomic and escape odd names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.atomic_files import remove_leftovers, write_text_atomic
+from app.job_store import DONE, SKIPPED, FileRecord
+from app.summary_output import summary_path, write_reports, write_summary
+
+
+def test_summaries_mirror_the_tree_and_keep_the_whole_name(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    a = write_summary(out, "notes/a.txt", "Short summary.", "12 characters")
+    b = write_summary(out, "notes/a.md", "Another.", "8 characters")
+    assert a == out / "notes" / "a.txt.md" and b == out / "notes" / "a.md.md"
+    assert a.read_text().startswith("# notes/a.txt\n\nShort summary.")
+    assert summary_path(out, "notes/a.txt") == a
+
+
+def test_reports_list_every_file_with_its_outcome(tmp_path: Path) -> None:
+    records = [
+        FileRecord("a|b.txt", DONE, None, 300, 80, 30, 2.25),
+        FileRecord("img.png", SKIPPED, error="binary file (PNG image)"),
+    ]
+    write_reports(tmp_path, tmp_path / "in", records)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["counts"] == {"done": 1, "skipped": 1}
+    assert data["files"][0] == {
+        "file": "a|b.txt", "status": "done", "pages": None, "characters": 300,
+        "tokens_in": 80, "tokens_out": 30, "seconds": 2.25, "error": None,
+    }  # fmt: skip
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| a\\|b.txt | done |" in markdown and "binary file (PNG image)" in markdown
+
+
+def test_a_killed_writer_leaves_only_a_temp_file_which_is_cleared(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "x.md"
+    target.parent.mkdir()
+    write_text_atomic(target, "whole")
+    (target.parent / ".x.md.abc123.tmp").write_text("hal")  # what a kill mid-write leaves
+    assert remove_leftovers(tmp_path) == 1
+    assert [p.name for p in target.parent.iterdir()] == ["x.md"]
+    assert target.read_text() == "whole"
