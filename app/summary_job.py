@@ -87,6 +87,7 @@ class _Doc:
     document: Document
     texts: list[str]  # the parts, each small enough for one sequence
     summaries: dict[int, str] = field(default_factory=dict)
+    merging: int = 0  # how many leading summaries the merge in flight replaces
     tokens_in: int = 0
     tokens_out: int = 0
     seconds: float = 0.0
@@ -241,14 +242,26 @@ class SummaryJob:
             yield BatchRequest(f"{doc.relative}\0{index}", messages, s.max_tokens)
 
     def _combine_request(self, doc: _Doc) -> BatchRequest:
+        """All parts' summaries in one request if they fit; else merge the first ones that do.
+
+        A merge replaces those summaries by one and the document comes back for
+        another round, so every part is always heard (a reduce tree, never a cut).
+        """
         s = self.settings
         summaries = [doc.summaries[i] for i in sorted(doc.summaries)]
         messages = combine(summaries, doc.relative, s.prompt, s.max_words)
-        if self._count(messages) > self._prompt_budget():  # too many parts: combine in halves
-            half = len(summaries) // 2
-            first = combine(summaries[:half], doc.relative, s.prompt, s.max_words)
-            messages = first if self._count(first) <= self._prompt_budget() else messages
-        return BatchRequest(f"{doc.relative}\0combine", messages, s.max_tokens)
+        if self._count(messages) <= self._prompt_budget() or len(summaries) < 3:
+            return BatchRequest(f"{doc.relative}\0combine", messages, s.max_tokens)
+        group = 2
+        while (
+            group + 1 < len(summaries)
+            and self._count(combine(summaries[: group + 1], doc.relative, s.prompt, s.max_words))
+            <= self._prompt_budget()
+        ):
+            group += 1
+        doc.merging = group
+        merged = combine(summaries[:group], doc.relative, s.prompt, s.max_words)
+        return BatchRequest(f"{doc.relative}\0merge", merged, s.max_tokens)
 
     def _split(self, text: str) -> list[str]:
         overhead = self._count(
@@ -283,6 +296,11 @@ class SummaryJob:
                 self._in_flight.pop(relative, None)  # stays pending: the next run redoes it
             elif result.finish_reason == "error":
                 self._fail(job_id, doc, result.error or "the model could not summarise it")
+            elif part == "merge":
+                keys = sorted(doc.summaries)
+                rest = {key: doc.summaries[key] for key in keys[doc.merging :]}
+                doc.summaries = {0: _whole_sentences(result), **rest}
+                self._combine_queue.append(doc)
             elif part == "combine" or doc.parts == 1:
                 self._done(job_id, doc, _whole_sentences(result))
             else:

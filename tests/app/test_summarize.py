@@ -162,3 +162,20 @@ def test_an_empty_folder_is_nothing_to_do(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "no documents" in done.stdout
     assert json.loads((tmp_path / "empty-summaries" / "report.json").read_text())["files"] == []
+
+
+def test_a_document_of_many_parts_is_reduced_in_rounds_and_nothing_is_cut(
+    tmp_path: Path, default_model
+) -> None:
+    folder = tmp_path / "book"
+    folder.mkdir()
+    chapters = [f"Chapter {i}. " + PROSE * 4 for i in range(10)]
+    (folder / "book.txt").write_text("\n\n".join(chapters))
+    settings = SummarySettings(max_words=30, parallel=4, n_ctx_per_sequence=512)
+    with JobStore(tmp_path / "jobs.sqlite3") as store:
+        outcome = SummaryJob(default_model, folder, tmp_path / "out", settings, store).run()
+    (record,) = outcome.records
+    assert record.status == "done", record.error
+    footer = (tmp_path / "out" / "book.txt.md").read_text().rsplit("---", 1)[1]
+    parts = int(footer.split(" parts")[0].rsplit("· ", 1)[1])
+    assert parts >= 5  # more parts than one combining prompt of 512 tokens can hold
