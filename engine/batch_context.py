@@ -11,6 +11,11 @@ than evaluating a shared prompt prefix again.
 
 llama.cpp splits a batch over several streams into micro-batches of
 consecutive sequence ids, so callers add tokens in increasing sequence order.
+
+Flash attention stays at llama.cpp's automatic choice (on, for the CPU).
+Measured here with the default model: it evaluates prompts about 18% faster
+and decodes 16 sequences at a 700-token context about 14% slower than
+without; batch jobs spend most of their time on prompts, so it stays on.
 """
 
 from __future__ import annotations

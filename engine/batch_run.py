@@ -171,6 +171,7 @@ class BatchRun:
             self._ctx.copy(mover.seq_id, target)
             self._ctx.forget(mover.seq_id)
             self._slots[mover.seq_id], self._slots[target] = None, mover
+            log.debug("sequence %d moved to slot %d", mover.seq_id, target)
             mover.seq_id = target
 
     # --- one llama_decode ---

@@ -10,6 +10,7 @@ that most replies agree token for token rather than all of them.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult, B
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage
 from engine.default_model import default_model_path
+from engine.errors import BadInputError
 from engine.generation import generate_step
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
@@ -126,6 +128,19 @@ def test_every_request_ends_once_under_its_own_key_and_limit(default_model: Load
     assert stats.n_results == len(lengths)
     assert stats.generated_tokens == sum(lengths)
     assert stats.finish_reasons == {"length": len(lengths)}
+
+
+def test_a_sequence_moved_into_a_freed_slot_keeps_its_reply(
+    default_model: LoadedModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the end of the requests, the last sequence moves down to close the gap it left."""
+    short, long = stories([2, 24])
+    alone, _ = run_all(default_model, [long], 1, share_prefix=False)
+    with caplog.at_level(logging.DEBUG, logger="engine.batch_run"):
+        together, _ = run_all(default_model, [short, long], 2, share_prefix=False)
+    assert any("moved to slot 0" in r.getMessage() for r in caplog.records)
+    assert together["s1"].token_ids == alone["s1"].token_ids
+    assert together["s1"].text == alone["s1"].text
 
 
 def test_one_token_limit(default_model: LoadedModel) -> None:
@@ -285,6 +300,15 @@ def test_close_frees_the_kv_cache(default_model: LoadedModel) -> None:
     generator.close()  # twice is harmless
     with pytest.raises(RuntimeError, match="closed"):
         generator.run(questions(), lambda _r: None)
+
+
+def test_impossible_shapes_are_refused(default_model: LoadedModel) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        BatchGenerator(default_model, 0, N_CTX)
+    trained = default_model.inventory.context_length
+    assert trained
+    with pytest.raises(BadInputError, match="trained for"):
+        BatchGenerator(default_model, 1, trained + 1)
 
 
 def test_more_sequences_than_n_batch_are_refused() -> None:
