@@ -37,6 +37,7 @@ class BatchView:
     files_done: int = 0  # files with an outcome (done, failed or skipped)
     files_total: int = 0
     tokens_per_s: float = 0.0
+    parallel: int = 0  # documents decoding together in the running job
     eta_text: str = ""
     state: str = IDLE
     message: str = ""
@@ -156,7 +157,7 @@ def with_progress(view: BatchView, progress: JobProgress) -> BatchView:
     rows = view.rows if progress.finished is None else _with_row(view.rows, progress.finished)
     return replace(
         view, rows=rows, files_done=progress.files_done, files_total=progress.files_total,
-        tokens_per_s=progress.tokens_per_s,
+        tokens_per_s=progress.tokens_per_s, parallel=progress.parallel,
         eta_text=eta_text(progress.eta_s) if view.state == RUNNING else "",
     )  # fmt: skip
 
@@ -180,10 +181,12 @@ def with_outcome(view: BatchView, outcome: JobOutcome) -> BatchView:
 
 
 def progress_text(view: BatchView) -> str:
-    """'12 of 40 files · 85 tok/s · about 2 min left' (the parts that are known)."""
+    """'12 of 40 files · 4 at a time · 85 tok/s · about 2 min left' (the parts known)."""
     if view.folder is None:
         return "Choose or drop a folder to summarise"
     parts = [f"{view.files_done} of {view.files_total} files"]
+    if view.state == RUNNING and view.parallel > 1:
+        parts.append(f"{view.parallel} at a time")
     if view.state == RUNNING and view.tokens_per_s > 0:
         parts.append(f"{view.tokens_per_s:.0f} tok/s")
     if view.state == RUNNING and view.eta_text:

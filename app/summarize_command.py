@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from app.arg_types import positive_int
 from app.document_scan import checked_folder
+from app.load_planning import planned_load, stored_profile
 from app.summary_job import (
     DEFAULT_CONTEXT_PER_SEQUENCE,
     JobOutcome,
@@ -26,7 +27,6 @@ from app.summary_job import (
 from app.summary_prompts import DEFAULT_MAX_WORDS
 from engine.cancel import CancelToken
 from engine.default_model import default_model_path
-from engine.model_params import LoadParams
 from engine.runtime import inspect_model, load_model
 
 EXIT_CANCELLED = 130
@@ -73,11 +73,12 @@ def run_summarize(args: argparse.Namespace) -> int:
     checked_folder(Path(args.folder).expanduser())  # refuse a bad folder before loading
     cancel = CancelToken()
     bar = tqdm(total=0, unit="file", disable=not sys.stderr.isatty(), file=sys.stderr)
-    model = load_model(LoadParams(str(model_path), n_ctx=args.ctx))
+    load = planned_load(str(model_path), args.ctx, stored_profile())  # no profile: no plan
+    model = load_model(load.params)
     try:
         job = SummaryJob(
             model, Path(args.folder), _out(args), settings, None,
-            lambda progress: _show(bar, progress), cancel,
+            lambda progress: _show(bar, progress), cancel, plan=load.plan, profile=load.profile,
         )  # fmt: skip
         outcome = _run_until_done(job, cancel)
     finally:
@@ -142,5 +143,7 @@ def _print_outcome(outcome: JobOutcome, as_json: bool) -> None:
     )
     how = "resumed" if outcome.resumed else "new job"
     print(f"{counts or 'no documents'} ({how}, {outcome.seconds:.1f} s) → {outcome.output_folder}")
+    if outcome.parallel_reason:
+        print(f"parallelism: {outcome.parallel_reason}")
     if outcome.cancelled:
         print("stopped: run the same command again to resume", file=sys.stderr)

@@ -26,8 +26,11 @@ from app.summary_output import summary_path, write_reports, write_summary
 from app.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise, summarise_part
 from app.text_chunks import split_by_tokens
 from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult
+from engine.batch_parallelism import choose_parallelism
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage
+from engine.plan import Plan
+from engine.profile import Profile
 from engine.runtime import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -44,7 +47,7 @@ class SummarySettings:
     recursive: bool = True
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    parallel: int | None = None  # sequences decoding together; None: the engine's choice
+    parallel: int | None = None  # sequences decoding together; None: the planner's choice
     n_ctx_per_sequence: int = DEFAULT_CONTEXT_PER_SEQUENCE
 
     def identity(self) -> dict:
@@ -65,6 +68,7 @@ class JobProgress:
     tokens_per_s: float
     eta_s: float | None
     finished: FileRecord | None = None  # the file whose outcome this report brings, if any
+    parallel: int = 0  # documents decoding together
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class JobOutcome:
     cancelled: bool
     resumed: bool
     seconds: float
+    parallel: int = 0  # sequences that decoded together (0: nothing was left to do)
+    parallel_reason: str = ""
 
     def count(self, status: str) -> int:
         return sum(1 for r in self.records if r.status == status)
@@ -108,9 +114,18 @@ class SummaryJob:
         progress: Callable[[JobProgress], None] | None = None,
         cancel: CancelToken | None = None,
         between_steps: Callable[[], None] | None = None,
+        plan: Plan | None = None,
+        profile: Profile | None = None,
     ) -> None:
-        """`between_steps` runs after every decode step: the worker serves chat there."""
+        """`between_steps` runs after every decode step: the worker serves chat there.
+
+        With the model's plan and the profile it was made from, the planner picks
+        how many documents decode together and each step is tagged with its tier;
+        without them (an unprofiled machine) DEFAULT_PARALLEL is used.
+        """
         self.model = model
+        self._plan, self._profile = plan, profile
+        self._parallel_choice = (0, "")
         self._between_steps = between_steps or (lambda: None)
         self.settings = settings or SummarySettings()
         self.input_folder = checked_folder(Path(input_folder).expanduser().resolve())
@@ -164,14 +179,17 @@ class SummaryJob:
         records = self._store.files(job.id)
         write_reports(self.output_folder, self.input_folder, records)
         return JobOutcome(
-            self.output_folder, records, cancelled, job.resumed, time.monotonic() - self._started
-        )
+            self.output_folder, records, cancelled, job.resumed,
+            time.monotonic() - self._started, *self._parallel_choice,
+        )  # fmt: skip
 
     def _summarise(self, pending: list[str], job_id: int) -> None:
         """Rounds of batched generation: documents' parts, then the combining of parts."""
         queue = iter(pending)
+        self._parallel_choice = self._parallelism(len(pending))
+        log.info("summarising with %s", self._parallel_choice[1])
         with BatchGenerator(
-            self.model, self._parallel(len(pending)), self.settings.n_ctx_per_sequence
+            self.model, self._parallel_choice[0], self.settings.n_ctx_per_sequence, plan=self._plan
         ) as engine:
             while not self._cancel.cancelled:
                 stats = engine.run(
@@ -201,9 +219,21 @@ class SummaryJob:
     def _relative(self, path: Path) -> str:
         return path.relative_to(self._root).as_posix()
 
-    def _parallel(self, n_documents: int) -> int:
-        wanted = self.settings.parallel or DEFAULT_PARALLEL
-        return max(1, min(wanted, max(n_documents, 1)))
+    def _parallelism(self, n_documents: int) -> tuple[int, str]:
+        """The user's override, else the planner's choice, else the default; never more
+        sequences than documents."""
+        n_documents = max(n_documents, 1)
+        if self.settings.parallel:
+            n = min(self.settings.parallel, n_documents)
+            return n, f"{n} sequences (--parallel {self.settings.parallel}, {n_documents} to do)"
+        if self._plan is not None and self._profile is not None:
+            choice = choose_parallelism(
+                self._plan, self._profile, self.model.inventory, n_documents,
+                self.settings.n_ctx_per_sequence,
+            )  # fmt: skip
+            return choice.n_parallel, f"planner's choice: {choice.reason}"
+        n = min(DEFAULT_PARALLEL, n_documents)
+        return n, f"{n} sequences (the default: this machine is not profiled)"
 
     # --- feeding the engine ---
 
@@ -352,7 +382,16 @@ class SummaryJob:
         eta = elapsed / finished_now * remaining if finished_now > 0 else None
         speed = self._generated / elapsed
         self._progress(
-            JobProgress(done, total, self._current, self._generated, speed, eta, finished)
+            JobProgress(
+                done,
+                total,
+                self._current,
+                self._generated,
+                speed,
+                eta,
+                finished,
+                self._parallel_choice[0],
+            )  # fmt: skip
         )
 
 

@@ -332,6 +332,7 @@ class EngineWorker:
                 model, request.input_folder, request.output_folder, request.settings, store,
                 progress=lambda progress: self._emit(JobProgressed(entry.request_id, progress)),
                 cancel=entry.cancel, between_steps=self._serve_chat_waiting,
+                plan=self._plan, profile=self._profile,
             )  # fmt: skip
             outcome = job.run()
         self._emit(JobFinished(entry.request_id, outcome))

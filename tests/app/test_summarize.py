@@ -19,10 +19,15 @@ import pytest
 from docx import Document as DocxDocument
 
 from app.job_store import JobStore
-from app.summary_job import SummaryJob, SummarySettings
+from app.summary_job import JobOutcome, SummaryJob, SummarySettings
+from engine.batch_parallelism import choose_parallelism
 from engine.cancel import CancelToken
+from engine.plan import PlanRequest
+from engine.planner import make_plan
+from engine.profile import Profile
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 FAST = ("--max-words", "15", "--ctx", "768", "--parallel", "4")
 PROSE = (
     "The harbour town woke early. Fishermen checked their nets, the baker lit the ovens, "
@@ -179,3 +184,34 @@ def test_a_document_of_many_parts_is_reduced_in_rounds_and_nothing_is_cut(
     footer = (tmp_path / "out" / "book.txt.md").read_text().rsplit("---", 1)[1]
     parts = int(footer.split(" parts")[0].rsplit("· ", 1)[1])
     assert parts >= 5  # more parts than one combining prompt of 512 tokens can hold
+
+
+def test_the_planner_chooses_the_parallelism_unless_the_user_does(
+    tmp_path: Path, default_model
+) -> None:
+    folder = tmp_path / "few"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"note{i}.txt").write_text(f"Note {i}. " + PROSE)
+    profile = Profile.from_json(RECORDED.read_text(encoding="utf-8"))
+    plan = make_plan(default_model.inventory, profile, PlanRequest(0, n_ctx=512))
+    expected = choose_parallelism(plan, profile, default_model.inventory, 5, 512)
+    seen: list[int] = []
+
+    def run(settings: SummarySettings, out: str) -> JobOutcome:
+        with JobStore(tmp_path / "jobs.sqlite3") as store:
+            return SummaryJob(
+                default_model, folder, tmp_path / out, settings, store,
+                lambda p: seen.append(p.parallel), plan=plan, profile=profile,
+            ).run()  # fmt: skip
+
+    planned = run(SummarySettings(max_words=8, n_ctx_per_sequence=512), "planned")
+    assert planned.parallel == expected.n_parallel and planned.count("done") == 5
+    assert "planner" in planned.parallel_reason and expected.reason in planned.parallel_reason
+    assert set(seen) == {expected.n_parallel}
+    overridden = run(SummarySettings(max_words=8, parallel=3, n_ctx_per_sequence=512), "mine")
+    assert overridden.parallel == 3 and "--parallel 3" in overridden.parallel_reason
+    plain = SummarySettings(max_words=8, n_ctx_per_sequence=512)
+    with JobStore(tmp_path / "other.sqlite3") as store:
+        unprofiled = SummaryJob(default_model, folder, tmp_path / "plain", plain, store).run()
+    assert unprofiled.parallel == 5 and "not profiled" in unprofiled.parallel_reason

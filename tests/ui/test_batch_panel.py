@@ -122,6 +122,8 @@ def test_progress_reads_like_a_sentence_and_time_left_is_rounded() -> None:
     )  # fmt: skip
     assert progress_text(view) == "12 of 40 files · 85 tok/s · about 2 min left"
     assert progress_text(replace(view, state=PAUSED)) == "12 of 40 files · paused"
+    with_four = with_progress(view, JobProgress(12, 40, "a.txt", 900, 85.4, 130.0, parallel=4))
+    assert progress_text(with_four) == "12 of 40 files · 4 at a time · 85 tok/s · about 2 min left"
     assert progress_text(BatchView()) == "Choose or drop a folder to summarise"
     assert [eta_text(s) for s in (None, 20, 3 * 3600 + 600)] == [
         "",
