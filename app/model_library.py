@@ -193,7 +193,7 @@ class ModelLibrary:
             raise BadInputError(
                 f"{model_path.name} is a vision projector (mmproj); pair it with its model instead"
             )
-        projector = _lone_projector_beside(model_path)
+        projector = lone_projector_beside(model_path)
         with self._transaction():
             self._conn.execute(
                 "INSERT INTO models (path, mmproj_path, name, architecture, kind, added_at)"
@@ -321,7 +321,16 @@ def is_projector_name(path: Path) -> bool:
     return name.endswith(GGUF_SUFFIX) and PROJECTOR_MARK in name
 
 
-def _lone_projector_beside(model_path: Path) -> Path | None:
+def projector_for(model_path: Path) -> Path | None:
+    """The projector paired with this model in the library, else the lone one beside it."""
+    with ModelLibrary() as library:
+        entry = library.find(model_path)
+    if entry is not None and entry.mmproj_exists and entry.mmproj_path is not None:
+        return entry.mmproj_path
+    return lone_projector_beside(Path(model_path).resolve())
+
+
+def lone_projector_beside(model_path: Path) -> Path | None:
     """The one vision projector in the model's folder, if there is exactly one and it checks out."""
     try:
         candidates = [

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import llama_cpp
 
 from engine.batch_results import BatchFinish, BatchRequest, BatchResult
-from engine.generation import _TextAssembler, token_bytes
+from engine.generation import TextAssembler, token_bytes
 
 
 class ActiveSequence:
@@ -36,7 +36,7 @@ class ActiveSequence:
         self._history = list(prompt)  # prompt and reply so far, for a repeat penalty
         self.pending_token: int | None = None  # sampled, not yet fed to llama_decode
         self.output_index: int | None = None  # where this step's logits are, if any
-        self._text = _TextAssembler(stop)
+        self._text = TextAssembler(stop)
         self._pieces: list[str] = []
         self._started = time.perf_counter()
 

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage
 from engine.context_window import fit_messages
+from engine.errors import BadInputError
 from engine.generation import stream_generate
 from engine.generation_stats import FinishReason, GenerationResponse, GenerationStats
+from engine.image_input import ImageFile
 from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
+
+if TYPE_CHECKING:
+    from engine.vision_runtime import VisionRuntime
 
 
 @dataclass(frozen=True)
@@ -50,25 +56,41 @@ class ChatSession:
             self.messages.insert(0, ChatMessage("system", system_prompt))
 
     def stream_reply(
-        self, user_text: str, settings: SamplingSettings, cancel: CancelToken
+        self,
+        user_text: str,
+        settings: SamplingSettings,
+        cancel: CancelToken,
+        images: Sequence[ImageFile] = (),
     ) -> Iterator[tuple[GenerationResponse, int]]:
         """Stream the reply to `user_text`; each item carries how many old messages were left out.
 
         The user message joins the history only once the prompt fits, and the
-        reply (even a cancelled, partial one) joins it when streaming ends.
+        reply (even a cancelled, partial one) joins it when streaming ends. While
+        any message in the prompt has images, the turn goes through the model's
+        vision runtime (which re-uses the images' cached embeddings).
         """
-        candidate = [*self.messages, ChatMessage("user", user_text)]
-        fitted = fit_messages(
-            candidate, self.model.count_tokens, self.model.n_ctx, settings.max_tokens
-        )
+        candidate = [*self.messages, ChatMessage("user", user_text, tuple(images))]
+        vision = self._vision_for(candidate)
+        if vision is not None:
+            for image in images:
+                vision.decoded(image)  # a bad image is refused before it joins the history
+        count = self.model.count_tokens if vision is None else self._count_with_images
+        fitted = fit_messages(candidate, count, self.model.n_ctx, settings.max_tokens)
         rendered = self.model.chat_template.render(fitted.messages)
-        tokens = self.model.tokenize_prompt(rendered)
+        shown = [image for message in fitted.messages for image in message.images]
+        if shown:
+            assert vision is not None
+            stream = vision.stream_reply(rendered, shown, settings, cancel)
+        else:
+            if vision is not None:
+                vision.forget_cache()
+            tokens = self.model.tokenize_prompt(rendered)
+            stream = stream_generate(
+                self.model.llm, tokens, settings, cancel, rendered.stop, self._continues_in_cache
+            )
         self.messages = candidate
         pieces: list[str] = []
-        stream = stream_generate(
-            self.model.llm, tokens, settings, cancel, rendered.stop, self._continues_in_cache
-        )
-        self._continues_in_cache = True
+        self._continues_in_cache = not shown
         for response in stream:
             pieces.append(response.text)
             yield response, fitted.dropped_messages
@@ -81,12 +103,13 @@ class ChatSession:
         settings: SamplingSettings,
         cancel: CancelToken | None = None,
         on_text: Callable[[str], None] | None = None,
+        images: Sequence[ImageFile] = (),
     ) -> ChatReply:
         """Generate the whole reply, passing each new piece of text to `on_text`."""
         pieces: list[str] = []
         dropped = 0
         stats: GenerationStats | None = None
-        stream = self.stream_reply(user_text, settings, cancel or CancelToken())
+        stream = self.stream_reply(user_text, settings, cancel or CancelToken(), images)
         for response, dropped_now in stream:
             dropped = dropped_now
             if response.text:
@@ -96,3 +119,22 @@ class ChatSession:
             stats = response.stats or stats
         assert stats is not None  # stream_generate always ends with the statistics
         return ChatReply("".join(pieces), stats, dropped)
+
+    def _vision_for(self, messages: Sequence[ChatMessage]) -> VisionRuntime | None:
+        """The model's vision runtime; refuses images when the model has none."""
+        vision = self.model.vision
+        if vision is None and any(m.images for m in messages):
+            name = self.model.inventory.name or "this model"
+            raise BadInputError(
+                f"{name} cannot see images: it has no vision projector. Pair the projector "
+                "(mmproj GGUF) made for it in the model manager, or pass --mmproj"
+            )
+        return vision
+
+    def _count_with_images(self, messages: Sequence[ChatMessage]) -> int:
+        """Text tokens plus each image's tokens (known once encoded, estimated before)."""
+        assert self.model.vision is not None
+        images = [image for message in messages for image in message.images]
+        return self.model.count_tokens(messages) + sum(
+            self.model.vision.tokens_for(image) for image in images
+        )

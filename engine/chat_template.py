@@ -8,9 +8,16 @@ gets ChatML, the most common one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+if TYPE_CHECKING:
+    from engine.image_input import ImageFile
+
+# mtmd's default media marker: where an image's tokens go in the rendered prompt
+MEDIA_MARKER = "<__media__>"
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -22,13 +29,19 @@ CHATML_TEMPLATE = (
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One turn of a conversation; role is system, user or assistant."""
+    """One turn of a conversation; role is system, user or assistant.
+
+    A user turn may carry images; they render as media markers before the text,
+    which the vision runtime replaces with the images' embeddings.
+    """
 
     role: str
     content: str
+    images: tuple[ImageFile, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+        markers = "".join(f"{MEDIA_MARKER}\n" for _ in self.images)
+        return {"role": self.role, "content": markers + self.content}
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def generate_step(
     """
     if not reuse_cache:
         llm.reset()
-    with _abort_prompt_on(llm, cancel) as prompt_done:
+    with abort_prompt_on(llm, cancel) as prompt_done:
         tokens = llm.generate(prompt_tokens, reset=True, **make_generate_kwargs(settings))
         try:
             for token in tokens:
@@ -73,8 +73,8 @@ def stream_generate(
 ) -> Iterator[GenerationResponse]:
     """Stream text pieces of the reply, then one final response carrying the statistics."""
     reused = _cached_prefix(llm, prompt_tokens) if reuse_cache else 0
-    clock = _TurnClock(prompt_tokens=len(prompt_tokens), reused=reused)
-    text = _TextAssembler(stop)
+    clock = TurnClock(prompt_tokens=len(prompt_tokens), reused=reused)
+    text = TextAssembler(stop)
     finish = FinishReason.CANCELLED
     vocab = llm._model.vocab
     n_ctx = context_window(llm)
@@ -123,7 +123,7 @@ def _cached_prefix(llm: llama_cpp.Llama, prompt_tokens: Sequence[int]) -> int:
     return min(cached, max(len(prompt_tokens) - 1, 0))
 
 
-class _abort_prompt_on:  # noqa: N801 - used as a context manager, reads as a phrase
+class abort_prompt_on:  # noqa: N801 - used as a context manager, reads as a phrase
     """Install llama.cpp's abort callback for the prompt; `prompt_done()` removes it."""
 
     def __init__(self, llm: llama_cpp.Llama, cancel: CancelToken) -> None:
@@ -146,7 +146,7 @@ class _abort_prompt_on:  # noqa: N801 - used as a context manager, reads as a ph
             self._installed = False
 
 
-class _TurnClock:
+class TurnClock:
     """Timestamps of one turn, turned into statistics at the end."""
 
     def __init__(self, prompt_tokens: int, reused: int) -> None:
@@ -180,7 +180,7 @@ class _TurnClock:
         )
 
 
-class _TextAssembler:
+class TextAssembler:
     """Bytes to text, never splitting a UTF-8 character or emitting part of a stop string."""
 
     def __init__(self, stop: Sequence[str]) -> None:

@@ -64,3 +64,20 @@ def install() -> None:
     if not _installed:
         llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
         _installed = True
+
+
+_mtmd_installed = False
+
+
+def install_mtmd() -> None:
+    """The same for the multimodal library (mtmd, clip), which keeps a logger of its own.
+
+    Imported lazily: only the vision path loads libmtmd.
+    """
+    global _mtmd_installed
+    if not _mtmd_installed:
+        from llama_cpp import mtmd_cpp
+
+        install()
+        mtmd_cpp.mtmd_helper_log_set(_on_llama_log, ctypes.c_void_p(0))
+        _mtmd_installed = True

@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import llama_cpp
 
@@ -25,6 +26,9 @@ from engine.generation import context_window
 from engine.gguf_file import check_model_path
 from engine.inventory import ModelInventory, read_inventory
 from engine.model_params import LoadParams, make_llama_kwargs
+
+if TYPE_CHECKING:
+    from engine.vision_runtime import VisionRuntime
 
 log = logging.getLogger(__name__)
 _OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
@@ -38,6 +42,7 @@ class LoadedModel:
         self.llm = llm
         self.inventory = inventory
         self.chat_template = _chat_template_of(llm)
+        self.vision: VisionRuntime | None = None  # set by vision_runtime.attach_projector
 
     @property
     def n_ctx(self) -> int:
@@ -52,6 +57,9 @@ class LoadedModel:
         return len(self.tokenize_prompt(self.chat_template.render(messages)))
 
     def close(self) -> None:
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
         self.llm.close()
 
     def _wants_bos(self) -> bool:

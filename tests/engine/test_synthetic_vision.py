@@ -1,0 +1,233 @@
+"""Synthetic vision projectors: the file is a real Gemma 3 mmproj, and mtmd runs it."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+from pathlib import Path
+
+import gguf
+import llama_cpp
+import numpy as np
+import pytest
+from llama_cpp import mtmd_cpp
+
+from engine.inventory import read_inventory
+from engine.model_params import LoadParams
+from engine.runtime import LoadedModel, load_model
+from engine.synthetic import SyntheticSpec
+from engine.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+
+LM = SyntheticSpec(architecture="gemma3")  # 64 wide
+PROJECTOR = ProjectorSpec(projection_dim=LM.n_embd)
+# One thread: ggml's OpenMP workers spin between graph nodes, and on a loaded
+# two-core machine a second thread turns each sub-millisecond graph into ~0.3 s.
+THREADS = 1
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_synthetic_vlm(tmp_path_factory.mktemp("vlm"), LM, PROJECTOR)
+
+
+@pytest.fixture(scope="module")
+def language_model(vlm: tuple[Path, Path]) -> Iterator[LoadedModel]:
+    model = load_model(LoadParams(str(vlm[0]), n_ctx=256, n_threads=THREADS))
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def vision(vlm: tuple[Path, Path], language_model: LoadedModel) -> Iterator[int]:
+    ctx = _mtmd_init(vlm[1], language_model)
+    assert ctx, "mtmd_init_from_file returned NULL for a matching projector"
+    yield ctx
+    mtmd_cpp.mtmd_free(ctx)
+
+
+# ---------------------------------------------------------------- the file
+
+
+def test_projector_has_gemma3_keys(vlm: tuple[Path, Path]) -> None:
+    fields = gguf.GGUFReader(vlm[1]).fields
+    expected = {
+        "general.architecture": "clip",
+        "general.type": "mmproj",
+        "clip.projector_type": "gemma3",
+        "clip.has_vision_encoder": True,
+        "clip.use_gelu": True,
+        "clip.vision.projection_dim": LM.n_embd,
+        "clip.vision.image_size": PROJECTOR.image_size,
+        "clip.vision.patch_size": PROJECTOR.patch_size,
+        "clip.vision.embedding_length": PROJECTOR.width,
+        "clip.vision.feed_forward_length": PROJECTOR.ffn,
+        "clip.vision.block_count": PROJECTOR.block_count,
+        "clip.vision.attention.head_count": PROJECTOR.heads,
+        "clip.vision.projector.scale_factor": PROJECTOR.scale_factor,
+        "clip.vision.image_mean": [0.5, 0.5, 0.5],
+        "clip.vision.image_std": [0.5, 0.5, 0.5],
+    }
+    assert {key: fields[key].contents() for key in expected} == expected
+    assert "clip.vision.attention.layer_norm_epsilon" in fields
+
+
+def test_projector_has_gemma3_tensors_with_clip_shapes_and_types(vlm: tuple[Path, Path]) -> None:
+    tensors = {t.name: t for t in gguf.GGUFReader(vlm[1]).tensors}
+    blocks = {
+        f"v.blk.{bid}.{part}.{kind}"
+        for bid in range(PROJECTOR.block_count)
+        for part in ("ln1", "ln2", "attn_q", "attn_k", "attn_v", "attn_out", "ffn_up", "ffn_down")
+        for kind in ("weight", "bias")
+    }
+    globals_ = {
+        "v.patch_embd.weight",
+        "v.patch_embd.bias",
+        "v.position_embd.weight",
+        "v.post_ln.weight",
+        "v.post_ln.bias",
+        "mm.soft_emb_norm.weight",
+        "mm.input_projection.weight",
+    }
+    assert set(tensors) == blocks | globals_
+
+    def ggml(name: str) -> tuple[list[int], str]:  # shape as ggml's ne, and type
+        return tensors[name].shape.tolist(), tensors[name].tensor_type.name
+
+    w, p = PROJECTOR.width, PROJECTOR.patch_size
+    assert ggml("v.patch_embd.weight") == ([p, p, 3, w], "F32")
+    assert ggml("v.position_embd.weight") == ([w, PROJECTOR.n_patches], "F32")
+    # clip.cpp takes the projector's output width from ne[0] of the input projection
+    assert ggml("mm.input_projection.weight") == ([LM.n_embd, w], "F16")
+    assert ggml("v.blk.0.attn_q.weight") == ([w, w], "F16")
+    assert ggml("v.blk.0.ffn_up.weight") == ([w, PROJECTOR.ffn], "F16")
+    assert ggml("v.blk.0.ffn_down.weight") == ([PROJECTOR.ffn, w], "F16")
+    assert ggml("v.blk.0.ln1.weight") == ([w], "F32")
+
+
+def test_inventory_reads_it_as_a_gemma3_projector(
+    vlm: tuple[Path, Path], language_model: LoadedModel
+) -> None:
+    projector, model = read_inventory(vlm[1]), language_model.inventory  # no 2nd tokenizer parse
+    assert projector.is_vision_projector and projector.projector_type == "gemma3"
+    assert not model.is_vision_projector
+    assert model.architecture == "gemma3" and model.n_embd == LM.n_embd
+    assert "mmproj" in vlm[1].name  # how the model library recognises projectors
+
+
+def test_spec_counts_tokens_per_image() -> None:
+    assert PROJECTOR.tokens_per_image == 16
+    assert ProjectorSpec(image_size=64, patch_size=4, scale_factor=4).tokens_per_image == 16
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"projector_type": "llava"},
+        {"image_size": 30},  # not a multiple of the patch size
+        {"scale_factor": 3},  # 8 patches per side do not pool by 3
+        {"heads": 5},  # 32 is not a multiple of 5
+    ],
+)
+def test_spec_rejects_what_clip_cannot_build(fields: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        ProjectorSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_vlm_refuses_a_projector_of_another_width(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="n_embd"):
+        write_synthetic_vlm(tmp_path, LM, ProjectorSpec(projection_dim=96))
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- mtmd runs it
+
+
+def test_mtmd_encodes_an_image_into_lm_width_embeddings(
+    vision: int, language_model: LoadedModel
+) -> None:
+    assert mtmd_cpp.mtmd_support_vision(vision)
+    chunks = _tokenize(vision, nx=40, ny=30)
+    try:
+        image = _image_chunk(chunks)
+        n_tokens = mtmd_cpp.mtmd_input_chunk_get_n_tokens(image)
+        assert n_tokens == PROJECTOR.tokens_per_image
+        assert mtmd_cpp.mtmd_encode_chunk(vision, image) == 0
+        embd = np.ctypeslib.as_array(
+            mtmd_cpp.mtmd_get_output_embd(vision), shape=(n_tokens, LM.n_embd)
+        )
+        assert np.isfinite(embd).all()
+        assert embd.std() > 0  # random weights give varied embeddings, not zeros
+        assert mtmd_cpp.mtmd_decode_use_non_causal(vision, image)  # Gemma 3 attends both ways
+        assert not mtmd_cpp.mtmd_decode_use_mrope(vision)
+    finally:
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+
+
+def test_language_model_decodes_the_image_and_samples(
+    vision: int, language_model: LoadedModel
+) -> None:
+    lctx = language_model.llm._ctx.ctx
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(lctx), True)
+    chunks = _tokenize(vision, nx=1, ny=1)  # any size is resized to the projector's square
+    try:
+        n_past = llama_cpp.llama_pos(0)
+        rc = mtmd_cpp.mtmd_helper_eval_chunks(
+            vision, lctx, chunks, 0, 0, 64, True, ctypes.byref(n_past)
+        )
+        assert rc == 0
+        assert n_past.value == mtmd_cpp.mtmd_helper_get_n_pos(chunks)
+    finally:
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(language_model.llm._model.vocab)
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(lctx, -1), shape=(n_vocab,))
+    assert np.isfinite(logits).all()
+    assert 0 <= int(logits.argmax()) < n_vocab
+
+
+def test_mtmd_refuses_a_projector_of_another_width(
+    tmp_path: Path, language_model: LoadedModel
+) -> None:
+    wrong = write_synthetic_projector(
+        tmp_path / "mmproj-wrong.gguf", ProjectorSpec(projection_dim=96)
+    )
+    ctx = _mtmd_init(wrong, language_model)
+    assert not ctx  # NULL and a log line, not an abort (mtmd leaks the loaded encoder)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _mtmd_init(projector: Path, model: LoadedModel) -> int | None:
+    params = mtmd_cpp.mtmd_context_params_default()
+    params.use_gpu = False
+    params.n_threads = THREADS
+    params.print_timings = False
+    return mtmd_cpp.mtmd_init_from_file(str(projector).encode(), model.llm._model.model, params)
+
+
+def _tokenize(ctx: int, nx: int, ny: int) -> int:
+    """Chunks for one prompt holding one random nx x ny RGB image."""
+    rgb = np.random.default_rng(0).integers(0, 256, (ny, nx, 3), dtype=np.uint8).tobytes()
+    bitmap = mtmd_cpp.mtmd_bitmap_init(nx, ny, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+    prompt = b"Look: " + mtmd_cpp.mtmd_default_marker() + b" What is it?"
+    text = mtmd_cpp.mtmd_input_text(
+        text=prompt, text_len=len(prompt), add_special=True, parse_special=True
+    )
+    chunks = mtmd_cpp.mtmd_input_chunks_init()
+    try:
+        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) == 0
+    finally:
+        mtmd_cpp.mtmd_bitmap_free(bitmap)  # the chunks hold their own copy
+    return chunks
+
+
+def _image_chunk(chunks: int) -> int:
+    found = [
+        chunk
+        for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks))
+        if mtmd_cpp.mtmd_input_chunk_get_type(chunk := mtmd_cpp.mtmd_input_chunks_get(chunks, i))
+        == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+    ]
+    assert len(found) == 1
+    return found[0]
