@@ -43,9 +43,9 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
@@ -57,12 +57,13 @@ from app.sqlite_migrations import apply_migrations
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.generation_stats import GenerationStats
+from engine.image_input import ImageFile
 
 log = logging.getLogger(__name__)
 
 STORE_FILE_NAME = "chats.sqlite3"
 APPLICATION_ID = 0x53684374  # "ShCt": ShardChat's chat history (profiles use "ShCh")
-SCHEMA_VERSION = 1  # PRAGMA user_version after the last migration below
+SCHEMA_VERSION = 2  # PRAGMA user_version after the last migration below
 MIGRATIONS_TABLE = "_migrations"
 ROLES = ("system", "user", "assistant")
 FTS_MIN_QUERY_CHARS = 3  # the trigram index cannot match anything shorter
@@ -164,7 +165,20 @@ def _create_search_index(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = (m001_chats,)
+def m002_message_images(conn: sqlite3.Connection) -> None:
+    """Images attached to user messages, as the encoded bytes the person gave (PNG)."""
+    conn.execute(
+        "CREATE TABLE message_images ("
+        " message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,"
+        " position INTEGER NOT NULL,"
+        " name TEXT NOT NULL,"
+        " data BLOB NOT NULL,"
+        " PRIMARY KEY (message_id, position))"
+    )
+    conn.execute("PRAGMA user_version = 2")
+
+
+MIGRATIONS = (m001_chats, m002_message_images)
 
 
 # -- values ------------------------------------------------------------------------------------
@@ -203,6 +217,7 @@ class StoredMessage:
     stats: dict[str, Any] | None = field(hash=False)
     complete: bool
     created_at: str
+    images: tuple[ImageFile, ...] = field(default=(), repr=False)
 
 
 def default_store_path() -> Path:
@@ -321,7 +336,23 @@ class ChatStore:
             _MESSAGE_SELECT + " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
-        return [self._message_from_row(row) for row in rows]
+        images = self._images_of(conversation_id)
+        return [
+            replace(message, images=images.get(message.id, ()))
+            for message in map(self._message_from_row, rows)
+        ]
+
+    def _images_of(self, conversation_id: int) -> dict[int, tuple[ImageFile, ...]]:
+        rows = self._conn.execute(
+            "SELECT i.message_id, i.name, i.data FROM message_images i"
+            " JOIN messages m ON m.id = i.message_id"
+            " WHERE m.conversation_id = ? ORDER BY i.message_id, i.position",
+            (conversation_id,),
+        ).fetchall()
+        found: dict[int, tuple[ImageFile, ...]] = {}
+        for message_id, name, data in rows:
+            found[message_id] = (*found.get(message_id, ()), ImageFile(name, bytes(data)))
+        return found
 
     def add_message(
         self,
@@ -330,8 +361,14 @@ class ChatStore:
         content: str,
         complete: bool = True,
         stats: GenerationStats | Mapping[str, Any] | None = None,
+        images: Sequence[ImageFile] = (),
     ) -> Change:
-        """Append a message after the conversation's last one; only replies may be incomplete."""
+        """Append a message after the conversation's last one; only replies may be incomplete.
+
+        A user message may carry images; they are saved with it, in the same transaction.
+        """
+        if images and role != "user":
+            raise BadInputError("only user messages carry images")
         _check_id(conversation_id, "conversation")
         _check_role(role, complete)
         text = _check_text(content, "message content")
@@ -346,8 +383,13 @@ class ChatStore:
                 " FROM messages WHERE conversation_id = ?",
                 (conversation_id, role, text, stats_json, int(complete), now, conversation_id),
             )
+            message_id = int(cursor.lastrowid or 0)
+            self._conn.executemany(
+                "INSERT INTO message_images (message_id, position, name, data) VALUES (?, ?, ?, ?)",
+                [(message_id, i, image.name, image.data) for i, image in enumerate(images)],
+            )
             self._touch(conversation_id, now)
-        return Change(MESSAGE_ADDED, conversation_id, int(cursor.lastrowid or 0))
+        return Change(MESSAGE_ADDED, conversation_id, message_id)
 
     def update_message(
         self,
@@ -409,7 +451,7 @@ class ChatStore:
         turns = [ChatMessage("system", prompt)] if prompt else []
         for message in self.messages(conversation_id):
             if message.complete or (message.role == "assistant" and message.content):
-                turns.append(ChatMessage(message.role, message.content))
+                turns.append(ChatMessage(message.role, message.content, message.images))
         return turns
 
     def discard_incomplete(self) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from app.arg_types import non_negative_float, positive_int, probability, size
+from app.ask_image_command import add_ask_image_command
 from app.chat_command import run_chat
 from app.gui_command import add_gui_command
 from app.info_command import run_info
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     add_plan_command(commands)
     add_gui_command(commands)
     add_summarize_command(commands)
+    add_ask_image_command(commands)
     return parser
 
 

@@ -24,6 +24,8 @@ class ModelLoaded:
     load_seconds: float
     load_params: dict[str, Any]
     plan: Any = None  # the engine.plan.Plan it runs under, or None (not profiled)
+    vision: str | None = None  # the projector's VLMOpt choices when it sees images
+    vision_problem: str | None = None  # why a paired projector could not be used
 
 
 @dataclass(frozen=True)

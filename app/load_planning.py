@@ -8,10 +8,11 @@ and no plan, and the window says the machine is not profiled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.auto_budget import AutoBudget, first_gpu
 from app.profile_store import ProfileStore
+from app.vision_planning import VisionChoice, planned_vision
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
@@ -26,6 +27,8 @@ class PlannedLoad:
     params: LoadParams
     plan: Plan | None
     profile: Profile | None
+    mmproj_path: str | None = None
+    vision: VisionChoice | None = None  # with a projector: how its encoder runs
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,16 @@ class LoadRequest:
     n_ctx: int
     profile: Profile | None
     budget_bytes: int | None = None  # None: what other programs leave free
+    mmproj_path: str | None = None  # the paired vision projector, if any
 
     def planned(self) -> PlannedLoad:
-        return planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes)
+        load = planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes)
+        if self.mmproj_path is None:
+            return load
+        vision = planned_vision(
+            self.model_path, self.mmproj_path, self.n_ctx, self.budget_bytes, self.profile
+        )
+        return replace(load, mmproj_path=self.mmproj_path, vision=vision)
 
 
 def stored_profile() -> Profile | None:

@@ -32,12 +32,13 @@ from app.events import (
     TokenStreamed,
 )
 from app.job_store import JobStore
-from app.load_planning import LoadRequest
+from app.load_planning import LoadRequest, PlannedLoad
 from app.summary_job import SummaryJob, SummarySettings
 from engine.cancel import CancelToken
 from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
+from engine.image_input import ImageFile
 from engine.model_params import LoadParams
 from engine.plan import Plan
 from engine.plan_execution import StepLog, load_params_for
@@ -45,6 +46,7 @@ from engine.planner import make_plan
 from engine.profile import Profile
 from engine.runtime import LoadedModel, inspect_model, load_model
 from engine.sampling import SamplingSettings
+from engine.vision_runtime import attach_projector
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ class _StartConversation:
 class _SendMessage:
     text: str
     settings: SamplingSettings
+    images: tuple[ImageFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,8 +165,11 @@ class EngineWorker:
     ) -> int:
         return self._submit(_StartConversation(system_prompt, tuple(history)))
 
-    def send_message(self, text: str, settings: SamplingSettings) -> int:
-        return self._submit(_SendMessage(text, settings))
+    def send_message(
+        self, text: str, settings: SamplingSettings, images: Sequence[ImageFile] = ()
+    ) -> int:
+        """A user message (with images for a model that has a projector); the reply streams."""
+        return self._submit(_SendMessage(text, settings, tuple(images)))
 
     def set_budget(self, vram_budget_bytes: int) -> int:
         """Re-plan the loaded model for a new VRAM budget; reload only if the placement moves.
@@ -263,14 +269,20 @@ class EngineWorker:
             load = request.request.planned()
         except ValueError as exc:
             raise BadInputError(str(exc)) from exc
-        self._load_under(entry.request_id, load.params, load.plan, load.profile)
+        self._load_under(entry.request_id, load.params, load.plan, load.profile, load)
 
     def _load_under(
-        self, request_id: int, params: LoadParams, plan: Plan | None, profile: Profile | None
+        self,
+        request_id: int,
+        params: LoadParams,
+        plan: Plan | None,
+        profile: Profile | None,
+        planned: PlannedLoad | None = None,
     ) -> None:
         started = time.perf_counter()
         inspect_model(params.model_path)  # refuse a bad file before giving up the current model
         self._replace_model(params, plan, profile)
+        vision, problem = self._attach_projector(planned)
         inventory = self._model.inventory
         self._emit(
             ModelLoaded(
@@ -283,8 +295,21 @@ class EngineWorker:
                 load_seconds=time.perf_counter() - started,
                 load_params=self._model.params.to_dict(),
                 plan=plan,
+                vision=vision,
+                vision_problem=problem,
             )
         )
+
+    def _attach_projector(self, planned: PlannedLoad | None) -> tuple[str | None, str | None]:
+        """Give the new model its projector; a bad one leaves a working text model."""
+        if planned is None or planned.mmproj_path is None or planned.vision is None:
+            return None, None
+        try:
+            attach_projector(self._require_model(), planned.mmproj_path, planned.vision.options)
+        except BadInputError as exc:
+            log.warning("loaded without vision: %s", exc)
+            return None, str(exc)
+        return planned.vision.summary, None
 
     def _replace_model(
         self, params: LoadParams, plan: Plan | None, profile: Profile | None
@@ -357,6 +382,7 @@ class EngineWorker:
             request.settings,
             entry.cancel,
             on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
+            images=request.images,
         )
         steps = tuple(self._steps.drain()) if self._steps else ()
         self._emit(

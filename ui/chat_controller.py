@@ -10,8 +10,9 @@ killed app loses at most the reply being generated.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QListWidgetItem
 
 from app.chat_store import ChatStore
@@ -19,10 +20,12 @@ from app.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
 from app.units import format_bytes
 from app.worker import EngineWorker
+from engine.image_input import ImageFile
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.sampling import SamplingSettings
 from ui.engine_bridge import EngineBridge
+from ui.image_viewer import ImageViewer
 from ui.main_window import CONVERSATION_ID, MainWindow
 
 SAVE_INTERVAL_S = 0.5
@@ -49,8 +52,10 @@ class ChatController(QObject):
         self.window, self.worker, self.bridge, self.store = window, worker, bridge, store
         self._first_load, self._settings = load, settings
         self._model_path, self._loaded_n_ctx = _path_and_context(load)
+        self._mmproj = load.mmproj_path  # the paired vision projector, if any
         self._profile = load.profile
         self._plan: Plan | None = None
+        self.vision: str | None = None  # the VLMOpt choices while the model sees images
         self._previous: tuple[str, int, Plan | None, str] | None = None  # kept if a load fails
         self.model_name = ""
         self._default_n_ctx = self._loaded_n_ctx
@@ -79,6 +84,7 @@ class ChatController(QObject):
         w.settings.sampling_changed.connect(self._on_sampling)
         w.conversations.currentItemChanged.connect(self._on_item_changed)
         w.search.textChanged.connect(lambda _text: self._refresh_list())
+        w.chat_view.image_opened.connect(self.show_image)
         b.model_loaded.connect(self._on_model_loaded)
         b.token_streamed.connect(self._on_token)
         b.reply_finished.connect(self._on_reply_finished)
@@ -100,13 +106,20 @@ class ChatController(QObject):
         self._render()
         self._load(self._first_load)
 
-    def load_model(self, model_path: str) -> None:
-        """Switch to another model under the same budget; the open conversation carries over."""
-        self._load(LoadRequest(model_path, self._loaded_n_ctx, self._profile, self._budget()))
+    def load_model(self, model_path: str, mmproj: str | None = None) -> None:
+        """Switch to another model (with its projector, if paired) under the same budget;
+        the open conversation carries over."""
+        self._load(
+            LoadRequest(model_path, self._loaded_n_ctx, self._profile, self._budget(), mmproj)
+        )
 
-    def use_profile(self, profile: Profile | None, model_path: str | None = None) -> None:
+    def use_profile(
+        self, profile: Profile | None, model_path: str | None = None, mmproj: str | None = None
+    ) -> None:
         """This machine was (re)profiled: plan again from the new figures and reload."""
-        self._load(LoadRequest(model_path or self._model_path, self._loaded_n_ctx, profile))
+        if model_path is None:
+            model_path, mmproj = self._model_path, self._mmproj
+        self._load(LoadRequest(model_path, self._loaded_n_ctx, profile, None, mmproj))
 
     def use_plan(self, plan: Plan) -> None:
         """The engine re-planned (a new VRAM budget): show it, and plan later loads with it."""
@@ -130,29 +143,39 @@ class ChatController(QObject):
 
     def _on_submitted(self, text: str) -> None:
         """Text and images from the input; images stay there until a model can see them."""
-        if self.window.input.attachments():  # no model has vision until the vision issue
+        attached = self.window.input.attachments()
+        busy = not self.model_ready or self._reply_request is not None
+        if busy or (attached and self.vision is None):
             self.window.input.setPlainText(text)  # submit() took the text out: give it back
-            self.window.statusBar().showMessage(
-                f"{self.model_name or 'this model'} cannot see images (it has no vision "
-                "projector); remove the images to send the text",
-                8000,
-            )
+            why = "wait for the current reply (Esc stops it)" if self.model_ready else (
+                "wait for the model to load")  # fmt: skip
+            if not busy:
+                why = no_vision_message(self.model_name)
+            self.window.statusBar().showMessage(why, 12000)
             return
-        self.send(text)
+        self.window.input.take_attachments()
+        self.send(text, [ImageFile(a.name, a.png_bytes) for a in attached])
 
-    def send(self, text: str) -> None:
+    def send(self, text: str, images: Sequence[ImageFile] = ()) -> None:
         if not self.model_ready or self._reply_request is not None:
             self.window.statusBar().showMessage("wait for the current reply (Esc stops it)", 3000)
             return
         assert self.conversation_id is not None
-        self.store.add_message(self.conversation_id, "user", text)
+        self.store.add_message(self.conversation_id, "user", text, images=images)
         self._retitle(text)
         change = self.store.add_message(self.conversation_id, "assistant", "", complete=False)
         self._reply_message, self._reply_text = change.message_id, ""
         self._render()
         self.window.chat_view.show_streaming("")
-        self._reply_request = self.worker.send_message(text, self._sampling())
+        self._reply_request = self.worker.send_message(text, self._sampling(), images)
         self.window.set_busy(True)
+
+    def show_image(self, image: ImageFile) -> ImageViewer:
+        """A thumbnail in the conversation was clicked: the image, whole, beside the chat."""
+        viewer = ImageViewer(image, parent=self.window)
+        viewer.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        viewer.open()
+        return viewer
 
     def stop(self) -> None:
         if self._reply_request is not None:
@@ -201,9 +224,17 @@ class ChatController(QObject):
         self.window.plan_label.setText(plan_summary(event.plan))
         self.plan_used.emit(event.plan)
         self.model_name = event.model_name
+        self.vision = event.vision
+        sees = " · sees images" if event.vision else ""
         self.window.model_label.setText(
-            f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens"
+            f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
         )
+        if event.vision:
+            self.window.model_label.setToolTip(f"Vision: {event.vision}")
+        if event.vision_problem:
+            self.window.statusBar().showMessage(
+                f"loaded without vision: {event.vision_problem}", 12000
+            )
         self.window.input.setEnabled(True)
         self.window.input.setFocus()
         if self.conversation_id is not None:
@@ -323,7 +354,9 @@ class ChatController(QObject):
     def _reload_for_context(self, n_ctx: int) -> None:
         """A context length is a load-time parameter: re-plan (the KV cache moves) and reload."""
         self.window.statusBar().showMessage(f"reloading the model with {n_ctx} tokens of context")
-        self._load(LoadRequest(self._model_path, n_ctx, self._profile, self._budget()))
+        self._load(
+            LoadRequest(self._model_path, n_ctx, self._profile, self._budget(), self._mmproj)
+        )
 
     def _load(self, load: LoadRequest | PlannedLoad) -> None:
         """Queue the load; until ModelLoaded the input waits (the old model is freed first)."""
@@ -333,8 +366,10 @@ class ChatController(QObject):
             label = self.window.model_label.text()
             self._previous = (self._model_path, self._loaded_n_ctx, self._plan, label)
         self._model_path, self._loaded_n_ctx = _path_and_context(load)
+        self._mmproj = load.mmproj_path
         self._profile = load.profile
         self.model_ready = False
+        self.vision = None
         self.window.model_label.setText("loading model…")
         self.window.plan_label.setText("planning…" if load.profile else plan_summary(None))
         self.window.input.setEnabled(False)
@@ -350,7 +385,7 @@ class ChatController(QObject):
         if self.conversation_id is None:
             return
         shown = [
-            (m.role, m.content)
+            (m.role, m.content, m.images)
             for m in self.store.messages(self.conversation_id)
             if m.content or m.complete
         ]
@@ -394,4 +429,13 @@ def plan_summary(plan: Plan | None) -> str:
     return (
         f"{plan.family_for(1).value.replace('_', ' ')} decode · VRAM "
         f"{format_bytes(vram.total_bytes)} of {format_bytes(vram.budget_bytes)}"
+    )
+
+
+def no_vision_message(model_name: str) -> str:
+    """Why images cannot be sent, and how to fix it."""
+    return (
+        f"{model_name or 'this model'} cannot see images: it has no vision projector. Pair "
+        "the projector (mmproj GGUF) made for it in Tools → Models (Ctrl+M), or remove the "
+        "images to send the text"
     )

@@ -4,25 +4,32 @@ It renders what it is given and owns nothing: the controller passes the
 messages, and while a reply streams it passes the growing text, which is
 re-rendered at most every RENDER_INTERVAL_MS so long replies stay smooth.
 Every finished code block has a copy link under it; other links open in the
-system browser.
+system browser. A message's images show as thumbnails above its text; clicking
+one asks (image_opened) for the image to be shown whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QTextDocument
 from PySide6.QtWidgets import QTextBrowser
 
+from engine.image_input import ImageFile
 from ui.code_blocks import COPY_SCHEME, with_copy_links
 
 RENDER_INTERVAL_MS = 50
+THUMBNAIL_PX = 120
+THUMB_SCHEME, OPEN_SCHEME = "thumb", "image"  # a thumbnail's source / its link
 _SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
+_KEEP_ASPECT = Qt.AspectRatioMode.KeepAspectRatio
+_SMOOTH = Qt.TransformationMode.SmoothTransformation
 
 
 class ChatView(QTextBrowser):
     code_copied = Signal(str)  # the code put on the clipboard
+    image_opened = Signal(object)  # the ImageFile whose thumbnail was clicked
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,6 +37,8 @@ class ChatView(QTextBrowser):
         self.setOpenLinks(False)  # copy links are ours; web links go to the browser
         self.anchorClicked.connect(self._on_link)
         self._messages: list[tuple[str, str]] = []
+        self._images: list[ImageFile] = []  # every shown image, by its index in thumb:N
+        self._thumbnails: dict[int, QImage] = {}
         self._streaming: str | None = None
         self._codes: list[str] = []
         self._timer = QTimer(self)
@@ -37,11 +46,47 @@ class ChatView(QTextBrowser):
         self._timer.setInterval(RENDER_INTERVAL_MS)
         self._timer.timeout.connect(self._render)
 
-    def show_messages(self, messages: Sequence[tuple[str, str]]) -> None:
-        """(role, text) pairs of the conversation; replaces what is shown."""
-        self._messages = list(messages)
+    def show_messages(self, messages: Sequence[tuple]) -> None:
+        """(role, text) or (role, text, images) of the conversation; replaces what is shown."""
+        self._images, self._thumbnails, self._messages = [], {}, []
+        for role, text, *rest in messages:
+            images = tuple(rest[0]) if rest else ()
+            links = [self._thumbnail_link(image) for image in images]
+            self._messages.append((role, " ".join(links) + "\n\n" + text if links else text))
         self._streaming = None
         self._render()
+
+    def shown_images(self) -> list[ImageFile]:
+        return list(self._images)
+
+    def open_image(self, index: int) -> None:
+        self.image_opened.emit(self._images[index])
+
+    def loadResource(self, kind: int, name: QUrl) -> object:  # noqa: N802 - Qt's name
+        """Thumbnails are made here, when the document first draws them."""
+        if kind == QTextDocument.ResourceType.ImageResource and name.scheme() == THUMB_SCHEME:
+            index = int(name.path()) if name.path().isdigit() else -1
+            if 0 <= index < len(self._images):
+                return self._thumbnail(index)
+        return super().loadResource(kind, name)
+
+    def _thumbnail_link(self, image: ImageFile) -> str:
+        self._images.append(image)
+        index = len(self._images) - 1
+        label = image.name.replace("]", "").replace("[", "") or "image"
+        return f"[![{label}]({THUMB_SCHEME}:{index})]({OPEN_SCHEME}:{index})"
+
+    def _thumbnail(self, index: int) -> QImage:
+        if index not in self._thumbnails:
+            full = QImage.fromData(self._images[index].data)
+            if full.isNull():
+                full = QImage(THUMBNAIL_PX, THUMBNAIL_PX, QImage.Format.Format_RGB32)
+                full.fill(0x808080)
+            self._thumbnails[index] = full.scaled(
+                THUMBNAIL_PX, THUMBNAIL_PX, aspectMode=_KEEP_ASPECT,
+                mode=_SMOOTH,
+            )  # fmt: skip
+        return self._thumbnails[index]
 
     def show_streaming(self, text: str) -> None:
         """The reply as it grows; rendered after the shown messages."""
@@ -70,6 +115,10 @@ class ChatView(QTextBrowser):
             index = int(url.path()) if url.path().isdigit() else -1
             if 0 <= index < len(self._codes):
                 self.copy_code(index)
+        elif url.scheme() == OPEN_SCHEME:
+            index = int(url.path()) if url.path().isdigit() else -1
+            if 0 <= index < len(self._images):
+                self.open_image(index)
         elif url.scheme() in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
 

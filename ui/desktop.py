@@ -51,7 +51,8 @@ class Desktop:
         self.model_drop.watch(self.window.chat_view)  # else the view takes file drops itself
         self.store = ChatStore()
         self.state = WindowState()
-        load = LoadRequest(model_path, n_ctx, profile)  # planned on the worker, not here
+        mmproj = self._projector_of(model_path)
+        load = LoadRequest(model_path, n_ctx, profile, mmproj_path=mmproj)  # planned on the worker
         self.chat = ChatController(
             self.window, self.worker, self.bridge, self.store, load, settings or SamplingSettings()
         )
@@ -92,7 +93,7 @@ class Desktop:
         """Tools → Models: the model manager beside the chat; "Load now" switches models."""
         manager = ModelManager(self.models, parent=self.window)
         manager.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        manager.load_requested.connect(lambda path, _mmproj: self.chat.load_model(path))
+        manager.load_requested.connect(self.chat.load_model)
         manager.open()
         return manager
 
@@ -110,7 +111,7 @@ class Desktop:
         if chosen:
             chosen = remember_default_model(chosen)
         if profile is not None:
-            self.chat.use_profile(profile, chosen or None)
+            self.chat.use_profile(profile, chosen or None, self._projector_of(chosen or ""))
 
     def start(self) -> Desktop:
         """Restore the window and the last conversation, start loading the model, show."""
@@ -132,6 +133,13 @@ class Desktop:
             self.worker.shutdown()
             self.store.close()
             self.models.close()
+
+    def _projector_of(self, model_path: str) -> str | None:
+        """The vision projector paired with this model in the model list, if its file exists."""
+        entry = self.models.find(model_path) if model_path else None
+        if entry is None or not entry.mmproj_exists or entry.mmproj_path is None:
+            return None
+        return str(entry.mmproj_path)
 
     def _say(self, message: str) -> None:
         self.window.statusBar().showMessage(message, STATUS_MS)

@@ -38,6 +38,7 @@ from app.profile_store import ProfileStore
 from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.generation_stats import FinishReason, GenerationStats
+from engine.image_input import ImageFile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATS = GenerationStats(
@@ -99,7 +100,7 @@ def test_default_file_is_in_the_data_folder_and_marked_as_ours() -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         applied = [row[0] for row in conn.execute("SELECT name FROM _migrations")]
-        assert applied == ["m001_chats"]
+        assert applied == ["m001_chats", "m002_message_images"]
     finally:
         conn.close()
 
@@ -637,3 +638,22 @@ def test_any_sequence_of_adds_gets_positions_in_order(
         assert [m.position for m in messages] == list(range(len(turns)))
         assert [(m.role, m.content) for m in messages] == turns
         assert fts_is_consistent(store)
+
+
+def test_images_are_saved_with_their_user_message_and_go_with_it(store: ChatStore) -> None:
+    conversation = store.create_conversation("pictures").conversation_id
+    images = (ImageFile("a.png", b"\x89PNG first"), ImageFile("b.png", b"\x89PNG second"))
+    asked = store.add_message(conversation, "user", "What are these?", images=images)
+    store.add_message(conversation, "assistant", "Two pictures.")
+    store.add_message(conversation, "user", "Thanks")
+    shown = store.messages(conversation)
+    assert [m.images for m in shown] == [images, (), ()]
+    assert store.history(conversation)[0] == ChatMessage("user", "What are these?", images)
+    with pytest.raises(BadInputError, match="only user messages carry images"):
+        store.add_message(conversation, "assistant", "no", images=images[:1])
+    store.truncate_after(conversation, -1)
+    store.add_message(conversation, "user", "again", images=images[1:])
+    assert store.messages(conversation)[0].images == images[1:]
+    store.delete(conversation)
+    count = store._conn.execute("SELECT COUNT(*) FROM message_images").fetchone()[0]
+    assert count == 0 and asked.message_id  # the images went with their conversation

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import queue
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from app.events import (
     FINAL_EVENTS,
@@ -19,10 +21,13 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
+from app.load_planning import LoadRequest
 from app.worker import EngineWorker
 from engine.generation_stats import FinishReason
+from engine.image_input import ImageFile
 from engine.model_params import LoadParams
 from engine.sampling import GREEDY
+from engine.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 TIMEOUT_S = 60
 
@@ -162,3 +167,43 @@ def test_a_failing_event_callback_does_not_kill_the_worker(default_model_file: P
         assert isinstance(finals.get(timeout=TIMEOUT_S), ReplyFinished)
     finally:
         worker.shutdown()
+
+
+def test_a_vision_model_answers_about_images_and_a_bad_image_is_an_error_event(
+    engine, tmp_path: Path
+) -> None:
+    worker, recorder = engine
+    model_file, mmproj = write_synthetic_vlm(tmp_path / "vlm")
+    request = LoadRequest(str(model_file), 1024, None, mmproj_path=str(mmproj))
+    loaded = recorder.wait(worker.load_planned(request))
+    assert isinstance(loaded, ModelLoaded) and loaded.vision_problem is None
+    assert loaded.vision is not None and "vision encoder on the CPU" in loaded.vision
+    image = ImageFile("red.png", png_bytes("red"))
+    done = recorder.wait(worker.send_message("Colour?", GREEDY.with_changes(max_tokens=4), [image]))
+    assert isinstance(done, ReplyFinished) and done.stats.prompt_tokens > 16
+    broken = ImageFile("broken.png", b"\x89PNG\r\n\x1a\n broken")
+    failed = recorder.wait(worker.send_message("And this?", GREEDY, [broken]))
+    assert isinstance(failed, RequestFailed) and "broken.png" in failed.message
+    again = recorder.wait(worker.send_message("Still there?", GREEDY.with_changes(max_tokens=4)))
+    assert isinstance(again, ReplyFinished)  # the conversation (with its image) continues
+
+
+def test_a_projector_for_another_model_leaves_a_working_text_model(engine, tmp_path: Path) -> None:
+    worker, recorder = engine
+    model_file, _ = write_synthetic_vlm(tmp_path / "vlm")
+    other = write_synthetic_projector(tmp_path / "mmproj-wide.gguf", ProjectorSpec(96))
+    request = LoadRequest(str(model_file), 1024, None, mmproj_path=str(other))
+    loaded = recorder.wait(worker.load_planned(request))
+    assert isinstance(loaded, ModelLoaded) and loaded.vision is None
+    assert "made for another model" in loaded.vision_problem
+    image = ImageFile("red.png", png_bytes("red"))
+    refused = recorder.wait(worker.send_message("Colour?", GREEDY, [image]))
+    assert isinstance(refused, RequestFailed) and "cannot see images" in refused.message
+    text = recorder.wait(worker.send_message("Hello", GREEDY.with_changes(max_tokens=4)))
+    assert isinstance(text, ReplyFinished)
+
+
+def png_bytes(colour: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30), colour).save(buffer, "PNG")
+    return buffer.getvalue()

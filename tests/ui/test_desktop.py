@@ -10,12 +10,15 @@ from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtGui import QColor, QImage
 
 from app.chat_store import ChatStore, default_store_path
+from app.model_library import ModelLibrary
 from engine.described_machines import DESCRIBED_MACHINES, described_hardware
 from engine.hardware import probe_hardware
 from engine.profile import Profile
 from engine.sampling import GREEDY
+from engine.synthetic_vision import write_synthetic_vlm
 from ui.desktop import Desktop
 from ui.image_attachments import load_image_file
+from ui.image_viewer import ImageViewer
 from ui.model_manager import ModelManager
 from ui.profile_wizard import ProfileWizard
 
@@ -169,7 +172,8 @@ def test_images_sent_to_a_model_without_vision_are_kept_with_a_message(
     assert window.attachment_strip.isVisibleTo(window)
     qtbot.keyClicks(window.input, "What colour is this?")
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    assert "cannot see images" in window.statusBar().currentMessage()
+    message = window.statusBar().currentMessage()
+    assert "cannot see images" in message and "Tools → Models" in message  # and how to fix it
     assert window.input.toPlainText() == "What colour is this?"
     assert [a.name for a in window.input.attachments()] == ["red.png"]
     assert desktop.store.messages(desktop.chat.conversation_id) == []
@@ -259,3 +263,32 @@ def test_closing_while_a_reply_streams_keeps_what_it_said(qtbot, default_model_f
     with ChatStore(default_store_path()) as store:
         reply = store.messages(conversation)[-1]
     assert reply.role == "assistant" and reply.complete and reply.content.strip()
+
+
+def test_a_vision_model_answers_about_a_dropped_image_and_shows_it(
+    qtbot, desktops, tmp_path
+) -> None:
+    """A model paired with its projector in the model list sees images; the thumbnail opens."""
+    model_file, mmproj = write_synthetic_vlm(tmp_path / "vlm")
+    with ModelLibrary() as library:
+        assert library.add(model_file).mmproj_path == mmproj.resolve()  # paired from the folder
+    desktop = open_desktop(qtbot, model_file)
+    desktops.append(desktop)
+    window, chat = desktop.window, desktop.chat
+    assert "sees images" in window.model_label.text() and chat.vision is not None
+    picture = tmp_path / "red.png"
+    QImage(64, 48, QImage.Format.Format_RGB32).save(str(picture))
+    window.input.add_attachments([load_image_file(picture)])
+    finished = send(qtbot, desktop, "What is in the picture?")
+    assert finished.stats.prompt_tokens > 16 and not window.input.attachments()
+    (stored,) = [m for m in desktop.store.messages(chat.conversation_id) if m.images]
+    assert stored.images[0].name == "red.png" and stored.content == "What is in the picture?"
+    assert window.chat_view.shown_images() == list(stored.images)
+    assert "thumb:0" in window.chat_view.markdown()
+    with qtbot.waitSignal(window.chat_view.image_opened) as opened:
+        window.chat_view.open_image(0)
+    viewer = window.findChild(ImageViewer)
+    assert opened.args[0].name == "red.png" and viewer is not None
+    assert "64×48" in viewer.windowTitle()
+    follow_up = send(qtbot, desktop, "And its colour?")  # the image stays in the conversation
+    assert follow_up.stats.prompt_tokens > finished.stats.prompt_tokens

@@ -1,0 +1,98 @@
+"""`shardchat ask-image IMAGE... QUESTION`: one question about one or more images.
+
+The answer streams to standard output; what the vision path did (the VLMOpt
+choices, each image's effective resolution, what was encoded and freed) goes
+to standard error, so the answer can be piped on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.arg_types import positive_int, size
+from app.model_library import projector_for
+from app.vision_planning import planned_vision
+from engine.chat import ChatSession
+from engine.default_model import default_model_path
+from engine.errors import BadInputError
+from engine.generation_stats import GenerationStats
+from engine.image_input import image_file
+from engine.model_params import LoadParams
+from engine.runtime import inspect_model, load_model
+from engine.sampling import SamplingSettings
+from engine.vision_runtime import attach_projector
+
+
+def add_ask_image_command(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser(
+        "ask-image",
+        help="ask a vision model about one or more images",
+        description=(
+            "Answer QUESTION about the IMAGE files (PNG, JPEG, WebP, BMP, GIF) with a vision "
+            "model: a GGUF model plus its projector (mmproj). Without --mmproj, a projector "
+            "beside the model whose name holds 'mmproj' is used."
+        ),
+    )
+    cmd.add_argument("items", nargs="+", metavar="IMAGE... QUESTION")
+    cmd.add_argument("--model", "-m", metavar="PATH", help="GGUF language model")
+    cmd.add_argument("--mmproj", metavar="PATH", help="the model's vision projector (GGUF)")
+    cmd.add_argument(
+        "--vram", type=size, default=None, metavar="SIZE",
+        help="VRAM budget for VLMOpt (default: what other programs leave free; 0: CPU only)",
+    )  # fmt: skip
+    cmd.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
+    cmd.add_argument("--max-tokens", type=positive_int, default=512)
+    cmd.add_argument("--temperature", type=float, default=0.2)
+    cmd.set_defaults(command="ask-image", run=run_ask_image)
+
+
+def run_ask_image(args: argparse.Namespace) -> int:
+    if len(args.items) < 2:
+        raise BadInputError("give at least one IMAGE and then the QUESTION")
+    *image_paths, question = args.items
+    if not question.strip():
+        raise BadInputError("the question is empty")
+    model_path = inspect_model(args.model or default_model_path()).path
+    mmproj = _projector(args, Path(model_path))
+    vision = planned_vision(str(model_path), mmproj, args.ctx, args.vram)
+    images = [image_file(path) for path in image_paths]  # a bad one is refused before loading
+    model = load_model(LoadParams(str(model_path), n_ctx=args.ctx))
+    try:
+        runtime = attach_projector(model, mmproj, vision.options)
+        settings = SamplingSettings(temperature=args.temperature, max_tokens=args.max_tokens)
+        reply = ChatSession(model).reply(
+            question, settings, on_text=lambda text: print(text, end="", flush=True),
+            images=images,
+        )  # fmt: skip
+        print()
+        seen = [runtime.decoded(image).describe() for image in images]
+    finally:
+        model.close()
+    _report(vision.summary, seen, runtime.events, reply.stats)
+    return 0
+
+
+def _projector(args: argparse.Namespace, model_path: Path) -> str:
+    if args.mmproj:
+        path = Path(args.mmproj)
+        if not path.is_file():
+            raise BadInputError(f"{path}: no such projector file")
+        return str(path)
+    found = projector_for(model_path)
+    if found is None:
+        raise BadInputError(
+            f"{model_path.name} has no vision projector: pass --mmproj PATH (the mmproj GGUF "
+            "made for this model), or put it beside the model with 'mmproj' in its name"
+        )
+    return str(found)
+
+
+def _report(plan: str, images: list[str], events: list[str], stats: GenerationStats) -> None:
+    err = sys.stderr
+    print(f"vlmopt: {plan}", file=err)
+    for line in images:
+        print(f"image: {line}", file=err)
+    print(f"vision: {'; '.join(events)}", file=err)
+    print(f"tokens: {stats.prompt_tokens} prompt, {stats.generated_tokens} generated", file=err)
