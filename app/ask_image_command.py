@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 
 from app.arg_types import positive_int, size
+from app.load_planning import LoadRequest, stored_profile
 from app.model_library import projector_for
-from app.vision_planning import planned_vision
 from engine.chat import ChatSession
 from engine.default_model import default_model_path
 from engine.errors import BadInputError
 from engine.generation_stats import GenerationStats
 from engine.image_input import image_file
-from engine.model_params import LoadParams
 from engine.runtime import inspect_model, load_model
 from engine.sampling import SamplingSettings
 from engine.vision_runtime import attach_projector
@@ -56,9 +55,15 @@ def run_ask_image(args: argparse.Namespace) -> int:
         raise BadInputError("the question is empty")
     model_path = inspect_model(args.model or default_model_path()).path
     mmproj = _projector(args, Path(model_path))
-    vision = planned_vision(str(model_path), mmproj, args.ctx, args.vram)
     images = [image_file(path) for path in image_paths]  # a bad one is refused before loading
-    model = load_model(LoadParams(str(model_path), n_ctx=args.ctx))
+    profile = stored_profile()
+    if args.vram is not None and profile is None:
+        raise BadInputError("--vram needs this machine's profile: run `shardchat profile` first")
+    load = LoadRequest(str(model_path), args.ctx, profile, args.vram, mmproj).planned()
+    if load.vision is None:
+        raise BadInputError(load.vision_problem or f"{mmproj}: not a usable vision projector")
+    vision = load.vision
+    model = load_model(load.params)
     try:
         runtime = attach_projector(model, mmproj, vision.options)
         settings = SamplingSettings(temperature=args.temperature, max_tokens=args.max_tokens)

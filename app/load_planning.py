@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from app.auto_budget import AutoBudget, first_gpu
 from app.profile_store import ProfileStore
 from app.vision_planning import VisionChoice, planned_vision
+from engine.errors import ShardChatError
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
@@ -29,6 +30,7 @@ class PlannedLoad:
     profile: Profile | None
     mmproj_path: str | None = None
     vision: VisionChoice | None = None  # with a projector: how its encoder runs
+    vision_problem: str | None = None  # why the paired projector cannot be used
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,16 @@ class LoadRequest:
         load = planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes)
         if self.mmproj_path is None:
             return load
-        vision = planned_vision(
-            self.model_path, self.mmproj_path, self.n_ctx, self.budget_bytes, self.profile
-        )
+        try:
+            vision = planned_vision(
+                self.model_path, self.mmproj_path, load.plan, load.profile, self.budget_bytes
+            )
+        except ShardChatError as exc:  # a bad projector leaves a working text model
+            return replace(load, mmproj_path=self.mmproj_path, vision_problem=str(exc))
+        if vision.language_plan is not None:  # VLMOpt chose a smaller resident set
+            inventory = read_inventory(self.model_path)
+            params = load_params_for(vision.language_plan, inventory, self.model_path)
+            load = replace(load, params=params, plan=vision.language_plan)
         return replace(load, mmproj_path=self.mmproj_path, vision=vision)
 
 

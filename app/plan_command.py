@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from app.arg_types import positive_int, size
@@ -22,6 +23,8 @@ from engine.inventory import read_inventory
 from engine.plan import Plan, PlanRequest
 from engine.planner import make_plan
 from engine.profile import Profile
+from engine.vision_options import NO_TOKEN_LIMIT
+from engine.vision_plan import VisionPlan, plan_vision, projector_facts
 
 
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
@@ -41,24 +44,62 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         help=f"a profile JSON file or a described machine ({', '.join(described_names())}); "
         "default: this machine's stored profile",
     )
+    plan.add_argument(
+        "--mmproj",
+        metavar="PATH",
+        help="the model's vision projector: also plan VLMOpt (where the encoder runs, image size)",
+    )
+    plan.add_argument(
+        "--image-px",
+        type=image_px,
+        metavar="N|WxH",
+        help="the image to plan for: N is a 16:9 image N pixels wide, or give WxH "
+        "(default: the largest image the projector takes by itself)",
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(command="plan", run=run_plan)
 
 
+def image_px(text: str) -> tuple[int, int]:
+    """'2560' -> (2560, 1440) (16:9), '1920x1080' -> (1920, 1080)."""
+    try:
+        sides = [int(part) for part in text.lower().split("x")]
+    except ValueError:
+        sides = []
+    if len(sides) == 1:
+        sides.append(round(sides[0] * 9 / 16))
+    if len(sides) != 2 or min(sides) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image size (N or WxH pixels)")
+    return sides[0], sides[1]
+
+
 def run_plan(args: argparse.Namespace) -> int:
     inventory = read_inventory(args.model or default_model_path())
+    if args.image_px and not args.mmproj:
+        raise BadInputError("--image-px needs --mmproj (the projector to plan the image for)")
+    facts = projector_facts(args.mmproj) if args.mmproj else None
     profile = load_profile_for_planning(args.hardware)
     try:
         request = PlanRequest(
             args.vram, n_ctx=args.ctx, n_parallel=args.parallel, prompt_tokens=args.prompt_tokens
         )
         plan = make_plan(inventory, profile, request)
+        vision = (
+            plan_vision(plan, inventory, facts, profile, image_size=args.image_px)
+            if facts
+            else None
+        )
     except ValueError as exc:
         raise BadInputError(str(exc)) from exc
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=1, default=str))
+        data = plan.to_dict()
+        if vision is not None:
+            data["vision"] = vision_dict(vision)
+        print(json.dumps(data, indent=1, default=str))
     else:
         print(render_plan(plan, profile))
+        if vision is not None:
+            print(render_vision(vision))
     return 0
 
 
@@ -118,6 +159,51 @@ def render_plan(plan: Plan, profile: Profile) -> str:
         f"token prompt, {plan.predicted_decode_tokens_per_s:.1f} tokens/s decode"
     )
     return "\n".join(lines)
+
+
+def render_vision(vision: VisionPlan) -> str:
+    """The VLMOpt choices: what mtmd is told, the image, the predicted peaks, and why."""
+    options, image, facts = vision.options, vision.image, vision.projector
+    limit = "own" if options.image_max_tokens == NO_TOKEN_LIMIT else options.image_max_tokens
+    saving = f" ({vision.saving:.1f}x less)" if vision.saving else ""
+    lines = [
+        f"VLMOpt    {options.describe()}",
+        f"  {options.reason}",
+        f"mtmd      use_gpu {int(options.encoder_on_gpu)}, flash_attn "
+        f"{'enabled' if options.flash_attention else 'disabled'}, image_max_tokens {limit}, "
+        f"max side {options.max_side_px or '-'} px, free after encode "
+        f"{'yes' if options.free_after_encode else 'no'}, language model steps aside "
+        f"{'yes' if options.language_steps_aside else 'no'}",
+        f"image     {image.input_width}x{image.input_height} -> {image.resolution}, "
+        f"{image.n_tokens} tokens ({facts.projector_type}, {facts.name})",
+        f"peak VRAM {format_bytes(vision.peak_bytes)} with VLMOpt, "
+        f"{format_bytes(vision.peak_without_bytes)} without{saving}; encoder "
+        f"{format_bytes(vision.vision.total_bytes)} vs "
+        f"{format_bytes(vision.vision_without.total_bytes)}; resident set "
+        f"{vision.resident_set.value}",
+    ]
+    lines += [f"  {reason}" for reason in vision.reasons]
+    return "\n".join(lines)
+
+
+def vision_dict(vision: VisionPlan) -> dict[str, object]:
+    return {
+        "options": asdict(vision.options),
+        "input_px": [vision.image.input_width, vision.image.input_height],
+        "effective_px": [vision.image.width, vision.image.height],
+        "tokens": vision.image.n_tokens,
+        "full_resolution_tokens": vision.full_image.n_tokens,
+        "resident_set": vision.resident_set.value,
+        "peak_bytes": vision.peak_bytes,
+        "peak_without_bytes": vision.peak_without_bytes,
+        "encode_bytes": vision.encode_bytes,
+        "decode_bytes": vision.decode_bytes,
+        "vision_bytes": vision.vision.total_bytes,
+        "vision_without_bytes": vision.vision_without.total_bytes,
+        "restore_s": vision.restore_s,
+        "shrink_s": vision.shrink_s,
+        "reasons": list(vision.reasons),
+    }
 
 
 def _machine(profile: Profile) -> str:

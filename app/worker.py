@@ -302,8 +302,11 @@ class EngineWorker:
 
     def _attach_projector(self, planned: PlannedLoad | None) -> tuple[str | None, str | None]:
         """Give the new model its projector; a bad one leaves a working text model."""
-        if planned is None or planned.mmproj_path is None or planned.vision is None:
+        if planned is None or planned.mmproj_path is None:
             return None, None
+        if planned.vision is None:
+            log.warning("loaded without vision: %s", planned.vision_problem)
+            return None, planned.vision_problem
         try:
             attach_projector(self._require_model(), planned.mmproj_path, planned.vision.options)
         except BadInputError as exc:

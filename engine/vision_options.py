@@ -27,6 +27,11 @@ class VisionOptions:
       projectors with dynamic resolution (NO_TOKEN_LIMIT: the projector's own).
     - `max_side_px`: images whose longer side is larger are downscaled to it
       before preprocessing (0: never).
+    - `language_steps_aside`: the language model's VRAM (resident weights, KV
+      cache, compute buffer) is released while the encoder runs and restored
+      before decoding; set only with `free_after_encode`, when the two do not
+      fit the budget together and re-uploading costs less than a smaller
+      resident set (see `engine.vision_plan`).
     """
 
     encoder_on_gpu: bool = False
@@ -36,6 +41,7 @@ class VisionOptions:
     image_max_tokens: int = NO_TOKEN_LIMIT
     max_side_px: int = 0
     reason: str = ""
+    language_steps_aside: bool = False
 
     def describe(self) -> str:
         """One line a person can read: where the encoder runs and what was limited."""
@@ -44,6 +50,8 @@ class VisionOptions:
         parts.append("flash attention" if self.flash_attention else "no flash attention")
         if self.free_after_encode:
             parts.append("freed before decoding")
+        if self.language_steps_aside:
+            parts.append("the language model steps aside while encoding")
         if self.image_max_tokens != NO_TOKEN_LIMIT:
             parts.append(f"at most {self.image_max_tokens} tokens per image")
         if self.max_side_px:
