@@ -9,6 +9,9 @@ for 16:9 images 640, 1280, 1920 and 2560 pixels wide (2560x1440 is the paper's
 peak device memory without VLMOpt (plain llama.cpp: the encoder on the GPU
 beside the whole plan, no flash attention, the projector's own token limits)
 and with it, and prints the ratio, tokens, effective resolution and choices.
+The "app" column is what the app runs today: its runtime cannot yet move the
+language model's resident weights out of VRAM around an encode, so it plans
+without that step-aside (engine.vision_plan's can_step_aside=False).
 
 The encoder's compute-buffer formula is calibrated against llama.cpp's clip
 (see engine/vision_plan.py); nothing here runs a model.
@@ -76,23 +79,28 @@ def main() -> int:
             )
             print(
                 f"{'image':>10} {'effective':>10} {'tokens':>11}  {'peak without':>12} "
-                f"{'with':>9} {'ratio':>6}  {'encoder without':>15} {'with':>8}  "
-                "resident  choices"
+                f"{'with':>9} {'ratio':>6} {'app':>9} {'ratio':>6}  {'encoder without':>15} "
+                f"{'with':>8}  resident  choices"
             )
             for width in WIDTHS:
                 size = (width, width) if args.square else (width, width * 9 // 16)
                 vision = plan_vision(plan, inventory, QWEN25_VL_7B, profile, image_size=size)
-                print(row(vision))
+                today = plan_vision(
+                    plan, inventory, QWEN25_VL_7B, profile, image_size=size, can_step_aside=False
+                )
+                print(row(vision, today))
     return 0
 
 
-def row(vision: VisionPlan) -> str:
+def row(vision: VisionPlan, today: VisionPlan) -> str:
     image, full = vision.image, vision.full_image
     ratio = f"{vision.saving:.1f}x" if vision.saving else "-"
+    app_ratio = f"{today.saving:.1f}x" if today.saving else "-"
     tokens = f"{image.n_tokens}/{full.n_tokens}"
     return (
         f"{image.input_width:>5}x{image.input_height:<4} {image.resolution:>10} {tokens:>11}  "
-        f"{_gib(vision.peak_without_bytes):>12} {_gib(vision.peak_bytes):>9} {ratio:>6}  "
+        f"{_gib(vision.peak_without_bytes):>12} {_gib(vision.peak_bytes):>9} {ratio:>6} "
+        f"{_gib(today.peak_bytes):>9} {app_ratio:>6}  "
         f"{_gib(vision.vision_without.total_bytes):>15} {_gib(vision.vision.total_bytes):>8}  "
         f"{vision.resident_set.value:9} {vision.options.describe()}"
     )

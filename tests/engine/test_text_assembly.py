@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.generation import _TextAssembler
+from engine.generation import TextAssembler
 
 
 def pieces_of(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -15,7 +15,7 @@ def pieces_of(data: bytes, cuts: list[int]) -> list[bytes]:
 
 @given(text=st.text(), cuts=st.lists(st.integers(0, 10_000), max_size=20))
 def test_any_byte_split_reassembles_the_text(text: str, cuts: list[int]) -> None:
-    assembler = _TextAssembler(stop=())
+    assembler = TextAssembler(stop=())
     out = "".join(assembler.feed(p) for p in pieces_of(text.encode(), cuts)) + assembler.flush()
     assert out == text
 
@@ -27,7 +27,7 @@ def test_any_byte_split_reassembles_the_text(text: str, cuts: list[int]) -> None
 )
 def test_text_stops_before_the_stop_string(before: str, after: str, cuts: list[int]) -> None:
     stop = "<|im_end|>"
-    assembler = _TextAssembler(stop=(stop,))
+    assembler = TextAssembler(stop=(stop,))
     emitted = ""
     for piece in pieces_of((before + stop + after).encode(), cuts):
         emitted += assembler.feed(piece)
@@ -38,7 +38,7 @@ def test_text_stops_before_the_stop_string(before: str, after: str, cuts: list[i
 
 
 def test_a_partial_stop_string_is_released_when_it_turns_out_not_to_be_one() -> None:
-    assembler = _TextAssembler(stop=("<|im_end|>",))
+    assembler = TextAssembler(stop=("<|im_end|>",))
     assert assembler.feed(b"hello <|im") == "hello "
     assert assembler.feed(b"pressive") == "<|impressive"
     assert assembler.flush() == ""
