@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from engine.vision_options import VisionOptions
 
 log = logging.getLogger(__name__)
 
+TILE_MARK = "#"  # digest#k: the k-th tile of a sliced image
 _FLASH_ATTN = {True: 1, False: 0}  # llama_flash_attn_type: ENABLED / DISABLED
 
 
@@ -121,7 +123,8 @@ class MtmdContext:
         Images `cached` already knows are not encoded again.
         """
         ctx = self._require_open()
-        bitmaps = [self._bitmap(image) for image in images]
+        bitmaps = [self._bitmap(image, index) for index, image in enumerate(images)]
+        tiles: Counter[str] = Counter()  # chunks seen so far of each image occurrence
         chunks = mtmd_cpp.mtmd_input_chunks_init()
         try:
             text = mtmd_cpp.mtmd_input_text()
@@ -133,7 +136,7 @@ class MtmdContext:
             if code != 0:
                 raise BadInputError(_tokenize_error(code, prompt.count(MEDIA_MARKER), len(images)))
             return [
-                self._piece(mtmd_cpp.mtmd_input_chunks_get(chunks, i), cached)
+                self._piece(mtmd_cpp.mtmd_input_chunks_get(chunks, i), cached, tiles)
                 for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks))
             ]
         finally:
@@ -141,15 +144,27 @@ class MtmdContext:
             for bitmap in bitmaps:
                 mtmd_cpp.mtmd_bitmap_free(bitmap)
 
-    def _bitmap(self, image: RgbImage) -> ctypes.c_void_p:
+    def _bitmap(self, image: RgbImage, index: int) -> ctypes.c_void_p:
+        """The id names the occurrence (every tile of a sliced image gets the same one)."""
         data = (ctypes.c_uint8 * len(image.pixels)).from_buffer_copy(image.pixels)
         bitmap = mtmd_cpp.mtmd_bitmap_init(image.width, image.height, data)
         if not bitmap:
             raise BadInputError(f"{image.name}: llama.cpp could not take the image")
-        mtmd_cpp.mtmd_bitmap_set_id(bitmap, image.digest.encode())
+        mtmd_cpp.mtmd_bitmap_set_id(bitmap, f"{index}:{image.digest}".encode())
         return bitmap
 
-    def _piece(self, chunk: ctypes.c_void_p, cached: Callable[[str], EncodedImage | None]) -> Piece:
+    def _piece(
+        self,
+        chunk: ctypes.c_void_p,
+        cached: Callable[[str], EncodedImage | None],
+        tiles: Counter[str],
+    ) -> Piece:
+        """A text run, or an image chunk's embeddings: from the cache when known.
+
+        Projectors that slice a large image (Idefics3) give one chunk per tile,
+        all with the image's id; tile k > 0 is keyed `digest#k`, so each keeps its
+        own embeddings, and tile 0 (the whole image elsewhere) is keyed `digest`.
+        """
         kind = mtmd_cpp.mtmd_input_chunk_get_type(chunk)
         if kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT:
             n = ctypes.c_size_t(0)
@@ -157,8 +172,12 @@ class MtmdContext:
             return TextRun(tuple(tokens[i] for i in range(n.value)))
         if kind != mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
             raise BadInputError("this projector gave a non-image input; only images are supported")
-        digest = (mtmd_cpp.mtmd_input_chunk_get_id(chunk) or b"").decode()
-        return cached(digest) or self._encode(chunk, digest)
+        occurrence = (mtmd_cpp.mtmd_input_chunk_get_id(chunk) or b"").decode()
+        digest = occurrence.partition(":")[2]
+        tile = tiles[occurrence]
+        tiles[occurrence] += 1
+        key = digest if tile == 0 else f"{digest}{TILE_MARK}{tile}"
+        return cached(key) or self._encode(chunk, key)
 
     def _encode(self, chunk: ctypes.c_void_p, digest: str) -> EncodedImage:
         ctx = self._require_open()

@@ -50,7 +50,7 @@ class LoadedModel:
 
     def tokenize_prompt(self, prompt: RenderedPrompt) -> list[int]:
         """Tokens of a rendered prompt; BOS is added unless the template wrote it."""
-        add_bos = not prompt.template_adds_bos and self._wants_bos()
+        add_bos = not prompt.template_adds_bos and self.wants_bos()
         return self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=add_bos, special=True)
 
     def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
@@ -62,7 +62,8 @@ class LoadedModel:
             self.vision = None
         self.llm.close()
 
-    def _wants_bos(self) -> bool:
+    def wants_bos(self) -> bool:
+        """The vocabulary asks for a BOS token at the start of a prompt."""
         return bool(llama_cpp.llama_vocab_get_add_bos(self.llm._model.vocab))
 
 

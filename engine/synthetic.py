@@ -15,6 +15,13 @@ and memory stays at a few MB whatever the model size.
 The tokenizer (every ``tokenizer.ggml.*`` key and the chat template) is copied
 from the embedded default model, SmolLM2-135M-Instruct, so synthetic models
 tokenize and template prompts like a real one (vocabulary of 49152 tokens).
+``SyntheticSpec.extra_tokens`` appends special tokens to it, as a vision-language
+model's tokenizer adds its image markers.
+
+Besides the text architectures, ``qwen2vl`` (Qwen2-VL and Qwen2.5-VL's language
+model) is written for the projectors of ``engine.synthetic_vision``: Qwen2 blocks
+(q/k/v biases) whose M-RoPE splits each head's rotary pairs into time, height and
+width sections (``rope.dimension_sections``).
 
 Only the types in DIRECT_QUANTS are written directly (numpy for F32/F16,
 ``gguf.quants`` for the rest). Others (K-quants, ...) come from
@@ -43,13 +50,18 @@ from engine.default_model import default_model_path
 
 LOGGER = logging.getLogger(__name__)
 
-_ARCHES = {
+_TEXT_ARCHES = {
     "llama": gguf.MODEL_ARCH.LLAMA,
     "qwen3": gguf.MODEL_ARCH.QWEN3,
     "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
     "gemma3": gguf.MODEL_ARCH.GEMMA3,
 }
-SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_ARCHES)
+# Language models that only make sense behind a vision projector: Qwen2-VL and Qwen2.5-VL's
+# (llama.cpp names both "qwen2vl"), whose M-RoPE takes a (t, y, x) position per image token.
+_VISION_ARCHES = {"qwen2vl": gguf.MODEL_ARCH.QWEN2VL}
+_ARCHES = {**_TEXT_ARCHES, **_VISION_ARCHES}
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_TEXT_ARCHES)
+VISION_LM_ARCHITECTURES: tuple[str, ...] = tuple(_VISION_ARCHES)
 DIRECT_QUANTS = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 
 _FILE_TYPES = {
@@ -60,7 +72,14 @@ _FILE_TYPES = {
     "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
 }
 # Typical released values; they change nothing about speed.
-_ROPE_FREQ_BASE = {"llama": 500_000.0, "qwen3": 1_000_000.0, "qwen3moe": 1_000_000.0}
+_ROPE_FREQ_BASE = {
+    "llama": 500_000.0,
+    "qwen3": 1_000_000.0,
+    "qwen3moe": 1_000_000.0,
+    "qwen2vl": 1_000_000.0,
+}
+_QK_NORM_ARCHES = ("qwen3", "qwen3moe", "gemma3")
+_QKV_BIAS_ARCHES = ("qwen2vl",)  # Qwen2's attention has q/k/v biases
 _GEMMA3_ROPE_BASE = (1_000_000.0, 10_000.0)  # global layers, sliding-window layers
 _RMS_EPS = 1e-6
 _WEIGHT_STD = 0.02
@@ -92,12 +111,14 @@ class SyntheticSpec:
     # (llama.cpp's "none" vocabulary) and that many token ids - what profiler micro-models
     # use, so that the embedding and output head stay negligible next to the blocks.
     vocab_size: int | None = None
+    # Special (control) tokens appended to the copied tokenizer, as a VLM's tokenizer adds its
+    # image markers (mtmd looks some up as single tokens). Needs the tokenizer (vocab_size None).
+    extra_tokens: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.architecture not in _ARCHES:
             raise ValueError(
-                f"unknown architecture {self.architecture!r}; "
-                f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+                f"unknown architecture {self.architecture!r}; supported: {', '.join(_ARCHES)}"
             )
         if self.n_layer < 1:
             raise ValueError(f"n_layer must be at least 1, not {self.n_layer}")
@@ -107,6 +128,12 @@ class SyntheticSpec:
             )
         if self.is_moe and not 0 < self.n_expert_used <= self.n_expert:
             raise ValueError(f"n_expert_used must be in 1..{self.n_expert}")
+        if self.extra_tokens and self.vocab_size is not None:
+            raise ValueError("extra_tokens need the copied tokenizer; vocab_size must be None")
+        if len(set(self.extra_tokens)) != len(self.extra_tokens):
+            raise ValueError(f"extra_tokens repeat a token: {self.extra_tokens}")
+        if self.architecture == "qwen2vl" and self.head_size % 2:
+            raise ValueError(f"M-RoPE rotates pairs: head size {self.head_size} must be even")
 
     @property
     def head_size(self) -> int:
@@ -275,7 +302,11 @@ def _attention_tensors(spec: SyntheticSpec, bid: int) -> list[tuple[str, tuple[i
         (_name(_T.ATTN_V, bid), (kv_width, spec.n_embd)),
         (_name(_T.ATTN_OUT, bid), (spec.n_embd, q_width)),
     ]
-    if spec.architecture != "llama":
+    if spec.architecture in _QKV_BIAS_ARCHES:
+        tensors.append((_name(_T.ATTN_Q, bid, "bias"), (q_width,)))
+        tensors.append((_name(_T.ATTN_K, bid, "bias"), (kv_width,)))
+        tensors.append((_name(_T.ATTN_V, bid, "bias"), (kv_width,)))
+    if spec.architecture in _QK_NORM_ARCHES:
         tensors.append((_name(_T.ATTN_Q_NORM, bid), (spec.head_size,)))
         tensors.append((_name(_T.ATTN_K_NORM, bid), (spec.head_size,)))
     if spec.architecture == "gemma3":
@@ -304,8 +335,8 @@ def _ffn_tensors(spec: SyntheticSpec, bid: int) -> list[tuple[str, tuple[int, ..
     return tensors
 
 
-def _name(kind: gguf.MODEL_TENSOR, bid: int | None = None) -> str:
-    return gguf.TENSOR_NAMES[kind].format(bid=bid) + ".weight"
+def _name(kind: gguf.MODEL_TENSOR, bid: int | None = None, suffix: str = "weight") -> str:
+    return f"{gguf.TENSOR_NAMES[kind].format(bid=bid)}.{suffix}"
 
 
 def _tensor_type(
@@ -400,10 +431,18 @@ def _add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> N
         _add_moe_hparams(writer, spec)
     if spec.architecture == "gemma3":
         _add_gemma3_hparams(writer, spec)
+    if spec.architecture == "qwen2vl":
+        writer.add_rope_dimension_sections(list(mrope_sections(spec.head_size)))
     if spec.vocab_size is not None:
         writer.add_tokenizer_model("none")
         return
     for key, value, vtype, sub_type in _tokenizer_fields():
+        if spec.extra_tokens and key == gguf.Keys.Tokenizer.LIST:
+            if taken := set(spec.extra_tokens).intersection(value):
+                raise ValueError(f"extra_tokens already in the vocabulary: {sorted(taken)}")
+            value = [*value, *spec.extra_tokens]
+        elif spec.extra_tokens and key == gguf.Keys.Tokenizer.TOKEN_TYPE:
+            value = [*value, *[gguf.TokenType.CONTROL] * len(spec.extra_tokens)]
         writer.add_key_value(key, value, vtype, sub_type)
 
 
@@ -422,6 +461,17 @@ def _add_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
     writer.add_layer_norm_rms_eps(_RMS_EPS)
     if spec.architecture in _ROPE_FREQ_BASE:
         writer.add_rope_freq_base(_ROPE_FREQ_BASE[spec.architecture])
+
+
+def mrope_sections(head_size: int) -> tuple[int, int, int, int]:
+    """M-RoPE's rotary pairs per section (time, height, width, unused), as Qwen2-VL splits them.
+
+    Qwen2-VL's 128-wide heads give [16, 24, 24, 0]: a quarter of the pairs to time, the
+    rest halved between height and width. They always add up to head_size / 2.
+    """
+    pairs = head_size // 2
+    spatial = (pairs - pairs // 4) // 2
+    return (pairs - 2 * spatial, spatial, spatial, 0)
 
 
 def _add_moe_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
@@ -453,7 +503,9 @@ def _tokenizer_fields() -> tuple[tuple[str, Any, gguf.GGUFValueType, Any], ...]:
 
 
 def _vocab_size_of(spec: SyntheticSpec) -> int:
-    return spec.vocab_size if spec.vocab_size is not None else _vocab_size()
+    if spec.vocab_size is not None:
+        return spec.vocab_size
+    return _vocab_size() + len(spec.extra_tokens)
 
 
 def _vocab_size() -> int:

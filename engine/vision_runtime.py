@@ -11,7 +11,7 @@ generates the reply. `events` records that order, for the CLI and the tests.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -26,7 +26,7 @@ from engine.generation import TextAssembler, TurnClock, abort_prompt_on, token_b
 from engine.generation_stats import FinishReason, GenerationResponse
 from engine.gguf_file import field_value, without_cyclic_gc
 from engine.image_input import ImageFile, RgbImage, decode_image
-from engine.mtmd_context import EncodedImage, MtmdContext, Piece
+from engine.mtmd_context import TILE_MARK, EncodedImage, MtmdContext, Piece
 from engine.multimodal_decode import DecodeError, PromptDecoder
 from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
@@ -58,6 +58,7 @@ class VisionRuntime:
         self._encoder: MtmdContext | None = None
         self._cache: OrderedDict[str, EncodedImage] = OrderedDict()
         self._decoded: OrderedDict[str, RgbImage] = OrderedDict()  # by ImageFile.key
+        self._image_tokens: dict[str, int] = {}  # by pixel digest: tokens of all its tiles
         self._cache_bytes = cache_bytes
         self._decoder = PromptDecoder(model.llm._ctx.ctx, model.params.n_batch)
         self.images_encoded = 0
@@ -83,12 +84,12 @@ class VisionRuntime:
         return rgb
 
     def tokens_for(self, image: ImageFile) -> int:
-        """The image's token count if it was encoded, else the last image's (or a guess)."""
-        known = self._cache.get(self.decoded(image).digest)
+        """The image's token count (all its tiles) once encoded, else the largest seen so far
+        (or a guess)."""
+        known = self._image_tokens.get(self.decoded(image).digest)
         if known is not None:
-            return known.n_tokens
-        latest = next(reversed(self._cache.values()), None)
-        return latest.n_tokens if latest is not None else GUESSED_IMAGE_TOKENS
+            return known
+        return max(self._image_tokens.values(), default=GUESSED_IMAGE_TOKENS)
 
     def stream_reply(
         self,
@@ -98,12 +99,13 @@ class VisionRuntime:
         cancel: CancelToken,
     ) -> Iterator[GenerationResponse]:
         """Stream the reply to a rendered prompt whose image markers stand for `images`."""
-        pieces = self.prepare(prompt.text, [self.decoded(image) for image in images])
+        add_bos = not prompt.template_adds_bos and self.model.wants_bos()
+        pieces = self.prepare(prompt.text, [self.decoded(image) for image in images], add_bos)
         if self.options.free_after_encode:
             self.close_encoder()
         yield from self._generate(pieces, prompt.stop, settings, cancel)
 
-    def prepare(self, text: str, images: Sequence[RgbImage]) -> list[Piece]:
+    def prepare(self, text: str, images: Sequence[RgbImage], add_bos: bool = False) -> list[Piece]:
         """Text runs and encoded images, encoding (and caching) only new images.
 
         mtmd needs its context even to tokenize (preprocessing decides each image's
@@ -112,16 +114,24 @@ class VisionRuntime:
         """
         all_cached = all(image.digest in self._cache for image in images)
         encoder = self._open_encoder(on_gpu=self.options.encoder_on_gpu and not all_cached)
-        before = len(self._cache)
-        pieces = encoder.prepare(text, images, self.cached, add_special=self._adds_bos(text))
+        pieces = encoder.prepare(text, images, self.cached, add_special=add_bos)
+        tokens: Counter[str] = Counter()  # per image (all its tiles), this prompt
+        new: set[str] = set()
         for piece in pieces:
-            if isinstance(piece, EncodedImage) and piece.digest not in self._cache:
-                self._remember(piece)
-                self.images_encoded += 1
-                self.events.append(f"encoded {piece.digest[:12]} ({piece.n_tokens} tokens)")
-        reused = sum(isinstance(p, EncodedImage) for p in pieces) - (len(self._cache) - before)
-        if reused > 0:
-            self.events.append(f"reused {reused} cached image(s)")
+            if not isinstance(piece, EncodedImage):
+                continue
+            image = piece.digest.partition(TILE_MARK)[0]
+            tokens[image] += piece.n_tokens
+            if piece.digest in self._cache:
+                continue
+            self._remember(piece)
+            new.add(image)
+        for image in sorted(new):
+            self.images_encoded += 1
+            self.events.append(f"encoded {image[:12]} ({tokens[image]} tokens)")
+        if len(images) > len(new):  # occurrences served from the cache (or this prompt)
+            self.events.append(f"reused {len(images) - len(new)} cached image(s)")
+        self._image_tokens.update(tokens)
         return pieces
 
     def close_encoder(self) -> None:
@@ -158,13 +168,6 @@ class VisionRuntime:
             self._cache_bytes
         ):
             self._cache.popitem(last=False)
-
-    def _adds_bos(self, text: str) -> bool:
-        vocab = self.model.llm._model.vocab
-        bos = llama_cpp.llama_vocab_bos(vocab)
-        wants = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
-        written = bos >= 0 and text.startswith(token_bytes(vocab, bos).decode(errors="replace"))
-        return wants and not written
 
     def _generate(
         self,

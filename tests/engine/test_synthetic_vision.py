@@ -15,8 +15,13 @@ from llama_cpp import mtmd_cpp
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
 from engine.runtime import LoadedModel, load_model
-from engine.synthetic import SyntheticSpec
-from engine.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+from engine.synthetic import SyntheticSpec, mrope_sections, write_synthetic_model
+from engine.synthetic_vision import (
+    ProjectorSpec,
+    language_model_for,
+    write_synthetic_projector,
+    write_synthetic_vlm,
+)
 
 LM = SyntheticSpec(architecture="gemma3")  # 64 wide
 PROJECTOR = ProjectorSpec(projection_dim=LM.n_embd)
@@ -197,12 +202,15 @@ def test_mtmd_refuses_a_projector_of_another_width(
 # ---------------------------------------------------------------- helpers
 
 
-def _mtmd_init(projector: Path, model: LoadedModel) -> int | None:
+def _mtmd_init(projector: Path, model: LoadedModel | llama_cpp.Llama) -> int | None:
+    """No warmup: Qwen's warms up on a 46x46-token image, seconds on a CPU."""
+    llm = model if isinstance(model, llama_cpp.Llama) else model.llm
     params = mtmd_cpp.mtmd_context_params_default()
     params.use_gpu = False
     params.n_threads = THREADS
     params.print_timings = False
-    return mtmd_cpp.mtmd_init_from_file(str(projector).encode(), model.llm._model.model, params)
+    params.warmup = False
+    return mtmd_cpp.mtmd_init_from_file(str(projector).encode(), llm._model.model, params)
 
 
 def _tokenize(ctx: int, nx: int, ny: int) -> int:
@@ -231,3 +239,181 @@ def _image_chunk(chunks: int) -> int:
     ]
     assert len(found) == 1
     return found[0]
+
+
+# ---------------------------------------------------------------- the other families
+
+
+@pytest.fixture(scope="module")
+def family_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """Each family's pair; Qwen2-VL and 2.5 share one language model file."""
+    folder = tmp_path_factory.mktemp("families")
+    files = {
+        kind: write_synthetic_vlm(folder / kind, projector=ProjectorSpec(projector_type=kind))
+        for kind in ("idefics3", "qwen2vl_merger")
+    }
+    qwen25 = write_synthetic_projector(
+        folder / "mmproj-qwen25.gguf", ProjectorSpec(projector_type="qwen2.5vl_merger")
+    )
+    files["qwen2.5vl_merger"] = (files["qwen2vl_merger"][0], qwen25)
+    return files
+
+
+def test_idefics3_projector_keys_and_tensors(family_files: dict[str, tuple[Path, Path]]) -> None:
+    spec = ProjectorSpec(projector_type="idefics3")
+    reader = gguf.GGUFReader(family_files["idefics3"][1])
+    fields = {key: field.contents() for key, field in reader.fields.items()}
+    assert fields["clip.projector_type"] == "idefics3"
+    assert fields["clip.use_gelu"] is True
+    assert fields["clip.vision.projector.scale_factor"] == 2
+    assert fields["clip.vision.preproc_image_size"] == 3 * spec.image_size  # tiles per side
+    assert fields["clip.vision.image_mean"] == [0.5, 0.5, 0.5]
+    tensors = {t.name: (t.shape.tolist(), t.tensor_type.name) for t in reader.tensors}
+    gemma3 = {t.name for t in gguf.GGUFReader(_gemma3_projector(family_files)).tensors}
+    siglip = gemma3 - {"mm.soft_emb_norm.weight", "mm.input_projection.weight"}
+    assert set(tensors) == siglip | {"mm.model.fc.weight"}  # same ViT, own projection
+    # the pixel shuffle concatenates 2x2 patches of 32: ggml's [128, n_embd]
+    assert tensors["mm.model.fc.weight"] == ([4 * spec.width, LM.n_embd], "F16")
+    assert tensors["v.position_embd.weight"] == ([spec.width, spec.n_patches], "F32")
+
+
+@pytest.mark.parametrize("kind", ["qwen2vl_merger", "qwen2.5vl_merger"])
+def test_qwen_projector_keys_and_tensors(
+    family_files: dict[str, tuple[Path, Path]], kind: str
+) -> None:
+    spec = ProjectorSpec(projector_type=kind)
+    reader = gguf.GGUFReader(family_files[kind][1])
+    fields = {key: field.contents() for key, field in reader.fields.items()}
+    is_25 = kind == "qwen2.5vl_merger"
+    assert fields["clip.projector_type"] == kind
+    assert fields["clip.vision.spatial_merge_size"] == 2
+    assert "clip.use_gelu" not in fields  # Qwen2-VL: clip.cpp's default quick GELU
+    assert fields.get("clip.use_silu") is (True if is_25 else None)
+    assert fields.get("clip.vision.n_wa_pattern") == (2 if is_25 else None)
+    assert fields["clip.vision.image_mean"] == pytest.approx([0.48145466, 0.4578275, 0.40821073])
+    tensors = {t.name: (t.shape.tolist(), t.tensor_type.name) for t in reader.tensors}
+    w, p = spec.width, spec.patch_size
+    # Qwen's Conv3D patch embedding as two Conv2Ds, no bias, no position embedding (rotary)
+    patch = ([p, p, 3, w], "F16")
+    assert tensors["v.patch_embd.weight"] == tensors["v.patch_embd.weight.1"] == patch
+    assert "v.patch_embd.bias" not in tensors and "v.position_embd.weight" not in tensors
+    assert tensors["mm.0.weight"] == ([4 * w, 4 * w], "F16")
+    assert tensors["mm.2.weight"] == ([4 * w, LM.n_embd], "F16")
+    assert tensors["mm.2.bias"] == ([LM.n_embd], "F32")
+    assert ("v.blk.1.ffn_gate.weight" in tensors) is is_25  # 2.5: SiLU-gated FFN
+    assert ("v.blk.1.ln1.bias" in tensors) is not is_25  # 2.5: RMSNorm, 2: LayerNorm
+    assert ("v.post_ln.bias" in tensors) is not is_25
+
+
+def test_language_models_of_the_families(family_files: dict[str, tuple[Path, Path]]) -> None:
+    assert language_model_for("gemma3") == SyntheticSpec("gemma3")  # unchanged
+    assert language_model_for("qwen2.5vl_merger").architecture == "qwen2vl"
+    extra = language_model_for("idefics3").extra_tokens
+    assert {"<fake_token_around_image>", "<global-img>", "<row_3_col_3>"} <= set(extra)
+    llm = llama_cpp.Llama(
+        model_path=str(family_files["idefics3"][0]), vocab_only=True, verbose=False
+    )
+    try:
+        assert llm.n_vocab() == 49152 + len(extra)
+        # one control token each, after the copied vocabulary: what mtmd looks up
+        marker = llm.tokenize(b"<fake_token_around_image><global-img>", False, special=True)
+        ids = [49152 + extra.index(t) for t in ("<fake_token_around_image>", "<global-img>")]
+        assert marker == ids
+        vocab = llm._model.vocab
+        assert llama_cpp.llama_vocab_is_control(vocab, marker[0])
+    finally:
+        llm.close()
+
+
+def test_qwen2vl_language_model_has_mrope_sections_and_qkv_biases(tmp_path: Path) -> None:
+    spec = SyntheticSpec("qwen2vl", vocab_size=256)  # no tokenizer: quick to read back
+    reader = gguf.GGUFReader(write_synthetic_model(tmp_path / "qwen2vl.gguf", spec))
+    fields = {key: field.contents() for key, field in reader.fields.items()}
+    assert fields["general.architecture"] == "qwen2vl"
+    assert fields["qwen2vl.rope.dimension_sections"] == [2, 3, 3, 0]  # 8 pairs of a 16 head
+    assert fields["qwen2vl.rope.freq_base"] == 1_000_000.0
+    names = {t.name for t in reader.tensors}
+    assert {"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.1.attn_v.bias"} <= names
+    assert not [name for name in names if "attn_q_norm" in name or "attn_k_norm" in name]
+    assert mrope_sections(128) == (16, 24, 24, 0)  # Qwen2-VL's own
+
+
+@pytest.mark.parametrize(
+    ("kind", "n_tokens", "mrope"),
+    [("idefics3", 16, False), ("qwen2vl_merger", 30, True), ("qwen2.5vl_merger", 30, True)],
+)
+def test_mtmd_encodes_each_family(
+    family_files: dict[str, tuple[Path, Path]], kind: str, n_tokens: int, mrope: bool
+) -> None:
+    """mtmd opens the pair, tokenizes a 48x40 image (idefics3: the first of its tiles)
+    and encodes it into the language model's width."""
+    model_file, projector = family_files[kind]
+    llm = llama_cpp.Llama(model_path=str(model_file), vocab_only=True, verbose=False)
+    ctx = _mtmd_init(projector, llm)
+    try:
+        assert ctx, f"mtmd_init_from_file returned NULL for the {kind} pair"
+        assert bool(mtmd_cpp.mtmd_decode_use_mrope(ctx)) is mrope
+        chunks = _tokenize(ctx, nx=48, ny=40)
+        try:
+            image = _image_chunks(chunks)[0]
+            assert mtmd_cpp.mtmd_input_chunk_get_n_tokens(image) == n_tokens
+            assert mtmd_cpp.mtmd_encode_chunk(ctx, image) == 0
+            embd = np.ctypeslib.as_array(
+                mtmd_cpp.mtmd_get_output_embd(ctx), shape=(n_tokens, LM.n_embd)
+            )
+            assert np.isfinite(embd).all() and embd.std() > 0
+            assert not mtmd_cpp.mtmd_decode_use_non_causal(ctx, image)
+        finally:
+            mtmd_cpp.mtmd_input_chunks_free(chunks)
+    finally:
+        if ctx:
+            mtmd_cpp.mtmd_free(ctx)
+        llm.close()
+
+
+def test_idefics3_needs_its_markers_in_the_vocabulary(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="lacks <fake_token_around_image>, <global-img>"):
+        write_synthetic_vlm(tmp_path, SyntheticSpec("llama"), ProjectorSpec(64, "idefics3"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"projector_type": "qwen2vl_merger", "scale_factor": 4},  # clip merges 2x2
+        {"projector_type": "qwen2vl_merger", "width": 24, "heads": 4},  # head size 6
+        {"projector_type": "qwen2.5vl_merger", "window_pattern": 0},
+        {"projector_type": "idefics3", "longest_edge": 16},  # smaller than a tile
+    ],
+)
+def test_spec_rejects_what_clip_cannot_build_for_the_other_families(
+    fields: dict[str, object],
+) -> None:
+    with pytest.raises(ValueError):
+        ProjectorSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_synthetic_spec_checks_extra_tokens(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="repeat"):
+        SyntheticSpec("llama", extra_tokens=("<a>", "<a>"))
+    with pytest.raises(ValueError, match="vocab_size"):
+        SyntheticSpec("llama", extra_tokens=("<a>",), vocab_size=256)
+    with pytest.raises(ValueError, match=r"already in the vocabulary: \['<\|im_start\|>'\]"):
+        write_synthetic_model(
+            tmp_path / "m.gguf", SyntheticSpec("llama", extra_tokens=("<|im_start|>",))
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def _gemma3_projector(family_files: dict[str, tuple[Path, Path]]) -> Path:
+    folder = family_files["idefics3"][1].parent
+    return write_synthetic_projector(folder / "mmproj-gemma3.gguf", PROJECTOR)
+
+
+def _image_chunks(chunks: int) -> list[int]:
+    return [
+        chunk
+        for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks))
+        if mtmd_cpp.mtmd_input_chunk_get_type(chunk := mtmd_cpp.mtmd_input_chunks_get(chunks, i))
+        == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+    ]
