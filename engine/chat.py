@@ -9,7 +9,7 @@ KV cache of the shared prefix and only the new turn is evaluated.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.cancel import CancelToken
@@ -67,15 +67,18 @@ class ChatSession:
         The user message joins the history only once the prompt fits, and the
         reply (even a cancelled, partial one) joins it when streaming ends. While
         any message in the prompt has images, the turn goes through the model's
-        vision runtime (which re-uses the images' cached embeddings).
+        vision runtime (which re-uses the images' cached embeddings). A model
+        without one refuses new images; earlier ones (from another model) it
+        leaves out of its prompt, so the conversation goes on in text.
         """
         candidate = [*self.messages, ChatMessage("user", user_text, tuple(images))]
-        vision = self._vision_for(candidate)
+        vision = self._vision_for(images)
         if vision is not None:
             for image in images:
                 vision.decoded(image)  # a bad image is refused before it joins the history
+        seen = candidate if vision is not None else [replace(m, images=()) for m in candidate]
         count = self.model.count_tokens if vision is None else self._count_with_images
-        fitted = fit_messages(candidate, count, self.model.n_ctx, settings.max_tokens)
+        fitted = fit_messages(seen, count, self.model.n_ctx, settings.max_tokens)
         rendered = self.model.chat_template.render(fitted.messages)
         shown = [image for message in fitted.messages for image in message.images]
         if shown:
@@ -120,10 +123,10 @@ class ChatSession:
         assert stats is not None  # stream_generate always ends with the statistics
         return ChatReply("".join(pieces), stats, dropped)
 
-    def _vision_for(self, messages: Sequence[ChatMessage]) -> VisionRuntime | None:
-        """The model's vision runtime; refuses images when the model has none."""
+    def _vision_for(self, images: Sequence[ImageFile]) -> VisionRuntime | None:
+        """The model's vision runtime; refuses new images when the model has none."""
         vision = self.model.vision
-        if vision is None and any(m.images for m in messages):
+        if vision is None and images:
             name = self.model.inventory.name or "this model"
             raise BadInputError(
                 f"{name} cannot see images: it has no vision projector. Pair the projector "

@@ -182,3 +182,18 @@ def test_the_plan_s_size_limit_downscales_before_encoding(
     vision = attach_projector(vlm, str(vlm_files[1]), VisionOptions(max_side_px=64))
     seen = vision.decoded(picture("red", (640, 320)))
     assert (seen.width, seen.height) == (64, 32) and "downscaled to 64x32" in seen.describe()
+
+
+def test_a_conversation_with_images_goes_on_in_text_on_a_model_without_vision(
+    vlm: LoadedModel, vlm_files: tuple[Path, Path]
+) -> None:
+    attach_projector(vlm, str(vlm_files[1]))
+    seeing = ChatSession(vlm)
+    seeing.reply("What is it?", GREEDY, images=[picture("red")])
+    vlm.vision.close()
+    vlm.vision = None  # the same conversation, now on a model that cannot see
+    blind = ChatSession(vlm, history=seeing.messages)
+    reply = blind.reply("Tell me more.", GREEDY)
+    assert reply.stats.generated_tokens > 0 and blind.messages[0].images  # kept, not shown
+    with pytest.raises(BadInputError, match="cannot see images"):
+        blind.reply("And this one?", GREEDY, images=[picture("blue")])
