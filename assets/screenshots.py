@@ -4,9 +4,12 @@ Everything is the real thing, offscreen: the main window runs the embedded
 default model and streams real replies; the wizard runs a real fast profile of
 this machine; the model manager reads real GGUF files. The VRAM panel is shown
 for a *described* 16 GB desktop (this machine has no GPU), planning a
-shape-true Qwen3-30B-A3B; the picture says so in its title.
+shape-true Qwen3-30B-A3B; the picture says so in its title. The image
+question runs a tiny synthetic Gemma 3 model and projector (random weights: the
+image path is real, the answer is noise, and the title says so).
 
     make screenshots        (writes assets/screenshots/*.png)
+    .venv/bin/python assets/screenshots.py image_question    (one picture)
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ShardChat")
     OUT.mkdir(exist_ok=True)
-    for shoot in (wizard, main_window, vram_panel, model_manager):  # the wizard profiles first
+    shots = (wizard, main_window, vram_panel, model_manager, image_question)  # wizard profiles
+    wanted = set(sys.argv[1:])
+    for shoot in shots:
+        if wanted and shoot.__name__ not in wanted:
+            continue
         path = shoot()
         print(f"wrote {path.relative_to(OUT.parent.parent)}")
     return 0
@@ -77,6 +84,46 @@ def main_window() -> Path:
         wait_for(desktop.bridge.token_streamed)
     settle(120)
     path = OUT / "main-window.png"
+    desktop.window.grab().save(str(path))
+    desktop.close()
+    return path
+
+
+def image_question() -> Path:
+    """An image dropped on the input and asked about; its thumbnail in the conversation."""
+    from PySide6.QtGui import QColor, QImage, QPainter
+
+    from app.model_library import ModelLibrary
+    from engine.sampling import SamplingSettings
+    from engine.synthetic_vision import write_synthetic_vlm
+    from ui.desktop import Desktop
+    from ui.image_attachments import load_image_file
+
+    folder = Path(tempfile.mkdtemp(prefix="shardchat-vlm-"))
+    model, _mmproj = write_synthetic_vlm(folder)
+    with ModelLibrary() as library:
+        library.add(model)  # pairs the projector beside it
+    picture = QImage(480, 320, QImage.Format.Format_RGB32)
+    picture.fill(QColor("#f4a261"))
+    painter = QPainter(picture)
+    painter.fillRect(60, 60, 160, 120, QColor("#264653"))
+    painter.fillRect(260, 140, 150, 120, QColor("#2a9d8f"))
+    painter.end()
+    picture.save(str(folder / "shapes.png"))
+    desktop = Desktop(str(model), None, 1024, SamplingSettings(0.0, max_tokens=24))
+    desktop.window.resize(1360, 820)
+    desktop.start()
+    wait_for(desktop.bridge.model_loaded)
+    desktop.window.input.add_attachments([load_image_file(folder / "shapes.png")])
+    desktop.window.input.setPlainText("What shapes are in this picture?")
+    desktop.window.input.submit()
+    wait_for(desktop.bridge.reply_finished)
+    desktop.window.setWindowTitle(
+        "ShardChat — synthetic random-weight vision model (the image path is real; the answer "
+        "is noise)"
+    )
+    settle(200)
+    path = OUT / "image-question.png"
     desktop.window.grab().save(str(path))
     desktop.close()
     return path
