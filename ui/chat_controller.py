@@ -15,16 +15,18 @@ from collections.abc import Sequence
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QListWidgetItem
 
-from app.chat_store import ChatStore
+from app.chat_store import ChatStore, StoredMessage
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
 from app.units import format_bytes
 from app.worker import EngineWorker
+from engine.errors import BadInputError
 from engine.image_input import ImageFile
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.sampling import SamplingSettings
 from ui.engine_bridge import EngineBridge
+from ui.image_attachments import image_from_bytes
 from ui.image_viewer import ImageViewer
 from ui.main_window import CONVERSATION_ID, MainWindow
 
@@ -144,17 +146,23 @@ class ChatController(QObject):
     def _on_submitted(self, text: str) -> None:
         """Text and images from the input; images stay there until a model can see them."""
         attached = self.window.input.attachments()
-        busy = not self.model_ready or self._reply_request is not None
-        if busy or (attached and self.vision is None):
+        why = self._cannot_send(bool(attached))
+        if why:
             self.window.input.setPlainText(text)  # submit() took the text out: give it back
-            why = "wait for the current reply (Esc stops it)" if self.model_ready else (
-                "wait for the model to load")  # fmt: skip
-            if not busy:
-                why = no_vision_message(self.model_name)
             self.window.statusBar().showMessage(why, 12000)
             return
         self.window.input.take_attachments()
         self.send(text, [ImageFile(a.name, a.png_bytes) for a in attached])
+
+    def _cannot_send(self, with_images: bool) -> str:
+        """Why a message cannot go now ("" when it can)."""
+        if not self.model_ready:
+            return "wait for the model to load"
+        if self._reply_request is not None:
+            return "wait for the current reply (Esc stops it)"
+        if with_images and self.vision is None:
+            return no_vision_message(self.model_name)
+        return ""
 
     def send(self, text: str, images: Sequence[ImageFile] = ()) -> None:
         if not self.model_ready or self._reply_request is not None:
@@ -202,17 +210,30 @@ class ChatController(QObject):
         self._open(self.conversation_id)
 
     def regenerate(self) -> None:
-        """Ask again: the last reply goes, the last message is sent once more."""
-        text = self._take_back_last_message()
-        if text is not None:
-            self.send(text)
+        """Ask again: the last reply goes, the last message (and its images) is sent once more."""
+        last = self._last_user_message()
+        why = self._cannot_send(bool(last and last.images))
+        if last is None or why:
+            if why:
+                self.window.statusBar().showMessage(why, 12000)
+            return
+        self._take_back(last)
+        self.send(last.content, last.images)
 
     def edit_last(self) -> None:
-        """Put the last message back in the input box, with its reply gone."""
-        text = self._take_back_last_message()
-        if text is not None:
-            self.window.input.setPlainText(text)
-            self.window.input.setFocus()
+        """Put the last message (text and images) back in the input box, with its reply gone."""
+        last = self._last_user_message()
+        if last is None or self._reply_request is not None or not self.model_ready:
+            return
+        self._take_back(last)
+        self.window.input.setPlainText(last.content)
+        try:
+            attachments = [image_from_bytes(image.data, image.name) for image in last.images]
+        except BadInputError as exc:  # a saved image that no longer decodes: keep the text
+            attachments = []
+            self.window.statusBar().showMessage(str(exc), 8000)
+        self.window.input.add_attachments(attachments)
+        self.window.input.setFocus()
 
     # --- engine events (GUI thread, queued) ---
 
@@ -229,8 +250,7 @@ class ChatController(QObject):
         self.window.model_label.setText(
             f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
         )
-        if event.vision:
-            self.window.model_label.setToolTip(f"Vision: {event.vision}")
+        self.window.model_label.setToolTip(f"Vision: {event.vision}" if event.vision else "")
         if event.vision_problem:
             self.window.statusBar().showMessage(
                 f"loaded without vision: {event.vision_problem}", 12000
@@ -288,17 +308,17 @@ class ChatController(QObject):
             self.stop()
             self._open(int(item.data(CONVERSATION_ID)))
 
-    def _take_back_last_message(self) -> str | None:
-        """Remove the last user message and what followed it; the model forgets them too."""
-        if self.conversation_id is None or self._reply_request is not None or not self.model_ready:
+    def _last_user_message(self) -> StoredMessage | None:
+        if self.conversation_id is None:
             return None
         messages = self.store.messages(self.conversation_id)
-        last = next((m for m in reversed(messages) if m.role == "user"), None)
-        if last is None:
-            return None
+        return next((m for m in reversed(messages) if m.role == "user"), None)
+
+    def _take_back(self, last: StoredMessage) -> None:
+        """Remove the last user message and what followed it; the model forgets them too."""
+        assert self.conversation_id is not None
         self.store.truncate_after(self.conversation_id, last.position - 1)
         self._open(self.conversation_id)
-        return last.content
 
     def _sampling(self) -> SamplingSettings:
         """The open conversation's settings over the app's defaults."""

@@ -292,3 +292,12 @@ def test_a_vision_model_answers_about_a_dropped_image_and_shows_it(
     assert "64×48" in viewer.windowTitle()
     follow_up = send(qtbot, desktop, "And its colour?")  # the image stays in the conversation
     assert follow_up.stats.prompt_tokens > finished.stats.prompt_tokens
+    with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS):
+        chat.regenerate()  # the last message again (text only)
+    chat.edit_last()
+    assert window.input.toPlainText() == "And its colour?" and not window.input.attachments()
+    window.input.clear()
+    chat.edit_last()  # now the first message comes back with its image
+    assert window.input.toPlainText() == "What is in the picture?"
+    assert [a.name for a in window.input.attachments()] == ["red.png"]
+    assert [m.images for m in desktop.store.messages(chat.conversation_id)] == []
