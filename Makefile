@@ -9,6 +9,7 @@ WHEELS := .cache/wheels
 LLAMA_VERSION := 0.3.36
 LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
 INSTALLED := $(VENV)/.installed
+INSTALLER_TOOLS := $(VENV)/.installer-tools
 
 # llama.cpp's default -march=native build crashes on CPUs that advertise AMX
 # (see DESIGN.md); a portable build is also what installers must ship.
@@ -16,6 +17,7 @@ PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA
 	-DGGML_F16C=ON -DGGML_BMI2=ON
 
 .PHONY: run test lint format bench screenshots clean distclean
+.PHONY: installer installer-test installer-clean
 
 run: $(INSTALLED)
 	$(VENV)/bin/shardchat gui
@@ -39,6 +41,40 @@ bench: $(INSTALLED)
 # The README's pictures, rendered offscreen from the real window (runs a fast profile).
 screenshots: $(INSTALLED)
 	QT_QPA_PLATFORM=offscreen $(PY) assets/screenshots.py
+
+# The double-click installers (installer/README.md): the PyInstaller bundle and, on Linux,
+# dist/shardchat_VERSION_ARCH.deb and dist/shardchat-VERSION-linux-ARCH.tar.gz.
+installer: $(INSTALLER_TOOLS)
+	@$(call apt_ensure,fakeroot:fakeroot readelf:binutils)
+	$(PY) installer/build.py
+
+# Build the installers, then check that build (tests/installer): the unpacked .deb's
+# --selftest in a clean environment, lintian, first and returning launch, the archive.
+installer-test: $(INSTALLER_TOOLS)
+	@$(call apt_ensure,fakeroot:fakeroot readelf:binutils lintian:lintian)
+	$(PY) installer/build.py
+	SHARDCHAT_INSTALLER_TEST=reuse QT_QPA_PLATFORM=offscreen \
+		$(PY) -m pytest -m installer tests/installer -v
+
+# Install the Debian packages of the commands named (command:package ...) that are missing.
+# dpkg-deb itself comes with dpkg.
+define apt_ensure
+missing=""; \
+for pair in $(1); do \
+	command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+done; \
+if [ -n "$$missing" ]; then \
+	echo "installing$$missing"; \
+	apt-get update && apt-get install -y --no-install-recommends $$missing; \
+fi
+endef
+
+installer-clean:
+	rm -rf installer/build dist
+
+$(INSTALLER_TOOLS): $(INSTALLED)
+	$(PIP) install --find-links $(WHEELS) -e '.[test,dev,installer]'
+	touch $@
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

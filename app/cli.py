@@ -21,6 +21,7 @@ from app.info_command import run_info
 from app.logging_setup import configure_logging
 from app.plan_command import add_plan_command
 from app.profile_command import add_profile_command
+from app.selftest import run_selftest
 from app.summarize_command import add_summarize_command
 from engine.errors import BadInputError
 
@@ -33,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.selftest:
+        if args.command is not None:
+            parser.error("--selftest takes no command")
+        return run_selftest(verbose=args.verbose)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
@@ -65,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument(
         "--verbose", action="store_true", help="show llama.cpp's log on stderr as well"
+    )
+    parser.add_argument(
+        "--selftest",
+        action="store_true",
+        help="load the default model, answer one prompt and exit (0 when it works; "
+        "no display needed)",
     )
     parser.set_defaults(command=None)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")

@@ -7,9 +7,11 @@ work) on the GUI thread without blocking it.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import qasync
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app.load_planning import stored_profile
@@ -17,6 +19,8 @@ from app.profiling_job import needs_profiling
 from engine.hardware import probe_hardware
 from ui.desktop import Desktop, remember_default_model
 from ui.profile_wizard import ProfileWizard
+
+EXIT_WHEN_READY_ENV = "SHARDCHAT_EXIT_WHEN_READY"  # see _quit_when_loaded
 
 
 def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> int:
@@ -29,13 +33,19 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     app.setApplicationName("ShardChat")
     app.setDesktopFileName("shardchat")
     hardware = probe_hardware()
+    exit_when_ready = os.environ.get(EXIT_WHEN_READY_ENV) == "1"
     if needs_profiling(hardware):
         wizard = ProfileWizard(hardware)
+        if exit_when_ready:
+            QTimer.singleShot(0, lambda: (_say_ready("wizard shown"), wizard.reject()))
         if wizard.exec() == QDialog.DialogCode.Accepted and not model_chosen:
             model_path = remember_default_model(wizard.chosen_model() or model_path)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     desktop = Desktop(model_path, stored_profile(), n_ctx).start()
+    exit_code = [0]
+    if exit_when_ready:
+        _quit_when_loaded(app, desktop, exit_code)
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     try:
@@ -43,4 +53,30 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
             loop.run_until_complete(closed.wait())
     finally:
         desktop.close()
-    return 0
+    return exit_code[0]
+
+
+def _say_ready(what: str) -> None:
+    print(f"shardchat: ready: {what}", flush=True)
+
+
+def _quit_when_loaded(app: QApplication, desktop: Desktop, exit_code: list[int]) -> None:
+    """SHARDCHAT_EXIT_WHEN_READY=1 (start-up timing, installer checks): the wizard, if it
+    opens, is skipped; once the window is shown with its model loaded the app says so and
+    quits (exit 1 if the load fails)."""
+
+    def loaded(_event: object) -> None:
+        if desktop.window.isVisible():
+            _say_ready("window shown, model loaded")
+        else:
+            print("shardchat: not ready: the model loaded but the window is hidden", flush=True)
+            exit_code[0] = 1
+        app.quit()
+
+    def failed(event: object) -> None:
+        print(f"shardchat: not ready: {getattr(event, 'message', event)}", flush=True)
+        exit_code[0] = 1
+        app.quit()
+
+    desktop.bridge.model_loaded.connect(loaded)
+    desktop.bridge.request_failed.connect(failed)

