@@ -43,8 +43,14 @@ class PromptDecoder:
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._n_batch = n_batch
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)  # reused for every text step
         self._held: list[_Held] = []
         self.n_past = 0
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
 
     def forget(self) -> None:
         """Someone else used the context: assume nothing about what it holds (the next
@@ -75,9 +81,6 @@ class PromptDecoder:
             done += size
         return len(wanted), keep
 
-    def held_identities(self) -> list[Identity]:
-        return [h.identity for h in self._held]
-
     def add_token(self, token: int) -> None:
         """A sampled token, evaluated so its logits are ready; it joins what the cache holds."""
         self._text((token,))
@@ -96,22 +99,21 @@ class PromptDecoder:
         return max(keep, 0)
 
     def _text(self, tokens: Sequence[int]) -> None:
-        batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        try:
-            for start in range(0, len(tokens), self._n_batch):
-                part = tokens[start : start + self._n_batch]
-                for i, token in enumerate(part):
-                    batch.token[i] = token
-                    batch.pos[i] = self.n_past + i
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = 0
-                    batch.logits[i] = start + i == len(tokens) - 1
-                batch.n_tokens = len(part)
-                self._check(llama_cpp.llama_decode(self._ctx, batch))
-                self._held += [_Held(t, self.n_past + i) for i, t in enumerate(part)]
-                self.n_past += len(part)
-        finally:
-            llama_cpp.llama_batch_free(batch)
+        batch = self._batch
+        if batch is None:
+            raise RuntimeError("the prompt decoder is closed")
+        for start in range(0, len(tokens), self._n_batch):
+            part = tokens[start : start + self._n_batch]
+            for i, token in enumerate(part):
+                batch.token[i] = token
+                batch.pos[i] = self.n_past + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = start + i == len(tokens) - 1
+            batch.n_tokens = len(part)
+            self._check(llama_cpp.llama_decode(self._ctx, batch))
+            self._held += [_Held(t, self.n_past + i) for i, t in enumerate(part)]
+            self.n_past += len(part)
 
     def _image(self, image: EncodedImage) -> None:
         """The image's embeddings in n_batch slices, at its positions, attending both ways

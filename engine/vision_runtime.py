@@ -147,7 +147,9 @@ class VisionRuntime:
         self._decoder.forget()
 
     def close(self) -> None:
+        """Free the encoder and the decoder's batch; call before the model's context goes."""
         self.close_encoder()
+        self._decoder.close()
         self._cache.clear()
 
     def _open_encoder(self, on_gpu: bool) -> MtmdContext:
