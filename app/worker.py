@@ -34,6 +34,7 @@ from app.events import (
 from app.job_store import JobStore
 from app.load_planning import LoadRequest, PlannedLoad
 from app.summary_job import SummaryJob, SummarySettings
+from app.vision_planning import planned_vision
 from engine.cancel import CancelToken
 from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
@@ -132,6 +133,7 @@ class EngineWorker:
         }
         self._plan: Plan | None = None
         self._profile: Profile | None = None
+        self._mmproj: str | None = None  # the loaded model's projector, while it sees images
 
     # --- the caller's side (any thread) ---
 
@@ -300,8 +302,21 @@ class EngineWorker:
             )
         )
 
+    def _replan_projector(self, plan: Plan, profile: Profile, budget_bytes: int) -> None:
+        """A new budget: the projector (kept across a reload) runs under VLMOpt's new choice."""
+        if self._mmproj is None:
+            return
+        model = self._require_model()
+        try:
+            vision = planned_vision(model.params.model_path, self._mmproj, plan, profile,
+                                    budget_bytes)  # fmt: skip
+            attach_projector(model, self._mmproj, vision.options)
+        except BadInputError as exc:
+            log.warning("the projector could not follow the new budget: %s", exc)
+
     def _attach_projector(self, planned: PlannedLoad | None) -> tuple[str | None, str | None]:
         """Give the new model its projector; a bad one leaves a working text model."""
+        self._mmproj = None
         if planned is None or planned.mmproj_path is None:
             return None, None
         if planned.vision is None:
@@ -312,6 +327,7 @@ class EngineWorker:
         except BadInputError as exc:
             log.warning("loaded without vision: %s", exc)
             return None, str(exc)
+        self._mmproj = planned.mmproj_path
         return planned.vision.summary, None
 
     def _replace_model(
@@ -344,6 +360,7 @@ class EngineWorker:
             self._plan = new_plan
             if self._steps is not None:
                 self._steps.use_plan(new_plan)
+        self._replan_projector(new_plan, profile, request.vram_budget_bytes)
         self._emit(
             PlanChanged(
                 entry.request_id, request.vram_budget_bytes, reload, new_plan.reason,

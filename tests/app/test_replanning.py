@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import queue
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from app.auto_budget import AutoBudget
-from app.events import FINAL_EVENTS, PlanChanged, ReplyFinished, RequestFailed
+from app.events import FINAL_EVENTS, ModelLoaded, PlanChanged, ReplyFinished, RequestFailed
+from app.load_planning import LoadRequest
 from app.worker import EngineWorker
 from engine.hardware import GpuInfo, probe_hardware
+from engine.image_input import ImageFile
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
 from engine.plan import PlanRequest
@@ -20,6 +24,7 @@ from engine.plan_execution import load_params_for
 from engine.planner import make_plan
 from engine.profile import Profile
 from engine.sampling import GREEDY
+from engine.synthetic_vision import write_synthetic_vlm
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=8)
@@ -113,3 +118,20 @@ def test_auto_budget_without_a_gpu_is_zero() -> None:
     applied: list[int] = []
     AutoBudget(applied.append, lambda: None).poll_once()
     assert applied == [0]
+
+
+def test_a_new_budget_keeps_the_projector_and_replans_it(engine, planned, tmp_path: Path) -> None:
+    _plan, profile, _params = planned
+    model_file, mmproj = write_synthetic_vlm(tmp_path / "vlm")
+    request = LoadRequest(str(model_file), 1024, profile, 0, str(mmproj))
+    loaded = engine.call(engine.worker.load_planned(request))
+    assert isinstance(loaded, ModelLoaded) and loaded.vision is not None
+    changed = engine.call(engine.worker.set_budget(2 << 30))
+    assert isinstance(changed, PlanChanged)
+    image = Image.new("RGB", (40, 30), "red")
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    seen = engine.call(
+        engine.worker.send_message("Colour?", SHORT, [ImageFile("red.png", buffer.getvalue())])
+    )
+    assert isinstance(seen, ReplyFinished) and seen.stats.prompt_tokens > 16
