@@ -15,7 +15,7 @@ from app.profile_store import ProfileStore
 from app.vision_planning import VisionChoice, planned_vision
 from engine.errors import ShardChatError
 from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
+from engine.inventory import ModelInventory, read_inventory
 from engine.model_params import LoadParams
 from engine.plan import Plan, PlanRequest
 from engine.plan_execution import load_params_for
@@ -44,17 +44,17 @@ class LoadRequest:
     mmproj_path: str | None = None  # the paired vision projector, if any
 
     def planned(self) -> PlannedLoad:
-        load = planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes)
+        inventory = read_inventory(self.model_path) if self.profile is not None else None
+        load = planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes, inventory)
         if self.mmproj_path is None:
             return load
         try:
             vision = planned_vision(
-                self.model_path, self.mmproj_path, load.plan, load.profile, self.budget_bytes
+                inventory, self.mmproj_path, load.plan, load.profile, self.budget_bytes
             )
         except ShardChatError as exc:  # a bad projector leaves a working text model
             return replace(load, mmproj_path=self.mmproj_path, vision_problem=str(exc))
-        if vision.language_plan is not None:  # VLMOpt chose a smaller resident set
-            inventory = read_inventory(self.model_path)
+        if vision.language_plan is not None and inventory is not None:  # a smaller resident set
             params = load_params_for(vision.language_plan, inventory, self.model_path)
             load = replace(load, params=params, plan=vision.language_plan)
         return replace(load, mmproj_path=self.mmproj_path, vision=vision)
@@ -72,11 +72,13 @@ def planned_load(
     n_ctx: int,
     profile: Profile | None,
     budget_bytes: int | None = None,
+    inventory: ModelInventory | None = None,
 ) -> PlannedLoad:
-    """Plan for `budget_bytes` (default: what other programs leave free) within the GPU."""
+    """Plan for `budget_bytes` (default: what other programs leave free) within the GPU;
+    `inventory`: the model's, when the caller has read it already."""
     if profile is None:
         return PlannedLoad(LoadParams(model_path, n_ctx=n_ctx), None, None)
-    inventory = read_inventory(model_path)
+    inventory = inventory or read_inventory(model_path)
     budget = 0
     if profile.gpu is not None:
         if budget_bytes is None:

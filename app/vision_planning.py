@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.errors import BadInputError
-from engine.inventory import read_inventory
+from engine.inventory import ModelInventory
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.vision_options import VisionOptions
@@ -31,18 +31,18 @@ class VisionChoice:
 
 
 def planned_vision(
-    model_path: str,
+    inventory: ModelInventory | None,
     mmproj_path: str,
     plan: Plan | None,
     profile: Profile | None,
     budget_bytes: int | None = None,
 ) -> VisionChoice:
-    """VLMOpt for this pair under the model's plan (None: not profiled, the CPU's defaults)."""
+    """VLMOpt for this pair under the model's plan (None: not profiled, the CPU's defaults);
+    the model's inventory is needed only with a plan."""
     facts = projector_facts(mmproj_path)  # refuses a file that is not a projector
-    if plan is None or profile is None:
+    if plan is None or profile is None or inventory is None:
         options = VisionOptions(reason="this machine is not profiled")
         return VisionChoice(options, f"{options.describe()} ({options.reason})")
-    inventory = read_inventory(model_path)
     try:
         vision = plan_vision(plan, inventory, facts, profile, budget_bytes, can_step_aside=False)
     except ValueError as exc:

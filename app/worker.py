@@ -308,8 +308,7 @@ class EngineWorker:
             return
         model = self._require_model()
         try:
-            vision = planned_vision(model.params.model_path, self._mmproj, plan, profile,
-                                    budget_bytes)  # fmt: skip
+            vision = planned_vision(model.inventory, self._mmproj, plan, profile, budget_bytes)
             attach_projector(model, self._mmproj, vision.options)
         except BadInputError as exc:
             log.warning("the projector could not follow the new budget: %s", exc)

@@ -48,7 +48,6 @@ class EncodedImage:
     non_causal: bool  # its tokens attend to each other both ways (Gemma 3)
     pos_base: np.ndarray = field(repr=False)  # (n_pos_per_embd, n_tokens) at n_past = 0
     pos_step: np.ndarray = field(repr=False)  # how positions move per unit of n_past
-    encode_seconds: float = 0.0
 
     @property
     def n_tokens(self) -> int:
@@ -101,10 +100,6 @@ class MtmdContext:
             raise BadInputError(f"{mmproj_path}: this projector has no vision encoder")
         self.uses_mrope = bool(mtmd_cpp.mtmd_decode_use_mrope(self._ctx))
         self.n_embd = int(llama_cpp.llama_model_n_embd_inp(llama_model))
-
-    @property
-    def closed(self) -> bool:
-        return self._ctx is None
 
     def close(self) -> None:
         if self._ctx is not None:
@@ -194,7 +189,7 @@ class MtmdContext:
         log.info("encoded image %s: %d tokens in %.2f s", digest[:12], n_tokens, seconds)
         return EncodedImage(
             digest, embeddings, int(mtmd_cpp.mtmd_input_chunk_get_n_pos(chunk)),
-            bool(mtmd_cpp.mtmd_decode_use_non_causal(ctx, chunk)), base, step, seconds,
+            bool(mtmd_cpp.mtmd_decode_use_non_causal(ctx, chunk)), base, step,
         )  # fmt: skip
 
     def _positions(self, image_tokens: ctypes.c_void_p, n_tokens: int) -> tuple[np.ndarray, ...]:

@@ -15,7 +15,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-import gguf
 import llama_cpp
 import numpy as np
 
@@ -24,7 +23,6 @@ from engine.chat_template import RenderedPrompt
 from engine.errors import BadInputError
 from engine.generation import TextAssembler, TurnClock, abort_prompt_on, token_bytes
 from engine.generation_stats import FinishReason, GenerationResponse
-from engine.gguf_file import field_value, without_cyclic_gc
 from engine.image_input import ImageFile, RgbImage, decode_image
 from engine.mtmd_context import TILE_MARK, EncodedImage, MtmdContext, Piece
 from engine.multimodal_decode import DecodeError, PromptDecoder
@@ -32,6 +30,7 @@ from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
 from engine.token_sampler import make_token_sampler
 from engine.vision_options import VisionOptions
+from engine.vision_plan import projector_facts
 
 log = logging.getLogger(__name__)
 
@@ -257,24 +256,11 @@ def attach_projector(
 
 
 def check_projector_matches(mmproj_path: str, model: LoadedModel) -> None:
-    """Refuse a projector that is not one, or whose output width is not the model's input."""
-    try:
-        with without_cyclic_gc():
-            reader = gguf.GGUFReader(mmproj_path)
-            architecture = field_value(reader, "general.architecture")
-            has_vision = field_value(reader, "clip.has_vision_encoder")
-            width = field_value(reader, "clip.vision.projection_dim")
-            del reader
-    except (OSError, ValueError) as exc:
-        raise BadInputError(f"{mmproj_path}: not a readable GGUF file ({exc})") from exc
-    if architecture != "clip":
-        raise BadInputError(
-            f"{mmproj_path}: a language model, not a vision projector (mmproj) file"
-        )
-    if not has_vision:
-        raise BadInputError(f"{mmproj_path}: this projector has no vision encoder")
+    """Refuse a projector that is not one, or whose output width is not the model's input
+    (before mtmd, which leaks the loaded encoder when it refuses a pair)."""
+    width = projector_facts(mmproj_path).out_dim  # ModelFileError: not a projector
     wanted = llama_cpp.llama_model_n_embd_inp(model.llm._model.model)
-    if width is not None and int(width) != int(wanted):
+    if width and width != int(wanted):
         raise BadInputError(
             f"{mmproj_path}: this projector was made for another model (it outputs "
             f"{width}-wide embeddings; {model.inventory.name or 'the model'} takes {wanted})"

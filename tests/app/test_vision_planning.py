@@ -47,7 +47,7 @@ def gpu_plan(model: Path):
 
 def test_a_gpu_with_room_gets_the_small_encoder(vlm: tuple[Path, Path]) -> None:
     plan, profile = gpu_plan(vlm[0])
-    choice = planned_vision(str(vlm[0]), str(vlm[1]), plan, profile, 6 << 30)
+    choice = planned_vision(read_inventory(vlm[0]), str(vlm[1]), plan, profile, 6 << 30)
     assert choice.options.encoder_on_gpu and choice.language_plan is None
     assert not choice.options.language_steps_aside  # the runtime cannot do that yet
     assert "vision encoder on the GPU" in choice.summary
@@ -59,7 +59,7 @@ def test_a_projector_for_another_model_is_a_problem_not_a_failed_load(
     wrong = write_shape_only_projector(tmp_path / "mmproj-qwen.gguf", QWEN25_VL_7B)
     plan, profile = gpu_plan(vlm[0])
     with pytest.raises(BadInputError, match="another model"):
-        planned_vision(str(vlm[0]), str(wrong), plan, profile, 6 << 30)
+        planned_vision(read_inventory(vlm[0]), str(wrong), plan, profile, 6 << 30)
     not_a_projector = LoadRequest(str(vlm[0]), 1024, None, mmproj_path=str(vlm[0])).planned()
     assert not_a_projector.vision is None and not_a_projector.vision_problem
     assert not_a_projector.params.model_path == str(vlm[0])  # the text model still loads
