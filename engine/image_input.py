@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -37,8 +38,9 @@ class ImageFile:
     name: str
     data: bytes = field(repr=False)
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """Identifies the bytes (computed once: images run to megabytes)."""
         return hashlib.sha256(self.data).hexdigest()[:32]
 
 

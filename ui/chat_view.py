@@ -21,6 +21,7 @@ from ui.code_blocks import COPY_SCHEME, with_copy_links
 
 RENDER_INTERVAL_MS = 50
 THUMBNAIL_PX = 120
+THUMBNAILS_KEPT = 256
 THUMB_SCHEME, OPEN_SCHEME = "thumb", "image"  # a thumbnail's source / its link
 _SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 _KEEP_ASPECT = Qt.AspectRatioMode.KeepAspectRatio
@@ -38,7 +39,7 @@ class ChatView(QTextBrowser):
         self.anchorClicked.connect(self._on_link)
         self._messages: list[tuple[str, str]] = []
         self._images: list[ImageFile] = []  # every shown image, by its index in thumb:N
-        self._thumbnails: dict[int, QImage] = {}
+        self._thumbnails: dict[str, QImage] = {}  # by ImageFile.key, kept across renders
         self._streaming: str | None = None
         self._codes: list[str] = []
         self._timer = QTimer(self)
@@ -48,7 +49,7 @@ class ChatView(QTextBrowser):
 
     def show_messages(self, messages: Sequence[tuple]) -> None:
         """(role, text) or (role, text, images) of the conversation; replaces what is shown."""
-        self._images, self._thumbnails, self._messages = [], {}, []
+        self._images, self._messages = [], []
         for role, text, *rest in messages:
             images = tuple(rest[0]) if rest else ()
             links = [self._thumbnail_link(image) for image in images]
@@ -77,16 +78,19 @@ class ChatView(QTextBrowser):
         return f"[![{label}]({THUMB_SCHEME}:{index})]({OPEN_SCHEME}:{index})"
 
     def _thumbnail(self, index: int) -> QImage:
-        if index not in self._thumbnails:
-            full = QImage.fromData(self._images[index].data)
+        """Decoded once per image, not per render: a photo takes a GUI-blocking while."""
+        image = self._images[index]
+        if image.key not in self._thumbnails:
+            full = QImage.fromData(image.data)
             if full.isNull():
                 full = QImage(THUMBNAIL_PX, THUMBNAIL_PX, QImage.Format.Format_RGB32)
                 full.fill(0x808080)
-            self._thumbnails[index] = full.scaled(
-                THUMBNAIL_PX, THUMBNAIL_PX, aspectMode=_KEEP_ASPECT,
-                mode=_SMOOTH,
-            )  # fmt: skip
-        return self._thumbnails[index]
+            if len(self._thumbnails) >= THUMBNAILS_KEPT:
+                self._thumbnails.pop(next(iter(self._thumbnails)))
+            self._thumbnails[image.key] = full.scaled(
+                THUMBNAIL_PX, THUMBNAIL_PX, aspectMode=_KEEP_ASPECT, mode=_SMOOTH
+            )
+        return self._thumbnails[image.key]
 
     def show_streaming(self, text: str) -> None:
         """The reply as it grows; rendered after the shown messages."""

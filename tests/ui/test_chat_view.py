@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import QBuffer, QIODevice, QUrl
+from PySide6.QtGui import QGuiApplication, QImage, QTextDocument
 
+from engine.image_input import ImageFile
 from ui.chat_view import ChatView
 from ui.code_blocks import with_copy_links
 
@@ -47,3 +48,21 @@ def test_a_copy_link_for_a_block_that_is_gone_does_nothing(qtbot) -> None:
     QGuiApplication.clipboard().setText("kept")
     view.anchorClicked.emit(QUrl("copy:3"))
     assert QGuiApplication.clipboard().text() == "kept"
+
+
+def test_thumbnails_are_made_once_and_a_click_asks_for_the_whole_image(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    QImage(400, 200, QImage.Format.Format_RGB32).save(buffer, "PNG")
+    photo = ImageFile("photo.png", bytes(buffer.data()))
+    view.show_messages([("user", "Look", (photo,)), ("assistant", "Nice.")])
+    first = view.loadResource(QTextDocument.ResourceType.ImageResource, QUrl("thumb:0"))
+    assert (first.width(), first.height()) == (120, 60) and "(image:0)" in view.markdown()
+    view.show_messages([("user", "Look", (ImageFile("photo.png", photo.data),))])  # re-read
+    again = view.loadResource(QTextDocument.ResourceType.ImageResource, QUrl("thumb:0"))
+    assert again.cacheKey() == first.cacheKey()  # the same thumbnail, not decoded again
+    with qtbot.waitSignal(view.image_opened) as opened:
+        view._on_link(QUrl("image:0"))
+    assert opened.args[0].data == photo.data
