@@ -37,10 +37,8 @@ from engine.plan import (
     VramAccount,
 )
 from engine.profile import Profile
+from engine.vram_account import fixed_vram as _fixed_vram
 
-MIB = 1024 * 1024
-MIN_MARGIN_BYTES = 128 * MIB
-MARGIN_SHARE = 0.05
 LLAMA_CPP_DEFAULT_OFFLOAD_BATCH = 32
 UBATCH_CHOICES = (512, 1024, 2048, 4096)  # GGML_OP_OFFLOAD_MIN_BATCH when unset
 
@@ -366,19 +364,6 @@ def _best_threads(
             t,
         ),
     )
-
-
-def _fixed_vram(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> dict[str, int]:
-    """Compute buffers for one ubatch, and a safety margin."""
-    margin = max(MIN_MARGIN_BYTES, int(MARGIN_SHARE * request.vram_budget_bytes))
-    return {"compute": _compute_bytes(inventory, request, ubatch), "margin": margin}
-
-
-def _compute_bytes(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> int:
-    """llama.cpp's scratch for one ubatch: f32 activations, logits, flash-attention tiles."""
-    width = max(inventory.n_embd or 0, 1)
-    logits = (inventory.n_vocab or 0) * 4 * request.n_parallel
-    return ubatch * width * 4 * 16 + logits + 4 * width * request.n_ctx
 
 
 def _assemble(

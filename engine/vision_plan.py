@@ -72,10 +72,11 @@ from engine.errors import ModelFileError
 from engine.gguf_file import field_value, open_gguf, without_cyclic_gc
 from engine.inventory import VISION_ARCHITECTURE, ModelInventory
 from engine.plan import Plan
-from engine.planner import MARGIN_SHARE, MIN_MARGIN_BYTES, make_plan
-from engine.planner import _compute_bytes as language_compute_bytes
+from engine.planner import make_plan
 from engine.profile import Profile
 from engine.vision_options import NO_TOKEN_LIMIT, VisionOptions
+from engine.vram_account import compute_bytes as language_compute_bytes
+from engine.vram_account import margin_bytes
 
 F32 = 4
 GIB = 1 << 30
@@ -441,11 +442,6 @@ def language_image_bytes(
         bigger = language_compute_bytes(inventory, plan.request, n_tokens)
         compute += bigger - language_compute_bytes(inventory, plan.request, plan.n_ubatch)
     return account.weights_bytes + account.kv_cache_bytes + compute
-
-
-def margin_bytes(budget_bytes: int) -> int:
-    """The planner's safety margin for a budget."""
-    return max(MIN_MARGIN_BYTES, int(MARGIN_SHARE * budget_bytes))
 
 
 def flash_attention_supported(profile: Profile, facts: ProjectorFacts) -> bool:
