@@ -16,7 +16,7 @@ INSTALLER_TOOLS := $(VENV)/.installer-tools
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: run test lint format bench screenshots clean distclean
+.PHONY: run test test-gpu lint format bench screenshots clean distclean
 .PHONY: installer installer-test installer-clean
 
 run: $(INSTALLED)
@@ -25,7 +25,52 @@ run: $(INSTALLED)
 test: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu"
+
+# The GPU tier (tests/gpu) on a real Vulkan device: Mesa's software GPU (lavapipe) where
+# there is no other. Its own venv, with llama-cpp-python built with Vulkan: the prebuilt
+# wheel from the shared folder when it is there, else built from source (patched for
+# Debian 12's Vulkan headers). llama.cpp skips CPU-type Vulkan devices unless told.
+VULKAN_VENV := .venv-vulkan
+VULKAN_PY := $(VULKAN_VENV)/bin/python
+VULKAN_INSTALLED := $(VULKAN_VENV)/.installed
+VULKAN_SHARED_WHEEL := ../shared/wheels/vulkan/llama_cpp_python-$(LLAMA_VERSION)-py3-none-linux_x86_64.whl
+VULKAN_WHEELS := .cache/wheels-vulkan
+VULKAN_PATCH := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-vulkan-headers-1.3.239.patch
+GPU_ENV := GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1
+
+test-gpu: $(VULKAN_INSTALLED)
+	QT_QPA_PLATFORM=offscreen $(GPU_ENV) $(VULKAN_PY) -m pytest -m gpu tests/gpu -v
+
+$(VULKAN_INSTALLED): pyproject.toml
+	@$(call apt_ensure,vulkaninfo:vulkan-tools)
+	@test -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json -o -e /usr/share/vulkan/icd.d/lvp_icd.json || \
+		{ apt-get update && apt-get install -y --no-install-recommends mesa-vulkan-drivers libvulkan1; }
+	test -x $(VULKAN_PY) || $(PYTHON) -m venv $(VULKAN_VENV)
+	$(VULKAN_PY) -m pip install --quiet --upgrade pip
+	if [ -f $(VULKAN_SHARED_WHEEL) ]; then \
+		$(VULKAN_PY) -m pip install --force-reinstall --no-deps $(VULKAN_SHARED_WHEEL); \
+	else \
+		$(MAKE) vulkan-wheel && \
+		$(VULKAN_PY) -m pip install --force-reinstall --no-deps $(VULKAN_WHEELS)/llama_cpp_python-*.whl; \
+	fi
+	$(VULKAN_PY) -m pip install --find-links $(WHEELS) -e '.[test,dev]'
+	touch $@
+
+# From source, as ../shared/wheels/README.md describes (about 6 minutes on 2 cores).
+.PHONY: vulkan-wheel
+vulkan-wheel:
+	@$(call apt_ensure,glslc:glslc glslangValidator:glslang-tools)
+	@dpkg -s libvulkan-dev spirv-headers >/dev/null 2>&1 || \
+		{ apt-get update && apt-get install -y --no-install-recommends libvulkan-dev spirv-headers; }
+	rm -rf $(VULKAN_WHEELS)/src && mkdir -p $(VULKAN_WHEELS)/src
+	$(VULKAN_PY) -m pip download --no-deps --no-binary :all: -d $(VULKAN_WHEELS)/src \
+		llama-cpp-python==$(LLAMA_VERSION)
+	tar -xzf $(VULKAN_WHEELS)/src/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(VULKAN_WHEELS)/src
+	cd $(VULKAN_WHEELS)/src/llama_cpp_python-$(LLAMA_VERSION) && patch -p1 < $(CURDIR)/$(VULKAN_PATCH)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(PORTABLE_CMAKE_ARGS) -DGGML_VULKAN=ON" \
+		$(VULKAN_PY) -m pip wheel --no-deps -w $(VULKAN_WHEELS) \
+		$(VULKAN_WHEELS)/src/llama_cpp_python-$(LLAMA_VERSION)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
@@ -93,7 +138,7 @@ $(INSTALLED): pyproject.toml $(LLAMA_WHEEL_STAMP) | $(PY)
 	touch $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VULKAN_VENV) .pytest_cache .ruff_cache *.egg-info
 
 distclean: clean
 	rm -rf $(WHEELS)

@@ -43,6 +43,9 @@ class LoadParams:
     tensor_overrides: tuple[tuple[str, str], ...] = ()
     # llama.cpp streams host weights to the GPU from this batch size on (None: its default)
     op_offload_min_batch: int | None = None
+    # False: ops on host weights never run on the GPU, whatever their batch (a plan that
+    # never streams; without it a GPU build still reserves device compute buffers for them)
+    op_offload: bool = True
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -85,6 +88,7 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         "n_threads_batch": params.n_threads_batch or threads,
         "n_gpu_layers": params.n_gpu_layers,
         "use_mmap": params.use_mmap,
+        "op_offload": params.op_offload,
         "seed": params.seed,
         # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at
         # /dev/null while loading, silencing every thread of the process; its

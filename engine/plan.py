@@ -119,8 +119,18 @@ class Plan:
         return next((t for t in tiers if n_tokens <= t), tiers[-1])
 
     def family_for(self, n_tokens: int) -> PlanFamily:
+        """The family a step of n_tokens executes as.
+
+        Between two tiers the op-offload boundary decides, not the tier above: llama.cpp
+        streams host weights to the GPU from that batch size on, whatever the tiers are.
+        """
         tier = self.tier_for(n_tokens)
-        return next(t.chosen.family for t in self.tiers if t.tier == tier)
+        chosen = next(t.chosen.family for t in self.tiers if t.tier == tier)
+        if chosen in (PlanFamily.STATIC, PlanFamily.GPU_ONLY):
+            return (
+                PlanFamily.GPU_ONLY if n_tokens >= self.op_offload_min_batch else PlanFamily.STATIC
+            )
+        return chosen
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -1,8 +1,9 @@
 """Making llama.cpp execute a plan, and checking every step against the plan's prediction.
 
-A plan becomes load parameters: threads, ubatch, n_gpu_layers (the last blocks,
-as llama.cpp offloads them), tensor overrides that keep non-resident weights of
-offloaded blocks in host memory and put resident ones of other blocks in VRAM,
+A plan becomes load parameters: threads, ubatch, n_gpu_layers (the last blocks
+and the output layer, as llama.cpp offloads them), tensor overrides that keep
+non-resident weights of offloaded blocks in host memory and put resident ones
+of other blocks in VRAM,
 and the op-offload batch size from which host weights stream to the GPU. On a
 machine without a GPU the same path yields a CPU-only load with the plan's
 threads.
@@ -24,11 +25,11 @@ from engine.buffer_overrides import buffer_types, override_patterns_for
 from engine.cost_model import CostModel, Placement, Where
 from engine.errors import BadInputError
 from engine.hardware import HardwareInfo
-from engine.inventory import ModelInventory
+from engine.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.model_params import LoadParams
 from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily
 from engine.profile import Profile
-from engine.runtime import LoadedModel
+from engine.runtime import LoadedModel, set_op_offload_boundary
 
 log = logging.getLogger("shardchat.steps")
 
@@ -44,7 +45,15 @@ def check_profile_is_this_machine(profile: Profile, hardware: HardwareInfo) -> N
 
 
 def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> LoadParams:
-    """The llama.cpp parameters that execute `plan` for this model."""
+    """The llama.cpp parameters that execute `plan` for this model.
+
+    The op-offload boundary goes into the environment first: a GPU backend reads
+    GGML_OP_OFFLOAD_MIN_BATCH once, when ggml first lists its devices (which finding
+    the GPU buffer type below would do), and keeps that value for the process.
+    """
+    streams = plan.op_offload_min_batch < NEVER_OFFLOAD
+    if streams:
+        set_op_offload_boundary(plan.op_offload_min_batch)
     common = {
         "model_path": model_path,
         "n_ctx": plan.request.n_ctx,
@@ -52,16 +61,27 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         "n_ubatch": plan.n_ubatch,
         "n_threads": plan.n_threads,
         "n_threads_batch": plan.n_threads_batch,
+        # a plan that never streams must not let llama.cpp offload host ops anyway
+        "op_offload": streams,
     }
     if plan.n_gpu_layers == 0 and not plan.resident:
         return LoadParams(**common)
     return LoadParams(
         **common,
-        n_gpu_layers=plan.n_gpu_layers,
+        n_gpu_layers=llama_gpu_layers(plan.n_gpu_layers),
         tensor_overrides=tuple(_overrides(plan, inventory)),
-        op_offload_min_batch=None if plan.op_offload_min_batch >= NEVER_OFFLOAD else
-        plan.op_offload_min_batch,
-    )  # fmt: skip
+        op_offload_min_batch=plan.op_offload_min_batch if streams else None,
+    )
+
+
+def llama_gpu_layers(blocks: int) -> int:
+    """llama.cpp's n_gpu_layers for the last `blocks` blocks on the GPU.
+
+    llama.cpp counts the output layer as one more layer after the blocks: n_gpu_layers=N
+    puts blocks n_layer + 1 - N .. n_layer - 1 and the output head on the GPU, so N
+    blocks need N + 1 (and N = n_layer keeps block 0, with its KV cache, on the CPU).
+    """
+    return blocks + 1 if blocks > 0 else 0
 
 
 def placement_for(plan: Plan, family: PlanFamily) -> Placement:
@@ -71,12 +91,14 @@ def placement_for(plan: Plan, family: PlanFamily) -> Placement:
 
 
 def _overrides(plan: Plan, inventory: ModelInventory) -> list[tuple[str, str]]:
+    """Move what llama.cpp's n_gpu_layers would misplace: host-bound weights of offloaded
+    blocks (and the head) back to the CPU, resident weights of other blocks to the GPU."""
     gpu = _gpu_buffer_type()
     offloaded = {b.index for b in inventory.blocks[len(inventory.blocks) - plan.n_gpu_layers :]}
     resident = set(plan.resident)
     to_host, to_gpu = [], []
     for sub in inventory.all_sublayers():
-        on_gpu_by_default = sub.block in offloaded
+        on_gpu_by_default = _on_gpu_by_default(sub, offloaded, inventory.tied_output)
         wanted_on_gpu = (sub.block, sub.kind) in resident
         if on_gpu_by_default and not wanted_on_gpu:
             to_host += sub.tensor_names
@@ -84,6 +106,17 @@ def _overrides(plan: Plan, inventory: ModelInventory) -> list[tuple[str, str]]:
             to_gpu += sub.tensor_names
     pairs = override_patterns_for(to_host, "CPU") if to_host else []
     return pairs + (override_patterns_for(to_gpu, gpu) if to_gpu else [])
+
+
+def _on_gpu_by_default(sub: SubLayer, offloaded: set[int], tied_output: bool) -> bool:
+    """Where n_gpu_layers alone puts a sub-layer: offloaded blocks and, with any block
+    offloaded, the output layer (a tied head is llama.cpp's duplicate of the embedding
+    there; the embedding itself, the input layer, always stays on the CPU)."""
+    if sub.block is not None:
+        return sub.block in offloaded
+    if sub.kind is SubLayerKind.TOKEN_EMBEDDING:
+        return tied_output and bool(offloaded)
+    return bool(offloaded)
 
 
 def _gpu_buffer_type() -> str:

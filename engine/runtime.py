@@ -74,7 +74,7 @@ def load_model(params: LoadParams) -> LoadedModel:
     llama_log.install()
     params = _within_trained_context(params, inventory)
     started = time.perf_counter()
-    _set_op_offload_boundary(params.op_offload_min_batch)
+    set_op_offload_boundary(params.op_offload_min_batch)
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     chatter = io.StringIO()
     try:
@@ -89,8 +89,8 @@ def load_model(params: LoadParams) -> LoadedModel:
     return LoadedModel(params, llm, inventory)
 
 
-def _set_op_offload_boundary(min_batch: int | None) -> None:
-    """llama.cpp's CUDA backend reads GGML_OP_OFFLOAD_MIN_BATCH once, when it initialises.
+def set_op_offload_boundary(min_batch: int | None) -> None:
+    """llama.cpp's GPU backends read GGML_OP_OFFLOAD_MIN_BATCH once, when they initialise.
 
     Setting it before every load is harmless; a later change only takes effect in a
     new process, which is logged so a stale boundary is visible.
