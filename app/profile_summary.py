@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from app.auto_budget import AutoBudget
 from app.units import format_bytes
-from engine.hardware import GpuInfo, HardwareInfo
+from engine.hardware import NO_GPU_FOUND, GpuInfo, HardwareInfo
 from engine.profile import KernelShape, Profile
 
 _SUMMARY_TOKENS = (1, 16, 256)
@@ -107,7 +107,8 @@ def _gpu(profile: Profile) -> str:
     gpu = profile.gpu
     if gpu is not None:
         return (
-            f"{gpu.name}, {format_bytes(gpu.vram_total_bytes)}, VRAM {gpu.memory_gbps:.0f} GB/s, "
+            f"{gpu.name} — {backend_text(gpu.backend, gpu.ggml_device)}, "
+            f"{format_bytes(gpu.vram_total_bytes)}, VRAM {gpu.memory_gbps:.0f} GB/s, "
             f"host->device {gpu.h2d_pinned_gbps:.1f} GB/s pinned, {gpu.h2d_pageable_gbps:.1f} "
             f"pageable, CPU at {100 * gpu.cpu_derate_under_copy:.0f}% during copies"
         )
@@ -135,11 +136,11 @@ def hardware_rows(hardware: HardwareInfo) -> list[Row]:
 
 
 def gpu_rows(hardware: HardwareInfo) -> list[Row]:
-    """One row per NVIDIA GPU with its link, or the one line saying why there is none."""
+    """One row per GPU with its backend and link, or the one line saying why there is none."""
     if not hardware.gpus:
         return [("GPU", no_gpu_text(hardware.gpu_reason))]
-    rows = [(f"GPU {gpu.index}", _gpu_identity(gpu)) for gpu in hardware.gpus]
-    rows += [(f"PCIe (GPU {gpu.index})", pcie_text(gpu)) for gpu in hardware.gpus]
+    rows = [(f"GPU {gpu.index}", gpu_identity(gpu)) for gpu in hardware.gpus]
+    rows += [(f"PCIe (GPU {gpu.index})", pcie_text(gpu)) for gpu in hardware.gpus if _has_link(gpu)]
     if hardware.driver_version:
         cuda = f", CUDA {hardware.cuda_driver_version}" if hardware.cuda_driver_version else ""
         rows.append(("Driver", f"{hardware.driver_version}{cuda}"))
@@ -147,12 +148,38 @@ def gpu_rows(hardware: HardwareInfo) -> list[Row]:
 
 
 def no_gpu_text(reason: str | None) -> str:
-    return f"no NVIDIA GPU found ({reason})" if reason else "no NVIDIA GPU found"
+    """The probe's reason as a sentence; older profiles stored only NVML's part of it."""
+    if reason and reason.startswith(NO_GPU_FOUND):
+        return reason
+    return f"no GPU found ({reason})" if reason else "no GPU found"
 
 
-def _gpu_identity(gpu: GpuInfo) -> str:
-    others = format_bytes(gpu.other_processes_bytes)
-    return f"{gpu.name}, {format_bytes(gpu.vram_total_bytes)} VRAM ({others} used by others)"
+def backend_text(backend: str, ggml_device: str | None) -> str:
+    """The llama.cpp backend and the device name it logs, e.g. Vulkan (Vulkan0).
+
+    Without a device name (data stored before it was recorded, or an NVIDIA GPU
+    that a build without CUDA cannot use) the backend is all that is known.
+    """
+    return f"{backend} ({ggml_device})" if ggml_device else backend
+
+
+def gpu_identity(gpu: GpuInfo) -> str:
+    """Name, backend, device and memory, e.g. llvmpipe (...) — Vulkan (Vulkan0), 2.0 GiB VRAM.
+
+    Who else uses the memory is said only where the driver can tell (NVML); an
+    integrated GPU's memory is named as the system RAM it is.
+    """
+    size = format_bytes(gpu.vram_total_bytes)
+    memory = f"{size} of system RAM (integrated GPU)" if gpu.integrated else f"{size} VRAM"
+    if gpu.other_processes_known:
+        memory += f" ({format_bytes(gpu.other_processes_bytes)} used by others)"
+    return f"{gpu.name} — {backend_text(gpu.backend, gpu.ggml_device)}, {memory}"
+
+
+def _has_link(gpu: GpuInfo) -> bool:
+    """ggml knows no PCIe link: a row of question marks would say nothing."""
+    fields = (gpu.pcie_generation_current, gpu.pcie_generation_max, gpu.pcie_width_current)
+    return any(value is not None for value in (*fields, gpu.pcie_width_max))
 
 
 def pcie_text(gpu: GpuInfo) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.profile_summary import backend_text
 from engine.hardware import GpuInfo
 from engine.plan import Plan
 
@@ -32,12 +33,17 @@ class VramOverview:
     budget_bytes: int
     auto: bool
     resident: tuple[VramSegment, ...]  # weights, KV cache, compute buffers, margin
-    shardchat_used_bytes: int | None  # live, from the driver; None without a GPU
+    # Live, from the driver; None without a GPU, or where the backend cannot say
+    # whose the used memory is (ggml's Vulkan or Metal figures): then see gpu_used_bytes.
+    shardchat_used_bytes: int | None
     others_used_bytes: int | None
     family: str  # how a chat's decode runs under the plan, in words
     chat_ttft_s: float | None
     chat_tokens_per_s: float | None
     batch_tokens_per_s: float | None
+    backend: str | None = None  # llama.cpp backend and device, e.g. "Vulkan (Vulkan0)"
+    integrated: bool = False  # the "VRAM" is system RAM shared with the CPU
+    gpu_used_bytes: int | None = None  # everyone's use, ShardChat's included
 
     @property
     def has_gpu(self) -> bool:
@@ -59,17 +65,20 @@ def vram_overview(
     budget = budget_bytes if budget_bytes is not None else _plan_budget(plan)
     return VramOverview(
         gpu_name=gpu.name if gpu else None,
-        no_gpu_reason=no_gpu_reason or "no NVIDIA GPU found",
+        no_gpu_reason=no_gpu_reason or "no GPU found",
         vram_total_bytes=gpu.vram_total_bytes if gpu else 0,
         budget_bytes=budget,
         auto=auto,
         resident=_resident(plan),
         shardchat_used_bytes=_shardchat_bytes(gpu),
-        others_used_bytes=gpu.other_processes_bytes if gpu else None,
+        others_used_bytes=gpu.other_processes_bytes if _knows_others(gpu) else None,
         family=_family(plan),
         chat_ttft_s=plan.predicted_ttft_s if plan else None,
         chat_tokens_per_s=plan.predicted_decode_tokens_per_s if plan else None,
         batch_tokens_per_s=_batch_tokens_per_s(plan),
+        backend=backend_text(gpu.backend, gpu.ggml_device) if gpu else None,
+        integrated=gpu.integrated if gpu else False,
+        gpu_used_bytes=gpu.vram_used_bytes if gpu else None,
     )
 
 
@@ -89,9 +98,13 @@ def _resident(plan: Plan | None) -> tuple[VramSegment, ...]:
     )
 
 
+def _knows_others(gpu: GpuInfo | None) -> bool:
+    return gpu is not None and gpu.other_processes_known
+
+
 def _shardchat_bytes(gpu: GpuInfo | None) -> int | None:
     """What the driver counts as used, less what other processes hold: ours and the driver's."""
-    if gpu is None:
+    if gpu is None or not _knows_others(gpu):
         return None
     return max(0, gpu.vram_used_bytes - gpu.other_processes_bytes)
 

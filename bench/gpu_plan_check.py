@@ -24,9 +24,10 @@ from pathlib import Path
 
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
+from engine.llama_placements import layer_offload_baseline
 from engine.plan import PlanRequest
 from engine.plan_execution import load_params_for
-from engine.planner import layer_offload_baseline, make_plan
+from engine.planner import make_plan
 from engine.profile import ProfileMode
 from engine.profiler import Profiler
 from engine.runtime import load_model
@@ -107,15 +108,16 @@ def main() -> int:
     for budget in (int(b) for b in args.budgets.split(",")):
         request = PlanRequest(budget * GIB, n_ctx=4096, prompt_tokens=PROMPT)
         ours = load_params_for(make_plan(inventory, profile, request), inventory, str(path))
-        baseline = layer_offload_baseline(inventory, profile, request)
-        layers = ours.with_changes(
-            n_gpu_layers=baseline.n_gpu_layers, tensor_overrides=(), op_offload_min_batch=32
+        # what a user gets: -ngl N (the output layer and N - 1 blocks), ubatch 512, offload
+        # from 32; load_params_for turns the plan into exactly that
+        layers = load_params_for(
+            layer_offload_baseline(inventory, profile, request), inventory, str(path)
         )
         a, b = measure(ours), measure(layers)
         print(
             f"{budget:>5}GB  {a[0]:>10.2f} {a[1]:>7.1f} {a[2] / GIB:>9.2f}"
             f"  {b[0]:>14.2f} {b[1]:>7.1f} {b[2] / GIB:>9.2f}"
-            f"  (n_gpu_layers={baseline.n_gpu_layers})"
+            f"  (n_gpu_layers={layers.n_gpu_layers})"
         )
     return 0
 

@@ -1,10 +1,14 @@
-"""Our plans against whole-layer n_gpu_layers offload, simulated on a described machine.
+"""Our plans against what llama.cpp users choose themselves, simulated on a described machine.
 
 Shape-true models (written shape-only: headers and tensor tables, the data a
 hole in a sparse file) are planned on the described RTX 5090-class desktop at
 several VRAM budgets and contexts; the cost model predicts decode tokens/s and
 time to first token (a prompt as long as the context) for our plan and for
-llama.cpp's whole-layer offload at the same budget, and prints the speedups.
+llama.cpp's own placements at the same budget (engine.llama_placements): the
+largest whole-layer n_gpu_layers, the best --n-cpu-moe (MoE models only) and
+what --fit picks. It prints our figures and, against each, the decode speedup
+and the TTFT speedup (theirs / ours); every decode speedup must be at least 1.00,
+and the script fails when one is not.
 
     .venv/bin/python bench/plan_simulation.py [--hardware rtx5090-desktop]
 """
@@ -17,9 +21,11 @@ import tempfile
 from pathlib import Path
 
 from app.plan_command import load_profile_for_planning
-from engine.inventory import read_inventory
-from engine.plan import PlanRequest
-from engine.planner import layer_offload_baseline, make_plan
+from engine.inventory import ModelInventory, read_inventory
+from engine.llama_placements import fit_baseline, layer_offload_baseline, n_cpu_moe_baseline
+from engine.plan import Plan, PlanRequest
+from engine.planner import make_plan
+from engine.profile import Profile
 from engine.synthetic import SyntheticSpec, write_shape_only_model
 
 GIB = 1 << 30
@@ -57,34 +63,63 @@ def main() -> int:
     parser.add_argument("--hardware", default="rtx5090-desktop")
     args = parser.parse_args()
     profile = load_profile_for_planning(args.hardware)
-    print(f"plan_simulation on {args.hardware} ({profile.mode.value} profile): ours vs whole-layer")
     print(
-        f"{'model':22}{'ctx':>6}{'VRAM':>6}  {'decode tok/s':>21}{'x':>7}  "
-        f"{'TTFT s':>17}{'x':>7}  plan"
+        f"plan_simulation on {args.hardware} ({profile.mode.value} profile): ours vs llama.cpp's "
+        "own placements, speedups as decode x / TTFT x (higher is better for ours)"
     )
+    print(
+        f"{'model':22}{'ctx':>6}{'VRAM':>6}  {'ours tok/s':>10}{'TTFT s':>8}  "
+        f"{'vs n_gpu_layers':>15}  {'vs n_cpu_moe':>13}  {'vs fit':>13}  our plan"
+    )
+    losses = 0
     with tempfile.TemporaryDirectory(prefix="plan-simulation-") as folder:
         for name, (spec, quant) in MODELS.items():
             path = write_shape_only_model(Path(folder) / f"{quant}.gguf", spec, quant)
             inventory = read_inventory(path)
             for context in CONTEXTS:
                 for budget in BUDGETS_GIB:
-                    print(row(name, inventory, profile, context, budget))
-    return 0
+                    line, lost = row(name, inventory, profile, context, budget)
+                    print(line)
+                    losses += lost
+    if losses:
+        print(f"{losses} decode speedup(s) below 1.00: the planner lost to llama.cpp")
+    return 1 if losses else 0
 
 
-def row(name: str, inventory, profile, context: int, budget_gib: int) -> str:
+def row(
+    name: str, inventory: ModelInventory, profile: Profile, context: int, budget_gib: int
+) -> tuple[str, int]:
+    """One table row, and how many baselines decode faster than our plan in it."""
     request = PlanRequest(budget_gib * GIB, n_ctx=context, prompt_tokens=context)
     ours = make_plan(inventory, profile, request)
-    base = layer_offload_baseline(inventory, profile, request)
-    decode = ours.predicted_decode_tokens_per_s / base.predicted_decode_tokens_per_s
-    ttft = base.predicted_ttft_s / ours.predicted_ttft_s
+    baselines = [
+        layer_offload_baseline(inventory, profile, request),
+        n_cpu_moe_baseline(inventory, profile, request),
+        fit_baseline(inventory, profile, request),
+    ]
+    cells, lost = [], 0
+    for base in baselines:
+        if base is None:
+            cells.append(f"{'-':>13}")
+            continue
+        decode = ours.predicted_decode_tokens_per_s / base.predicted_decode_tokens_per_s
+        lost += decode < 1.0 - 1e-9
+        cells.append(f"{decode:>6.2f}/{_ttft_ratio(base, ours):>5.2f}")
     return (
         f"{name:22}{context:>6}{budget_gib:>4}GB  "
-        f"{ours.predicted_decode_tokens_per_s:>9.1f} vs {base.predicted_decode_tokens_per_s:>7.1f}"
-        f"{decode:>6.2f}x  {ours.predicted_ttft_s:>7.2f} vs {base.predicted_ttft_s:>6.2f}"
-        f"{ttft:>6.2f}x  ubatch {ours.n_ubatch}, offload from {ours.op_offload_min_batch}, "
-        f"{len(ours.resident)} sub-layers resident; baseline {base.reason}"
+        f"{ours.predicted_decode_tokens_per_s:>10.1f}{ours.predicted_ttft_s:>8.2f}  "
+        f"{cells[0]:>15}  {cells[1]:>13}  {cells[2]:>13}  "
+        f"{ours.reason} (ubatch {ours.n_ubatch}, offload from {_boundary(ours)})",
+        lost,
     )
+
+
+def _ttft_ratio(base: Plan, ours: Plan) -> float:
+    return base.predicted_ttft_s / ours.predicted_ttft_s
+
+
+def _boundary(plan: Plan) -> str:
+    return "never" if plan.op_offload_min_batch >= 1 << 30 else str(plan.op_offload_min_batch)
 
 
 if __name__ == "__main__":

@@ -28,19 +28,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import logging
-import os
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import llama_cpp
 import llama_cpp.llama_cpp as llama_low_level
+
+from engine.ggml_library import device_name as _device_name
+from engine.ggml_library import device_pointers as _devices
+from engine.ggml_library import typed_function as _fn
 
 LOGGER = logging.getLogger(__name__)
 
@@ -64,51 +64,6 @@ class BufferType:
 
 
 # ---------------------------------------------------------------- the bundled ggml
-
-
-def _library_file(name: str, stem: str) -> bool:
-    pattern = rf"(lib)?{re.escape(stem)}(\.\d+)*\.(so|dylib|dll)(\.\d+)*"
-    return re.fullmatch(pattern, name) is not None
-
-
-@functools.cache
-def _loaded_library(stem: str) -> ctypes.CDLL:
-    """The copy of `stem` that llama.cpp itself runs on.
-
-    The wheel ships each library as plain copies under several names (libggml-base.so,
-    .so.0, .so.0.25.3). Opening a name other than the one libllama was linked against
-    maps a second copy with its own globals (its `ggml_backend_cpu_buffer_type()` is at
-    another address than the one llama.cpp compares overrides with). RTLD_NOLOAD only
-    returns a copy that is already loaded; on Windows the loader reuses it by itself.
-    """
-    folder = Path(llama_cpp.__file__).parent / "lib"
-    mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)
-    for path in sorted(folder.iterdir()):
-        if _library_file(path.name, stem):
-            with contextlib.suppress(OSError):
-                return ctypes.CDLL(str(path), mode=mode)
-    raise RuntimeError(f"llama.cpp's {stem} library is not loaded from {folder}")
-
-
-@functools.cache
-def _fn(stem: str, name: str, restype: object, *argtypes: object) -> Callable[..., Any]:
-    """A typed function of the loaded `stem` library."""
-    function = getattr(_loaded_library(stem), name)
-    function.restype = restype
-    function.argtypes = list(argtypes)
-    return function
-
-
-def _devices() -> list[int]:
-    count = _fn("ggml", "ggml_backend_dev_count", ctypes.c_size_t)()
-    get = _fn("ggml", "ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
-    return [get(i) for i in range(count)]
-
-
-def _device_name(device: int) -> str:
-    return _fn("ggml-base", "ggml_backend_dev_name", ctypes.c_char_p, ctypes.c_void_p)(
-        device
-    ).decode()
 
 
 def _device_bufts(device: int) -> list[tuple[int, bool]]:

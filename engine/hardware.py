@@ -1,4 +1,4 @@
-"""What machine ShardChat runs on: CPU, memory, NVIDIA GPUs, driver and llama.cpp build.
+"""What machine ShardChat runs on: CPU, memory, GPUs, driver and llama.cpp build.
 
 Every plan the planner makes depends on the machine: how fast the CPU's kernels
 are, how much VRAM is free, how quickly weights cross the PCIe link. The
@@ -9,24 +9,33 @@ re-measured. Quantities that drift while the app runs (free memory, free VRAM,
 the PCIe link's current power state) are reported but kept out of the
 fingerprint.
 
-The probe never raises: a machine without an NVIDIA driver is a normal machine,
+GPUs come from two sources. NVML knows NVIDIA GPUs in detail (PCIe link, VRAM
+held by other processes, driver); ggml's device list knows what this llama.cpp
+build can actually offload to, whatever the vendor (CUDA, Vulkan on AMD, Intel
+or NVIDIA, Metal, ...). A GPU both see is reported once, with NVML's details
+and ggml's device name.
+
+The probe never raises: a machine without a GPU driver is a normal machine,
 and its missing GPU comes back as an empty tuple with a one-line reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import platform
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psutil
 
+from engine.ggml_devices import DeviceType, GgmlDevice, probe_devices
 from engine.known_fields import known_fields
 
 logger = logging.getLogger(__name__)
@@ -60,6 +69,8 @@ _INIT_FAILURE_REASONS = {
 }
 
 D = TypeVar("D")
+NO_GPU_FOUND = "no GPU found by NVML or ggml"  # how gpu_reason starts when both looked
+GgmlProbe = Callable[[], tuple[tuple[GgmlDevice, ...], str | None]]
 
 
 def _json_ready(value: Any) -> Any:
@@ -106,9 +117,22 @@ class MemoryInfo:
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One NVIDIA GPU as NVML reports it; a field NVML could not read is None (or 0)."""
+    """One GPU: NVML's figures for an NVIDIA GPU, else what ggml reports.
 
-    index: int
+    A field nobody could read is None (or 0): ggml knows no PCIe link, no UUID and
+    nothing of other processes, so for a GPU only ggml sees those stay None / ""
+    and `other_processes_bytes` is 0 with `other_processes_known` False.
+
+    `ggml_device` is the device llama.cpp runs on ("CUDA0", "Vulkan0"); None when
+    this llama.cpp build has no backend for the GPU (an NVIDIA GPU under a CPU-only
+    build), so nothing can be offloaded to it.
+
+    An `integrated` GPU has no memory of its own: its `vram_*` figures are system
+    RAM, the same bytes MemoryInfo counts. Whoever adds RAM and VRAM up (the
+    planner, a budget) must count them once.
+    """
+
+    index: int  # position in probe_gpus()'s list: llama.cpp's device order, 0 its main GPU
     name: str
     uuid: str
     vram_total_bytes: int
@@ -120,6 +144,11 @@ class GpuInfo:
     pcie_width_current: int | None
     pcie_width_max: int | None
     compute_capability: tuple[int, int] | None
+    # Defaults, so profiles stored before ggml devices were probed (all NVML, CUDA) load.
+    backend: str = "CUDA"  # ggml backend registry name: "CUDA", "Vulkan", "Metal", ...
+    ggml_device: str | None = None
+    integrated: bool = False
+    other_processes_known: bool = True  # False: the backend cannot say who uses the memory
 
     def to_dict(self) -> dict[str, Any]:
         return _json_ready(asdict(self))
@@ -176,7 +205,14 @@ class HardwareInfo:
 
 
 def _gpu_identity(gpu: GpuInfo) -> list[Any]:
-    return [gpu.name, gpu.vram_total_bytes, gpu.pcie_generation_max, gpu.pcie_width_max]
+    """A GPU driven through another backend runs other kernels: its figures differ."""
+    return [
+        gpu.name,
+        gpu.vram_total_bytes,
+        gpu.pcie_generation_max,
+        gpu.pcie_width_max,
+        gpu.backend,
+    ]
 
 
 # --- CPU -------------------------------------------------------------------------------
@@ -296,7 +332,27 @@ def _other_processes_bytes(nvml: Any, handle: Any) -> int:
     return sum(by_pid.values())
 
 
-def _probe_gpu(nvml: Any, index: int) -> GpuInfo:
+class _NvidiaGpu(NamedTuple):
+    """An NVML GPU and its PCI address, by which ggml's devices are matched to it."""
+
+    info: GpuInfo
+    pci: tuple[int, int, int, int] | None
+
+
+def pci_address(bus_id: str | bytes | None) -> tuple[int, int, int, int] | None:
+    """(domain, bus, device, function) of "0000:01:00.0" (ggml) or "00000000:01:00.0" (NVML)."""
+    if not bus_id:
+        return None
+    domain, _, rest = _text(bus_id).strip().lower().partition(":")
+    bus, _, rest = rest.partition(":")
+    device, _, function = rest.partition(".")
+    try:
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:  # a virtual device ("...-v1") or a format we do not know
+        return None
+
+
+def _probe_gpu(nvml: Any, index: int) -> _NvidiaGpu:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
 
     def ask(function: str, default: Any = None) -> Any:
@@ -304,7 +360,8 @@ def _probe_gpu(nvml: Any, index: int) -> GpuInfo:
 
     memory = ask("GetMemoryInfo")
     capability = ask("GetCudaComputeCapability")
-    return GpuInfo(
+    pci = ask("GetPciInfo")
+    info = GpuInfo(
         index=index,
         name=_text(ask("GetName", "unknown")),
         uuid=_text(ask("GetUUID", "")),
@@ -318,6 +375,7 @@ def _probe_gpu(nvml: Any, index: int) -> GpuInfo:
         pcie_width_max=ask("GetMaxPcieLinkWidth"),
         compute_capability=tuple(capability) if capability else None,
     )
+    return _NvidiaGpu(info, pci_address(getattr(pci, "busId", None)))
 
 
 def _describe(exc: Exception) -> str:
@@ -329,11 +387,14 @@ def _init_failure_reason(exc: Exception) -> str:
     return reason or f"NVML error: {_describe(exc)}"
 
 
-def _read_devices(nvml: Any) -> tuple[tuple[GpuInfo, ...], str | None, str | None, str | None]:
+_NvmlProbe = tuple[list[_NvidiaGpu], str | None, str | None, str | None]
+
+
+def _read_devices(nvml: Any) -> _NvmlProbe:
     driver = _query(nvml, "nvmlSystemGetDriverVersion", default=None)
     driver_version = _text(driver) if driver else None
     cuda_version = _cuda_version_text(_query(nvml, "nvmlSystemGetCudaDriverVersion", default=None))
-    gpus = tuple(_probe_gpu(nvml, index) for index in range(nvml.nvmlDeviceGetCount()))
+    gpus = [_probe_gpu(nvml, index) for index in range(nvml.nvmlDeviceGetCount())]
     return gpus, None if gpus else "no NVIDIA GPU", driver_version, cuda_version
 
 
@@ -344,28 +405,153 @@ def _shutdown(nvml: Any) -> None:
         logger.debug("nvmlShutdown failed: %s", exc)
 
 
-def probe_gpus(
-    nvml: Any | None = None,
-) -> tuple[tuple[GpuInfo, ...], str | None, str | None, str | None]:
-    """(gpus, reason they are missing, driver version, CUDA driver version); never raises.
-
-    `nvml` defaults to the pynvml module; tests pass a fake of a described machine.
-    """
+def _probe_nvml(nvml: Any | None) -> _NvmlProbe:
+    """(NVIDIA GPUs, reason they are missing, driver version, CUDA driver version)."""
     if nvml is None:
         try:
             import pynvml as nvml
         except ImportError as exc:
-            return (), f"nvidia-ml-py is not installed ({exc})", None, None
+            return [], f"nvidia-ml-py is not installed ({exc})", None, None
     try:
         nvml.nvmlInit()
     except Exception as exc:
-        return (), _init_failure_reason(exc), None, None
+        return [], _init_failure_reason(exc), None, None
     try:
         return _read_devices(nvml)
     except Exception as exc:
-        return (), f"NVML error: {_describe(exc)}", None, None
+        return [], f"NVML error: {_describe(exc)}", None, None
     finally:
         _shutdown(nvml)
+
+
+# --- GPUs ggml sees, and the two lists combined ---------------------------------------
+
+
+def _same_gpu_candidates(device: GgmlDevice, nvidia: Sequence[_NvidiaGpu]) -> list[int]:
+    """NVML GPUs `device` may be: by PCI address where both know it, else by name.
+
+    CUDA's and Vulkan's device names are the marketing name NVML reports too
+    ("NVIDIA GeForce RTX 4060 Laptop GPU"); two GPUs whose PCI addresses differ
+    are different GPUs whatever their names.
+    """
+    address = pci_address(device.device_id)
+    by_address = [i for i, gpu in enumerate(nvidia) if address and gpu.pci == address]
+    if by_address:
+        return by_address
+    name = device.description.strip().casefold()
+    return [
+        i
+        for i, gpu in enumerate(nvidia)
+        if (address is None or gpu.pci is None) and gpu.info.name.strip().casefold() == name
+    ]
+
+
+def _from_ggml(device: GgmlDevice, index: int) -> GpuInfo:
+    """A GPU only ggml sees: its memory figures and nothing ggml cannot know."""
+    total, free = device.memory_total_bytes, device.memory_free_bytes
+    return GpuInfo(
+        index=index,
+        name=device.description or device.name,
+        uuid="",
+        vram_total_bytes=total,
+        vram_free_bytes=free,
+        vram_used_bytes=max(0, total - free),
+        other_processes_bytes=0,  # ggml's "used" is everyone's, ours included
+        pcie_generation_current=None,
+        pcie_generation_max=None,
+        pcie_width_current=None,
+        pcie_width_max=None,
+        compute_capability=None,
+        backend=device.backend,
+        ggml_device=device.name,
+        integrated=device.type is DeviceType.IGPU,
+        other_processes_known=False,
+    )
+
+
+def _with_ggml(gpu: GpuInfo, device: GgmlDevice, index: int) -> GpuInfo:
+    return dataclasses.replace(
+        gpu,
+        index=index,
+        backend=device.backend,
+        ggml_device=device.name,
+        integrated=device.type is DeviceType.IGPU,
+    )
+
+
+def _combined(nvidia: Sequence[_NvidiaGpu], devices: Sequence[GgmlDevice]) -> tuple[GpuInfo, ...]:
+    """One GpuInfo per physical GPU, in the order llama.cpp would use them.
+
+    ggml's GPU devices come first, discrete before integrated, in registry order
+    (llama.cpp's own: its main GPU is the first discrete one, and it uses
+    integrated GPUs only when there is no discrete one); then NVIDIA GPUs this
+    build has no backend for. A GPU seen through two backends (CUDA0 and Vulkan0
+    in a build with both) is reported once, under the first, as llama.cpp does
+    when their PCI addresses agree. `index` is the position in this list.
+    """
+    gpu_devices = sorted((d for d in devices if d.is_gpu), key=lambda d: d.type is DeviceType.IGPU)
+    gpus: list[GpuInfo] = []
+    matched: set[int] = set()  # NVML GPUs already listed
+    seen_ids: set[str] = set()
+    for device in gpu_devices:
+        if device.device_id in seen_ids:
+            continue  # llama.cpp, too, skips a device whose PCI id it already uses
+        if device.device_id:
+            seen_ids.add(device.device_id)
+        gpu = _listed_once(device, nvidia, matched, len(gpus))
+        if gpu is not None:
+            gpus.append(gpu)
+    for i, nvidia_gpu in enumerate(nvidia):
+        if i not in matched:
+            gpus.append(dataclasses.replace(nvidia_gpu.info, index=len(gpus)))
+    return tuple(gpus)
+
+
+def _listed_once(
+    device: GgmlDevice, nvidia: Sequence[_NvidiaGpu], matched: set[int], index: int
+) -> GpuInfo | None:
+    """`device` with NVML's details if it is an NVIDIA GPU; None if that GPU is listed already."""
+    candidates = _same_gpu_candidates(device, nvidia)
+    unmatched = [i for i in candidates if i not in matched]
+    if not candidates:
+        return _from_ggml(device, index)
+    if not unmatched:
+        return None  # seen again through another backend (CUDA0, then Vulkan0)
+    matched.add(unmatched[0])
+    return _with_ggml(nvidia[unmatched[0]].info, device, index)
+
+
+def _ggml_reason(devices: Sequence[GgmlDevice], reason: str | None) -> str:
+    if reason:
+        return reason
+    return f"no GPU device, only {', '.join(d.name for d in devices)}"
+
+
+def probe_gpus(
+    nvml: Any | None = None,
+    ggml: GgmlProbe = probe_devices,
+) -> tuple[tuple[GpuInfo, ...], str | None, str | None, str | None]:
+    """(gpus, reason they are missing, driver version, CUDA driver version); never raises.
+
+    `nvml` defaults to the pynvml module and `ggml` to ggml's real device list;
+    tests pass fakes of a described machine. The driver versions are NVIDIA's
+    (NVML); a GPU only ggml sees has none here.
+    """
+    nvidia, nvml_reason, driver, cuda = _probe_nvml(nvml)
+    try:
+        devices, ggml_failure = ggml()
+    except Exception as exc:  # an injected list may fail; the real one never raises
+        devices, ggml_failure = (), f"ggml error: {_describe(exc)}"
+    gpus = _combined(nvidia, devices)
+    if gpus:
+        return gpus, None, driver, cuda
+    ggml_reason = _ggml_reason(devices, ggml_failure)
+    return (
+        (),
+        f"{NO_GPU_FOUND} (NVML: {nvml_reason}; ggml: {ggml_reason})",
+        driver,
+        cuda,
+    )
 
 
 # --- llama.cpp build -------------------------------------------------------------------
@@ -416,6 +602,12 @@ def llama_build_id() -> str:
 # --- the whole machine -----------------------------------------------------------------
 
 
+def _gpu_text(gpu: GpuInfo) -> str:
+    device = gpu.ggml_device or "no llama.cpp device"
+    memory = "shared system RAM" if gpu.integrated else "VRAM"
+    return f"{gpu.name} ({gpu.backend} {device}, {gpu.vram_total_bytes / GIB:.1f} GiB {memory})"
+
+
 def probe_hardware() -> HardwareInfo:
     """Probe CPU, memory, GPUs and the llama.cpp build; never raises on a GPU-less machine."""
     gpus, reason, driver, cuda = probe_gpus()
@@ -436,6 +628,14 @@ def probe_hardware() -> HardwareInfo:
         info.cpu.physical_cores,
         info.cpu.logical_cores,
         info.memory.total_bytes / GIB,
-        ", ".join(gpu.name for gpu in gpus) or reason,
+        ", ".join(_gpu_text(gpu) for gpu in gpus) or reason,
     )
+    for gpu in gpus:
+        if gpu.integrated:
+            logger.info(
+                "GPU %d (%s) is integrated: its %.1f GiB are system RAM, not memory of its own",
+                gpu.index,
+                gpu.name,
+                gpu.vram_total_bytes / GIB,
+            )
     return info

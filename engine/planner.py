@@ -16,6 +16,14 @@ so it is costed and reported but never chosen. The resident set is filled as
 a prefix of one fixed priority order, so a bigger budget always keeps what a
 smaller one had: more budget never predicts a slower plan. Same inputs, same
 plan.
+
+The placements llama.cpp users choose themselves (engine.llama_placements:
+whole-layer n_gpu_layers, --n-cpu-moe, --fit) are candidates too, and the plan
+chosen never decodes slower than any of them (issue 13). The invariant above then
+holds for the best over all candidates as long as each of those families decodes
+no slower with more budget (whole layers and --n-cpu-moe only ever add to VRAM;
+--fit's steps may reshuffle which blocks keep their experts), so the floor they
+set rises with the budget; tests check it over a grid of budgets and contexts.
 """
 
 from __future__ import annotations
@@ -37,10 +45,10 @@ from engine.plan import (
     VramAccount,
 )
 from engine.profile import Profile
+from engine.vram_account import MIN_MARGIN_BYTES
 from engine.vram_account import fixed_vram as _fixed_vram
 
-LLAMA_CPP_DEFAULT_OFFLOAD_BATCH = 32
-UBATCH_CHOICES = (512, 1024, 2048, 4096)  # GGML_OP_OFFLOAD_MIN_BATCH when unset
+UBATCH_CHOICES = (512, 1024, 2048, 4096)
 
 _PRIORITY = {
     SubLayerKind.ATTENTION: 0,
@@ -64,21 +72,86 @@ def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest)
         )
     plans = []
     for ubatch in UBATCH_CHOICES:
-        fixed = _fixed_vram(inventory, request, ubatch)
+        fixed = _fixed_vram(inventory, request, ubatch, _margin_floor(profile))
         room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
         if room > 0 and ubatch <= max(request.prompt_tokens, UBATCH_CHOICES[0]):
             plans.append(_gpu_plan(inventory, model, request, fixed, room, ubatch))
     if not plans:
-        need = sum(_fixed_vram(inventory, request, UBATCH_CHOICES[0]).values()) / 2**30
+        fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0], _margin_floor(profile))
+        need = sum(fixed.values()) / 2**30
         reason = f"the budget is below the GPU's working memory ({need:.2f} GiB): CPU-only plan"
         return _cpu_plan(inventory, model, request, reason)
-    return _best_of(plans)
+    return _not_worse_than_llama_cpp(plans, inventory, model, request)
 
 
-def _best_of(plans: list[Plan]) -> Plan:
-    """The shortest time to first token among plans that keep decode within 5% of the best."""
+def _margin_floor(profile: Profile) -> int:
+    return profile.gpu.margin_floor_bytes if profile.gpu else MIN_MARGIN_BYTES
+
+
+def _not_worse_than_llama_cpp(
+    plans: list[Plan], inventory: ModelInventory, model: CostModel, request: PlanRequest
+) -> Plan:
+    """Our plans against the placements llama.cpp users choose themselves (issue 13).
+
+    Whole-layer n_gpu_layers, --n-cpu-moe and --fit placements join as candidates,
+    each as a user runs it (op offload from 32) and run our way (our op-offload
+    boundary, threads and prompt family: it is a real plan the engine executes).
+    The winner must decode at least as fast as the fastest of them, so by the cost
+    model ours never loses; our own plans come first, so they win ties.
+    """
+    from engine import llama_placements  # it costs its plans with this module's helpers
+
+    rivals = []
+    for plan in llama_placements.llama_cpp_baselines(inventory, model.profile, request):
+        if plan.resident:  # not the CPU-only fallback: ours has a GPU plan here
+            rivals += [plan, _run_our_way(plan, inventory, model)]
+    floor = max((p.predicted_decode_tokens_per_s for p in rivals), default=0.0)
+    best = _best_of([*plans, *rivals], floor)
+    if any(best is p for p in plans):
+        return best
+    return replace(best, reason=f"{best.reason}: llama.cpp's own placement predicts faster")
+
+
+def _run_our_way(plan: Plan, inventory: ModelInventory, model: CostModel) -> Plan:
+    """A llama.cpp placement with our threads, op-offload boundary and prompt family."""
+    request = plan.request
+    static = Placement(Where.CPU, {k: Where.GPU for k in plan.resident})
+    streamed = Placement(Where.STREAMED, {k: Where.GPU for k in plan.resident})
+    threads = _best_threads(inventory, model, static, 1, request)
+    threads_batch = _best_threads(inventory, model, static, request.tiers[-1], request)
+    if threads == threads_batch == plan.n_threads == plan.n_threads_batch:  # costed already
+        estimates = {t.tier: {e.family: e for e in (t.chosen, *t.others)} for t in plan.tiers}
+    else:
+        estimates = {
+            t: _families(
+                inventory, model, static, streamed, t, threads if t == 1 else threads_batch,
+                request,
+            )
+            for t in request.tiers
+        }  # fmt: skip
+    boundary = _offload_boundary(estimates, request.tiers)
+    tiers = tuple(_tier_plan(t, estimates[t], boundary) for t in request.tiers)
+    ours = replace(
+        plan,
+        tiers=tiers,
+        n_threads=threads,
+        n_threads_batch=threads_batch,
+        op_offload_min_batch=boundary,
+        predicted_decode_tokens_per_s=tiers[0].tokens_per_s,
+        reason=f"{plan.reason}, with our op-offload boundary and threads",
+    )
+    return _with_prompt_family(ours, inventory, model, static, streamed, threads_batch)
+
+
+def _best_of(plans: list[Plan], floor: float = 0.0) -> Plan:
+    """The shortest time to first token among plans that keep decode within 5% of the best.
+
+    Plans decoding slower than `floor` never count (decode first); ties go to the
+    earliest plan.
+    """
     best_decode = max(p.predicted_decode_tokens_per_s for p in plans)
-    good = [p for p in plans if p.predicted_decode_tokens_per_s >= 0.95 * best_decode]
+    least = max(0.95 * best_decode, floor)
+    good = [p for p in plans if p.predicted_decode_tokens_per_s >= least]
     return min(good, key=lambda p: (round(p.predicted_ttft_s, 9), p.n_ubatch))
 
 
@@ -407,52 +480,3 @@ def _key(sub: SubLayer) -> SubLayerKey:
 def _sort_key(key: SubLayerKey) -> tuple[int, str]:
     block, kind = key
     return (-1 if block is None else block, kind.value)
-
-
-def layer_offload_baseline(
-    inventory: ModelInventory, profile: Profile, request: PlanRequest
-) -> Plan:
-    """What hand-tuned llama.cpp does: the first n_gpu_layers whole blocks (and their KV) in VRAM.
-
-    The rest run on the CPU, streaming to the GPU from llama.cpp's default op-offload
-    batch (32); the output head joins the GPU only when every block does. This is
-    the baseline our plans are compared with.
-    """
-    model = CostModel(profile)
-    if profile.gpu is None or not inventory.blocks:
-        return _cpu_plan(inventory, model, request, "no GPU: CPU only")
-    fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0])
-    room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
-    layers, used = 0, 0
-    for block in reversed(inventory.blocks):  # llama.cpp offloads the last blocks first
-        cost = block.n_bytes + block.kv_cache_bytes(request.n_ctx)
-        if used + cost > room:
-            break
-        layers, used = layers + 1, used + cost
-    offloaded = inventory.blocks[len(inventory.blocks) - layers :]
-    keys = tuple((b.index, s.kind) for b in offloaded for s in b.sublayers)
-    head = [
-        s
-        for s in inventory.globals
-        if s.kind
-        in (
-            SubLayerKind.OUTPUT_HEAD,
-            SubLayerKind.TOKEN_EMBEDDING if inventory.tied_output else SubLayerKind.OUTPUT_HEAD,
-        )
-    ]
-    if layers == len(inventory.blocks) and used + sum(s.n_bytes for s in head) <= room:
-        keys += tuple(_key(s) for s in head)
-    static = Placement(Where.CPU, {k: Where.GPU for k in keys})
-    streamed = Placement(Where.STREAMED, {k: Where.GPU for k in keys})
-    threads = max(model.profile.thread_counts or (1,))
-    boundary = LLAMA_CPP_DEFAULT_OFFLOAD_BATCH
-    tiers = tuple(
-        _tier_plan(t, _families(inventory, model, static, streamed, t, threads, request), boundary)
-        for t in request.tiers
-    )
-    account = VramAccount(request.vram_budget_bytes, used, 0, fixed["compute"], fixed["margin"])
-    reason = f"n_gpu_layers={layers} of {len(inventory.blocks)} (whole blocks)"
-    plan = _assemble(
-        inventory, request, keys, account, tiers, layers, threads, threads, 512, boundary, reason
-    )
-    return replace(plan, predicted_ttft_s=_chunked_ttft(inventory, model, streamed, threads, plan))

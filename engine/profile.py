@@ -121,7 +121,12 @@ class AttentionPoint:
 
 @dataclass(frozen=True)
 class GpuProfile:
-    """An NVIDIA GPU's figures and its link to the host."""
+    """A GPU's figures and its link to the host, as measured through one ggml backend.
+
+    `backend` and `ggml_device` say which llama.cpp device the figures are of: the
+    same GPU runs other kernels under CUDA than under Vulkan. Their defaults are
+    what every profile stored before they were recorded measured (CUDA).
+    """
 
     name: str
     vram_total_bytes: int
@@ -132,6 +137,11 @@ class GpuProfile:
     step_overhead_s: float
     memory_gbps: float  # VRAM bandwidth
     attention: tuple[AttentionPoint, ...] = ()
+    backend: str = "CUDA"  # ggml backend registry name: "CUDA", "Vulkan", "Metal", ...
+    ggml_device: str | None = None  # "CUDA0", "Vulkan0"; None: not recorded
+    # the least VRAM a plan leaves free (driver and allocator slack outside llama.cpp's
+    # buffers): engine.vram_account.margin_floor_for picks it per device
+    margin_floor_bytes: int = 128 * 1024 * 1024
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuProfile:

@@ -51,6 +51,7 @@ from engine.profiler_steps import (
     measure_kernels,
     measure_repack,
 )
+from engine.vram_account import margin_floor_for
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +264,9 @@ class Profiler:
             step_overhead_s=results.get("gpu fixed costs", 0.0),
             memory_gbps=results.get("gpu vram bandwidth", link[0]),
             attention=results.get("gpu attention", ()),
+            backend=device.backend,
+            ggml_device=device.ggml_device,
+            margin_floor_bytes=margin_floor_for(device.name),
         )
 
 

@@ -1,4 +1,8 @@
-"""The profiler's NVIDIA GPU measurements, each run in its own child process.
+"""The profiler's GPU measurements, each run in its own child process.
+
+They run on whatever GPU backend this llama.cpp build has (CUDA, Vulkan,
+Metal, ...): nothing here names one, llama.cpp picks the device. The profile
+records which backend and ggml device that was (engine.hardware's first GPU).
 
 Same differential method as the CPU steps (a 1-block and a (1 + k)-block
 micro-model), with the blocks offloaded (n_gpu_layers) or left in host memory

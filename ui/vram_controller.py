@@ -3,7 +3,8 @@
 A chosen budget goes to the engine worker as a re-plan request; the worker
 finishes the reply in progress first and carries the conversation into any
 reloaded model, so the panel never touches the chat. The GPU is read on the GUI
-thread: one NVML query costs microseconds, and without a GPU it is not polled.
+thread: NVML's and ggml's memory queries take well under a millisecond, and
+without a GPU it is not polled.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ GpuReader = Callable[[], tuple[GpuInfo | None, str]]
 
 
 def read_first_gpu() -> tuple[GpuInfo | None, str]:
-    """The first NVIDIA GPU as NVML sees it now, or None and why not."""
+    """The first GPU now (NVML's figures for NVIDIA, ggml's for others), or None and why not.
+
+    First is llama.cpp's main GPU, the one a plan's resident layers go to.
+    """
     gpus, reason, _driver, _cuda = probe_gpus()
     return (gpus[0] if gpus else None), reason or ""
 

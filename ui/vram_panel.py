@@ -142,7 +142,7 @@ class VramPanel(QWidget):
         self.auto.setChecked(view.auto and view.has_gpu)
         self.auto.blockSignals(False)
         if view.has_gpu:
-            self.explanation.setText(f"{view.gpu_name}, {format_bytes(view.vram_total_bytes)}")
+            self.explanation.setText(_gpu_text(view))
         else:
             self.explanation.setText(f"{view.no_gpu_reason}: the model runs on the CPU.")
         if self.slider.isSliderDown() or self._debounce.isActive():
@@ -181,9 +181,22 @@ def _speed(tokens_per_s: float | None, ttft_s: float | None) -> str:
     return text if ttft_s is None else f"{text}, {ttft_s:.2f} s to first token"
 
 
+def _gpu_text(view: VramOverview) -> str:
+    """Which GPU, through which llama.cpp backend and device: "… — Vulkan (Vulkan0), 2.0 GiB"."""
+    memory = format_bytes(view.vram_total_bytes)
+    if view.integrated:
+        memory += " of system RAM (integrated GPU)"
+    return f"{view.gpu_name} — {view.backend}, {memory}"
+
+
 def _live(view: VramOverview) -> str:
-    if view.shardchat_used_bytes is None:
+    if not view.has_gpu:
         return "no GPU"
+    if view.shardchat_used_bytes is None:  # the backend cannot say whose the memory is
+        return (
+            f"in use {format_bytes(view.gpu_used_bytes or 0)} (ShardChat and other programs)"
+            f" · of {format_bytes(view.vram_total_bytes)}"
+        )
     return (
         f"ShardChat {format_bytes(view.shardchat_used_bytes)} · other programs "
         f"{format_bytes(view.others_used_bytes or 0)} · of {format_bytes(view.vram_total_bytes)}"

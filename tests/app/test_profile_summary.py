@@ -1,4 +1,8 @@
-"""Profiles in words: the wizard's rows for a GPU machine (described) and for this GPU-less one."""
+"""Profiles in words: the wizard's rows for a GPU machine (described) and for this GPU-less one.
+
+A GPU only ggml sees (a Vulkan device: AMD, Intel, lavapipe) is described as the
+probe would report it, since these machines have none the CPU build can see.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from app.profile_summary import (
+    backend_text,
     budget_text,
     format_duration,
+    gpu_rows,
     hardware_rows,
     pcie_text,
     render_profile,
@@ -19,7 +25,7 @@ from app.profile_summary import (
     time_left_text,
 )
 from engine.described_machines import load_described
-from engine.hardware import HardwareInfo, probe_hardware
+from engine.hardware import NO_GPU_FOUND, GpuInfo, HardwareInfo, probe_hardware
 from engine.profile import Profile
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
@@ -35,7 +41,7 @@ def test_a_gpu_machine_shows_its_link_measured_copies_and_budget(rtx5090) -> Non
     budget = suggested_budget_bytes(hardware)
     assert budget == 32 * 1024**3 - 512 * 1024**2  # all 32 GiB free, minus the reserve
     rows = dict(result_rows(rtx5090, budget))
-    assert rows["GPU 0"].startswith("NVIDIA GeForce RTX 5090, 32.0 GiB VRAM")
+    assert rows["GPU 0"] == "NVIDIA GeForce RTX 5090 — CUDA, 32.0 GiB VRAM (0 B used by others)"
     assert rows["PCIe (GPU 0)"] == "gen 5, x16"
     gpu = rtx5090.gpu
     assert rows["Host→device"] == (
@@ -63,7 +69,7 @@ def test_a_pcie_link_below_its_best_says_both() -> None:
 def test_this_machine_has_no_gpu_and_a_cpu_plan() -> None:
     hardware = probe_hardware()
     rows = dict(hardware_rows(hardware))
-    assert rows["GPU"] == f"no NVIDIA GPU found ({hardware.gpu_reason})"
+    assert rows["GPU"] == hardware.gpu_reason and rows["GPU"].startswith(NO_GPU_FOUND)
     assert hardware.cpu.model in rows["CPU"] and rows["llama.cpp"] == hardware.llama_build
     assert suggested_budget_bytes(hardware) == 0
     assert "CPU plan" in budget_text(0)
@@ -73,7 +79,8 @@ def test_a_recorded_measured_profile_lists_threads_and_the_fastest() -> None:
     profile = Profile.from_dict(json.loads(RECORDED.read_text()))
     rows = dict(result_rows(profile, 0))
     assert rows["Threads"].startswith("measured 1, 2; fastest with ")
-    assert rows["GPU"].startswith("no NVIDIA GPU found")
+    reason = profile.hardware["gpu_reason"]  # stored before ggml was asked too
+    assert rows["GPU"] == f"no GPU found ({reason})"
     assert rows["Measured in"] == format_duration(profile.duration_s) == "43 s"
     text = render_profile(profile)
     assert f"DRAM read      {profile.dram_read_gbps:.1f} GB/s" in text
@@ -98,3 +105,47 @@ def test_durations_read_naturally(seconds: float, text: str) -> None:
 )
 def test_time_left_is_rounded_not_pretend_exact(eta: float | None, text: str) -> None:
     assert time_left_text(eta) == text
+
+
+def lavapipe(**changes: object) -> GpuInfo:
+    """Mesa's software Vulkan GPU as engine.hardware reports it (ggml's figures only)."""
+    gpu = GpuInfo(
+        index=0,
+        name="llvmpipe (LLVM 15.0.6, 256 bits)",
+        uuid="",
+        vram_total_bytes=2 * 1024**3,
+        vram_free_bytes=2 * 1024**3,
+        vram_used_bytes=0,
+        other_processes_bytes=0,
+        pcie_generation_current=None,
+        pcie_generation_max=None,
+        pcie_width_current=None,
+        pcie_width_max=None,
+        compute_capability=None,
+        backend="Vulkan",
+        ggml_device="Vulkan0",
+        other_processes_known=False,
+    )
+    return replace(gpu, **changes)
+
+
+def test_a_vulkan_gpu_names_its_backend_and_device_and_has_no_pcie_row() -> None:
+    hardware = replace(probe_hardware(), gpus=(lavapipe(),), gpu_reason=None)
+    rows = dict(gpu_rows(hardware))
+    assert rows["GPU 0"] == "llvmpipe (LLVM 15.0.6, 256 bits) — Vulkan (Vulkan0), 2.0 GiB VRAM"
+    assert "PCIe (GPU 0)" not in rows
+
+
+def test_an_integrated_gpu_says_its_memory_is_system_ram() -> None:
+    iris = lavapipe(name="Intel(R) Iris(R) Xe Graphics", vram_total_bytes=16 * 1024**3)
+    hardware = replace(probe_hardware(), gpus=(replace(iris, integrated=True),))
+    assert dict(gpu_rows(hardware))["GPU 0"] == (
+        "Intel(R) Iris(R) Xe Graphics — Vulkan (Vulkan0), 16.0 GiB of system RAM (integrated GPU)"
+    )
+
+
+def test_the_cli_summary_names_the_backend_the_gpu_was_profiled_on(rtx5090) -> None:
+    assert "GPU            NVIDIA GeForce RTX 5090 — CUDA, 32.0 GiB" in render_profile(rtx5090)
+    on_vulkan = replace(rtx5090, gpu=replace(rtx5090.gpu, backend="Vulkan", ggml_device="Vulkan0"))
+    assert "NVIDIA GeForce RTX 5090 — Vulkan (Vulkan0), 32.0 GiB" in render_profile(on_vulkan)
+    assert backend_text("Metal", "MTL0") == "Metal (MTL0)" and backend_text("CUDA", None) == "CUDA"

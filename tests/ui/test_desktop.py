@@ -40,7 +40,7 @@ def laptop_gpu():
 
 
 def no_gpu():
-    return None, "NVIDIA driver not found (libnvidia-ml)"
+    return None, "no GPU found by NVML or ggml (NVML: NVIDIA driver not found; ggml: only CPU)"
 
 
 def open_desktop(qtbot, model: Path, read_gpu=no_gpu, n_ctx: int = 1024) -> Desktop:
@@ -73,7 +73,8 @@ def test_releasing_the_slider_replans_and_the_conversation_survives(
     desktops.append(desktop)
     panel = desktop.window.vram_panel
     assert panel.slider.isEnabled() and panel.slider.maximum() == 8 << 10  # MiB
-    assert "RTX" in panel.explanation.text() and "other programs 1.0 GiB" in panel.live.text()
+    assert panel.explanation.text() == "NVIDIA GeForce RTX 4060 Laptop GPU — CUDA, 8.0 GiB"
+    assert "other programs 1.0 GiB" in panel.live.text()
     first = send(qtbot, desktop, "My name is Ada.")
     with qtbot.waitSignal(desktop.bridge.plan_changed, timeout=TIMEOUT_MS) as changed:
         panel.slider.setSliderDown(True)
@@ -96,7 +97,8 @@ def test_without_a_gpu_the_slider_is_off_and_the_cpu_plan_is_shown(
     panel = desktop.window.vram_panel
     assert not panel.slider.isEnabled() and not panel.auto.isEnabled()
     assert panel.explanation.text() == (
-        "NVIDIA driver not found (libnvidia-ml): the model runs on the CPU."
+        "no GPU found by NVML or ggml (NVML: NVIDIA driver not found; ggml: only CPU): "
+        "the model runs on the CPU."
     )
     assert panel.family.text() == "cpu only" and "tokens/s predicted" in panel.chat.text()
 

@@ -71,7 +71,7 @@ def test_a_fast_profile_runs_through_every_page(qtbot, hardware) -> None:
     assert wizard.currentId() == HARDWARE_PAGE
     found = wizard.hardware_page.facts.values
     assert hardware.cpu.model in found["CPU"].text()
-    assert found["GPU"].text().startswith("no NVIDIA GPU found (")
+    assert found["GPU"].text().startswith("no GPU found")
 
     ticks: list[float] = []
     timer = QTimer()
@@ -102,7 +102,7 @@ def test_a_fast_profile_runs_through_every_page(qtbot, hardware) -> None:
     results = wizard.results_page.facts.values
     assert hardware.cpu.model in results["CPU"].text()
     assert f"{profile.dram_read_gbps:.1f} GB/s" in results["DRAM read"].text()
-    assert results["GPU"].text().startswith("no NVIDIA GPU found (")
+    assert results["GPU"].text().startswith("no GPU found")
     assert results["Suggested VRAM budget"].text().startswith("0 B")
     assert "CPU plan" in results["Suggested VRAM budget"].text()
     threads = ", ".join(map(str, profile.thread_counts))
