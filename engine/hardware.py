@@ -125,7 +125,7 @@ class GpuInfo:
 
     `ggml_device` is the device llama.cpp runs on ("CUDA0", "Vulkan0"); None when
     this llama.cpp build has no backend for the GPU (an NVIDIA GPU under a CPU-only
-    build), so nothing can be offloaded to it.
+    build: nothing can be offloaded to it), and in data stored before it was probed.
 
     An `integrated` GPU has no memory of its own: its `vram_*` figures are system
     RAM, the same bytes MemoryInfo counts. Whoever adds RAM and VRAM up (the
@@ -205,14 +205,14 @@ class HardwareInfo:
 
 
 def _gpu_identity(gpu: GpuInfo) -> list[Any]:
-    """A GPU driven through another backend runs other kernels: its figures differ."""
-    return [
-        gpu.name,
-        gpu.vram_total_bytes,
-        gpu.pcie_generation_max,
-        gpu.pcie_width_max,
-        gpu.backend,
-    ]
+    """A GPU driven through another backend runs other kernels: its figures differ.
+
+    CUDA, the only backend before backends were recorded, adds nothing, so the
+    fingerprints of stored and shipped (described) profiles stay what they were.
+    """
+    identity: list[Any] = [gpu.name, gpu.vram_total_bytes, gpu.pcie_generation_max]
+    identity.append(gpu.pcie_width_max)
+    return identity if gpu.backend == "CUDA" else [*identity, gpu.backend]
 
 
 # --- CPU -------------------------------------------------------------------------------
