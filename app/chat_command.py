@@ -14,18 +14,25 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.events import FINAL_EVENTS, EngineEvent, ReplyFinished, RequestFailed, TokenStreamed
+from app.events import (
+    FINAL_EVENTS,
+    EngineEvent,
+    PlacementFellBack,
+    ReplyFinished,
+    RequestFailed,
+    TokenStreamed,
+)
+from app.load_planning import planned_load
 from app.plan_command import load_profile_for_planning
 from app.worker import EngineWorker
 from engine.default_model import default_model_path
 from engine.errors import BadInputError, ShardChatError
 from engine.generation_stats import GenerationStats
 from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
 from engine.model_params import LoadParams
-from engine.plan import Plan, PlanRequest
-from engine.plan_execution import check_profile_is_this_machine, load_params_for
-from engine.planner import make_plan
+from engine.placement_choice import AUTO, CPU_ONLY, PlacementChoice
+from engine.plan import Plan
+from engine.plan_execution import check_profile_is_this_machine
 from engine.profile import Profile
 from engine.runtime import inspect_model
 from engine.sampling import SamplingSettings
@@ -34,6 +41,7 @@ _HELP = "Type a message and press Enter. /reset starts over, /exit (or Ctrl-D) q
 
 
 def run_chat(args: argparse.Namespace) -> int:
+    choice = _placement(args)
     model_path = Path(args.model) if args.model else default_model_path()
     inspect_model(model_path)  # bad input fails here, before any thread starts
     try:
@@ -41,13 +49,13 @@ def run_chat(args: argparse.Namespace) -> int:
             temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
         )
         params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
-        plan, profile = _planned(args, model_path) if args.vram is not None else (None, None)
+        plan, profile = None, None
+        if args.vram is not None or choice.is_manual or args.gpu is not None:
+            params, plan, profile = _planned(args, model_path, choice)
     except ValueError as exc:
         raise BadInputError(str(exc)) from exc
-    if plan is not None:
-        params = load_params_for(plan, read_inventory(model_path), str(model_path))
-        if args.threads:
-            params = params.with_changes(n_threads=args.threads, n_threads_batch=args.threads)
+    if args.threads:
+        params = params.with_changes(n_threads=args.threads, n_threads_batch=args.threads)
     prompt = _prompt_from(args)
     with _engine() as engine:
         engine.call(engine.worker.load_model(params, plan, profile))
@@ -60,12 +68,33 @@ def run_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _planned(args: argparse.Namespace, model_path: Path) -> tuple[Plan, Profile]:
-    """Plan this model on this machine's own stored profile under --vram."""
-    profile = load_profile_for_planning(None)
-    check_profile_is_this_machine(profile, probe_hardware())
-    request = PlanRequest(args.vram, n_ctx=args.ctx)
-    return make_plan(read_inventory(model_path), profile, request), profile
+def _placement(args: argparse.Namespace) -> PlacementChoice:
+    """--placement, or --cpu-only (the same as --placement cpu)."""
+    choice = PlacementChoice.parse(args.placement) if args.placement else AUTO
+    if args.cpu_only:
+        if choice.is_manual and choice != CPU_ONLY:
+            raise BadInputError(f"--cpu-only contradicts --placement {choice}")
+        return CPU_ONLY
+    return choice
+
+
+def _planned(
+    args: argparse.Namespace, model_path: Path, choice: PlacementChoice
+) -> tuple[LoadParams, Plan | None, Profile | None]:
+    """Plan this model on this machine's own stored profile under --vram (default: what
+    other programs leave free) and the placement; CPU only needs no profile."""
+    try:
+        profile = load_profile_for_planning(None)
+    except BadInputError:
+        if choice != CPU_ONLY or args.vram is not None:
+            raise
+        profile = None  # CPU only, unprofiled: llama.cpp's defaults without a GPU device
+    if profile is not None:
+        check_profile_is_this_machine(profile, probe_hardware())
+    load = planned_load(
+        str(model_path), args.ctx, profile, args.vram, None, choice, args.gpu, exact_budget=True
+    )
+    return load.params, load.plan, load.profile
 
 
 def _prompt_from(args: argparse.Namespace) -> str | None:
@@ -102,6 +131,8 @@ class _Engine:
             if isinstance(event, TokenStreamed):
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
+            elif isinstance(event, PlacementFellBack):
+                print(f"shardchat: {event.message}", file=sys.stderr)
             elif isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
                 return _raise_if_failed(event)
 

@@ -113,6 +113,21 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
         "needs this machine's profile (shardchat profile)",
     )
     chat.add_argument(
+        "--placement",
+        default=None,
+        metavar="auto|cpu|layers:N|cpu-moe:N",
+        help="who places the weights: the planner (auto, the default with --vram), CPU only, "
+        "llama.cpp's n_gpu_layers=N, or the experts of the first N blocks in host memory "
+        "(MoE); a manual placement that does not fit the budget is refused. Needs this "
+        "machine's profile, except cpu",
+    )
+    chat.add_argument(
+        "--cpu-only", action="store_true", help="run on the CPU only (= --placement cpu)"
+    )
+    chat.add_argument(
+        "--gpu", type=int, default=None, metavar="INDEX", help="which GPU (llama.cpp's index)"
+    )
+    chat.add_argument(
         "--stats", action="store_true", help="print time to first token and tokens/s to stderr"
     )
     chat.set_defaults(command="chat", run=run_chat)

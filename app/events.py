@@ -43,6 +43,18 @@ class PlanChanged:
 
 
 @dataclass(frozen=True)
+class PlacementFellBack:
+    """A manual placement did not fit a new budget: the planner's choice runs until it does.
+
+    Sent before the PlanChanged of the same request; not a final event.
+    """
+
+    request_id: int
+    requested: str  # the placement asked for, e.g. "layers:20"
+    message: str  # what it needs, for the user
+
+
+@dataclass(frozen=True)
 class ModelUnloaded:
     request_id: int
     model_path: str | None
@@ -99,6 +111,7 @@ EngineEvent = (
     | ModelUnloaded
     | ConversationStarted
     | PlanChanged
+    | PlacementFellBack
     | TokenStreamed
     | ReplyFinished
     | JobProgressed

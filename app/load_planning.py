@@ -3,24 +3,36 @@
 One place decides the load parameters for the first load, a context-length
 change and a model switch, so all three agree with `shardchat chat --vram`.
 Without a stored profile the model loads with llama-cpp-python's CPU defaults
-and no plan, and the window says the machine is not profiled.
+and no plan, and the window says the machine is not profiled. A placement chosen
+by hand (engine.placement_choice: CPU only, whole layers, experts in host memory)
+goes through here too, so the GUI and `shardchat chat --placement` agree.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from app.auto_budget import AutoBudget, first_gpu
 from app.profile_store import ProfileStore
 from app.vision_planning import VisionChoice, planned_vision
-from engine.errors import ShardChatError
-from engine.hardware import probe_hardware
+from engine.errors import BadInputError, ShardChatError
+from engine.hardware import GpuInfo, probe_gpus, probe_hardware
 from engine.inventory import ModelInventory, read_inventory
 from engine.model_params import LoadParams
+from engine.placement_choice import (
+    AUTO,
+    NO_GPU,
+    PlacementChoice,
+    PlacementKind,
+    load_params_for_plan,
+    plan_for_choice,
+    select_gpu,
+)
 from engine.plan import Plan, PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
 from engine.profile import Profile
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,10 +54,15 @@ class LoadRequest:
     profile: Profile | None
     budget_bytes: int | None = None  # None: what other programs leave free
     mmproj_path: str | None = None  # the paired vision projector, if any
+    choice: PlacementChoice = AUTO  # the planner's placement, CPU only, or one by hand
+    gpu: int | None = None  # which GPU (llama.cpp's index); None: the first
 
     def planned(self) -> PlannedLoad:
         inventory = read_inventory(self.model_path) if self.profile is not None else None
-        load = planned_load(self.model_path, self.n_ctx, self.profile, self.budget_bytes, inventory)
+        load = planned_load(
+            self.model_path, self.n_ctx, self.profile, self.budget_bytes, inventory,
+            self.choice, self.gpu,
+        )  # fmt: skip
         if self.mmproj_path is None:
             return load
         try:
@@ -55,8 +72,18 @@ class LoadRequest:
         except ShardChatError as exc:  # a bad projector leaves a working text model
             return replace(load, mmproj_path=self.mmproj_path, vision_problem=str(exc))
         if vision.language_plan is not None and inventory is not None:  # a smaller resident set
-            params = load_params_for(vision.language_plan, inventory, self.model_path)
-            load = replace(load, params=params, plan=vision.language_plan)
+            if self.choice.is_manual:  # the user's placement stands; VLMOpt's needs it smaller
+                problem = (
+                    f"the vision encoder needs a smaller resident set than placement "
+                    f"{self.choice} leaves (choose fewer layers, or auto)"
+                )
+                return replace(load, mmproj_path=self.mmproj_path, vision_problem=problem)
+            extras = load.plan.extras if load.plan is not None else {}
+            language = replace(
+                vision.language_plan, extras={**extras, **vision.language_plan.extras}
+            )
+            params = load_params_for_plan(language, inventory, self.model_path)
+            load = replace(load, params=params, plan=language)
         return replace(load, mmproj_path=self.mmproj_path, vision=vision)
 
 
@@ -73,16 +100,48 @@ def planned_load(
     profile: Profile | None,
     budget_bytes: int | None = None,
     inventory: ModelInventory | None = None,
+    choice: PlacementChoice = AUTO,
+    gpu: int | None = None,
+    exact_budget: bool = False,
 ) -> PlannedLoad:
-    """Plan for `budget_bytes` (default: what other programs leave free) within the GPU;
-    `inventory`: the model's, when the caller has read it already."""
+    """Plan for `budget_bytes` (default: what other programs leave free on the chosen GPU)
+    within the GPU, under `choice`; `inventory`: the model's, when the caller has read it.
+    `exact_budget`: a budget the user typed, refused (not cut) when the GPU is smaller.
+
+    CPU only needs no profile: without one the model loads with no GPU device at all.
+    A placement by hand does (it is costed beside the planner's), and one that does not
+    fit the budget is refused rather than shrunk.
+    """
     if profile is None:
+        if choice.kind is PlacementKind.CPU:
+            params = LoadParams(model_path, n_ctx=n_ctx, op_offload=False, main_gpu=NO_GPU)
+            return PlannedLoad(params, None, None)
+        if choice.is_manual:
+            raise BadInputError(
+                f"placement {choice} needs this machine's profile; run `shardchat profile "
+                "--fast` first"
+            )
         return PlannedLoad(LoadParams(model_path, n_ctx=n_ctx), None, None)
     inventory = inventory or read_inventory(model_path)
+    selection = select_gpu(profile, gpu)
+    profile = selection.profile
+    if selection.note:
+        log.info("%s", selection.note)
     budget = 0
-    if profile.gpu is not None:
+    if exact_budget and budget_bytes is not None:
+        budget = budget_bytes
+    elif profile.gpu is not None:
         if budget_bytes is None:
-            budget_bytes = AutoBudget(lambda _budget: None).budget_for(first_gpu())
+            budget_bytes = AutoBudget(lambda _budget: None).budget_for(_gpu_info(selection.index))
         budget = min(budget_bytes, profile.gpu.vram_total_bytes)
-    plan = make_plan(inventory, profile, PlanRequest(budget, n_ctx=n_ctx))
-    return PlannedLoad(load_params_for(plan, inventory, model_path), plan, profile)
+    request = PlanRequest(budget, n_ctx=n_ctx)
+    plan = plan_for_choice(inventory, profile, request, choice, selection.index)
+    return PlannedLoad(load_params_for_plan(plan, inventory, model_path), plan, profile)
+
+
+def _gpu_info(index: int) -> GpuInfo | None:
+    """This machine's GPU `index` now (its free memory sets the automatic budget)."""
+    if index == 0:
+        return first_gpu()
+    gpus, _reason, _driver, _cuda = probe_gpus()
+    return gpus[index] if index < len(gpus) else None

@@ -20,8 +20,9 @@ from engine.described_machines import described_names, load_described
 from engine.errors import BadInputError
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
+from engine.placement_choice import AUTO, PlacementChoice, plan_for_choice, select_gpu
 from engine.plan import Plan, PlanRequest
-from engine.planner import make_plan
+from engine.plan_execution import llama_gpu_layers
 from engine.profile import Profile
 from engine.vision_options import NO_TOKEN_LIMIT
 from engine.vision_plan import VisionPlan, plan_vision, projector_facts
@@ -56,6 +57,22 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         help="the image to plan for: N is a 16:9 image N pixels wide, or give WxH "
         "(default: the largest image the projector takes by itself)",
     )
+    plan.add_argument(
+        "--placement",
+        default="auto",
+        metavar="auto|cpu|layers:N|cpu-moe:N",
+        help="auto: the planner's choice (default); cpu: CPU only; layers:N: llama.cpp's "
+        "n_gpu_layers=N (the output layer and the last N-1 blocks on the GPU); cpu-moe:N: the "
+        "experts of the first N blocks in host memory, everything else on the GPU (MoE models)."
+        " A manual placement is shown beside the planner's choice",
+    )
+    plan.add_argument(
+        "--gpu",
+        type=int,
+        default=None,
+        metavar="INDEX",
+        help="which GPU, as llama.cpp numbers them (default 0)",
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(command="plan", run=run_plan)
 
@@ -74,16 +91,23 @@ def image_px(text: str) -> tuple[int, int]:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    choice = PlacementChoice.parse(args.placement)  # bad input fails before the model is read
     inventory = read_inventory(args.model or default_model_path())
     if args.image_px and not args.mmproj:
         raise BadInputError("--image-px needs --mmproj (the projector to plan the image for)")
     facts = projector_facts(args.mmproj) if args.mmproj else None
-    profile = load_profile_for_planning(args.hardware)
+    selection = select_gpu(load_profile_for_planning(args.hardware), args.gpu)
+    profile = selection.profile
     try:
         request = PlanRequest(
             args.vram, n_ctx=args.ctx, n_parallel=args.parallel, prompt_tokens=args.prompt_tokens
         )
-        plan = make_plan(inventory, profile, request)
+        planner = plan_for_choice(inventory, profile, request, AUTO, selection.index)
+        plan = (
+            plan_for_choice(inventory, profile, request, choice, selection.index)
+            if choice.is_manual
+            else planner
+        )
         vision = (
             plan_vision(plan, inventory, facts, profile, image_size=args.image_px)
             if facts
@@ -95,12 +119,51 @@ def run_plan(args: argparse.Namespace) -> int:
         data = plan.to_dict()
         if vision is not None:
             data["vision"] = vision_dict(vision)
+        if choice.is_manual:
+            data["planner"] = comparison_dict(planner)
         print(json.dumps(data, indent=1, default=str))
     else:
+        if selection.note:
+            print(selection.note)
         print(render_plan(plan, profile))
+        if choice.is_manual:
+            print(render_comparison(planner, plan, len(inventory.all_sublayers())))
         if vision is not None:
             print(render_vision(vision))
     return 0
+
+
+def render_comparison(planner: Plan, manual: Plan, n_sublayers: int) -> str:
+    """The planner's choice and a manual placement side by side, with manual / planner."""
+    placement = str(manual.extras.get("placement", "manual"))
+    rows = [
+        ("decode tokens/s", planner.predicted_decode_tokens_per_s,
+         manual.predicted_decode_tokens_per_s, "{:.1f}"),
+        (f"TTFT s ({manual.request.prompt_tokens} tokens)", planner.predicted_ttft_s,
+         manual.predicted_ttft_s, "{:.2f}"),
+        ("VRAM account", planner.vram.total_bytes, manual.vram.total_bytes, None),
+        ("resident sub-layers", len(planner.resident), len(manual.resident), "{:d}"),
+    ]  # fmt: skip
+    width = 28
+    lines = [f"{'':{width}}{'planner':>14}{placement:>14}{'ratio':>9}"]  # manual / planner
+    for label, ours, theirs, form in rows:
+        shown = [format_bytes(v) if form is None else form.format(v) for v in (ours, theirs)]
+        if label == "resident sub-layers":
+            shown = [f"{v} of {n_sublayers}" for v in shown]
+        ratio = f"{theirs / ours:.2f}x" if ours else "-"
+        lines.append(f"{label:{width}}{shown[0]:>14}{shown[1]:>14}{ratio:>9}")
+    return "\n".join(lines)
+
+
+def comparison_dict(plan: Plan) -> dict[str, object]:
+    """The planner's choice, in brief, beside a manual plan printed as JSON."""
+    return {
+        "predicted_decode_tokens_per_s": plan.predicted_decode_tokens_per_s,
+        "predicted_ttft_s": plan.predicted_ttft_s,
+        "vram_total_bytes": plan.vram.total_bytes,
+        "resident_sublayers": len(plan.resident),
+        "reason": plan.reason,
+    }
 
 
 def load_profile_for_planning(hardware: str | None) -> Profile:
@@ -136,9 +199,10 @@ def render_plan(plan: Plan, profile: Profile) -> str:
         f"VRAM      weights {weights} + KV {kv}"
         f" + compute {format_bytes(vram.compute_bytes)} + margin {format_bytes(vram.margin_bytes)}"
         f" = {format_bytes(vram.total_bytes)}",
-        f"llama.cpp n_gpu_layers {plan.n_gpu_layers}, n_threads {plan.n_threads}, n_threads_batch "
-        f"{plan.n_threads_batch}, n_ubatch {plan.n_ubatch}, GGML_OP_OFFLOAD_MIN_BATCH "
-        f"{_boundary(plan)}, {len(plan.resident_tensor_names)} tensors placed in VRAM",
+        f"llama.cpp n_gpu_layers {llama_gpu_layers(plan.n_gpu_layers)}, n_threads "
+        f"{plan.n_threads}, n_threads_batch {plan.n_threads_batch}, n_ubatch {plan.n_ubatch}, "
+        f"GGML_OP_OFFLOAD_MIN_BATCH {_boundary(plan)}, {len(plan.resident_tensor_names)} "
+        "tensors placed in VRAM",
         f"{'tier':>6}  {'family':9}{'streamed/step':>14}{'ms/step':>10}{'tokens/s':>11}  runner-up",
     ]
     for tier in plan.tiers:

@@ -26,6 +26,7 @@ from app.events import (
     JobProgressed,
     ModelLoaded,
     ModelUnloaded,
+    PlacementFellBack,
     PlanChanged,
     ReplyFinished,
     RequestFailed,
@@ -41,9 +42,9 @@ from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.image_input import ImageFile
 from engine.model_params import LoadParams
+from engine.placement_choice import load_params_for_plan, replan
 from engine.plan import Plan
-from engine.plan_execution import StepLog, load_params_for
-from engine.planner import make_plan
+from engine.plan_execution import StepLog
 from engine.profile import Profile
 from engine.runtime import LoadedModel, inspect_model, load_model
 from engine.sampling import SamplingSettings
@@ -175,6 +176,9 @@ class EngineWorker:
 
     def set_budget(self, vram_budget_bytes: int) -> int:
         """Re-plan the loaded model for a new VRAM budget; reload only if the placement moves.
+
+        A placement chosen by hand stays while it fits; when it does not, the planner's
+        choice runs (PlacementFellBack says why) until a budget it fits comes back.
 
         Queued like every request, so a reply being generated finishes first (or
         cancel it); the conversation is carried into the reloaded model whole.
@@ -348,10 +352,14 @@ class EngineWorker:
             raise BadInputError("the loaded model runs without a plan; load it with a budget")
         try:
             new_request = replace(plan.request, vram_budget_bytes=request.vram_budget_bytes)
-            new_plan = make_plan(model.inventory, profile, new_request)
+            # a placement chosen by hand (it rides in the plan) is kept while it fits
+            new_plan, fell_back = replan(model.inventory, profile, new_request, plan)
         except ValueError as exc:
             raise BadInputError(str(exc)) from exc
-        params = load_params_for(new_plan, model.inventory, model.params.model_path)
+        if fell_back is not None:
+            wanted = str(new_plan.extras.get("requested_placement", ""))
+            self._emit(PlacementFellBack(entry.request_id, wanted, fell_back))
+        params = load_params_for_plan(new_plan, model.inventory, model.params.model_path)
         reload = params != model.params
         if reload:
             self._replace_model(params, new_plan, profile)

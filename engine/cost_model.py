@@ -115,13 +115,25 @@ class CostModel:
             curve.sort()
         if not self._curves:
             raise ValueError("the profile has no kernel measurements")
+        self._gflops_memo: dict[tuple[Device, KernelShape, str, int, int], float] = {}
 
     # --- kernels ---
 
     def kernel_gflops(
         self, device: Device, shape: KernelShape, quant: str, threads: int, n_tokens: int
     ) -> float:
-        """Measured throughput at the nearest quant and thread count, interpolated in tokens."""
+        """Measured throughput at the nearest quant and thread count, interpolated in tokens.
+
+        Memoised: a plan asks the same few questions tens of thousands of times.
+        """
+        key = (device, shape, quant, threads, n_tokens)
+        if key not in self._gflops_memo:
+            self._gflops_memo[key] = self._kernel_gflops(device, shape, quant, threads, n_tokens)
+        return self._gflops_memo[key]
+
+    def _kernel_gflops(
+        self, device: Device, shape: KernelShape, quant: str, threads: int, n_tokens: int
+    ) -> float:
         if not any(d is device and s is shape for (d, s, _q, _t) in self._curves):
             shape = KernelShape.DENSE  # not measured: treat the matrices as dense blocks
         quant = self._measured_quant(device, shape, quant)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,12 +28,11 @@ from typing import Any
 
 import llama_cpp
 
-from engine import llama_log
+from engine import llama_log, offload_boundary
 from engine.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.model_params import LoadParams, make_llama_kwargs
 
 MIB = 1024 * 1024
-_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
 # llama-model.cpp / llama-kv-cache.cpp / llama-context.cpp:
 # "%s: %12s model buffer size = %8.2f MiB", "... KV buffer size ...", "... compute buffer size ..."
 _BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute|output|RS) buffer size = +([\d.]+) MiB")
@@ -125,7 +123,8 @@ def simulate_compute_buffers(params: LoadParams) -> DeviceBuffers:
     (engine.child_process) when the boundary differs.
     """
     if params.op_offload_min_batch is not None:
-        os.environ.setdefault(_OFFLOAD_ENV, str(params.op_offload_min_batch))
+        offload_boundary.request(params.op_offload_min_batch)
+    offload_boundary.note_ggml_start()
     kwargs = make_llama_kwargs(params)
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     with llama_log_lines() as lines:

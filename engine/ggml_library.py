@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine import offload_boundary
+
 
 def is_library_file(name: str, stem: str) -> bool:
     """Whether a file name is one of the names `stem` is shipped under (libggml.so.0, ...)."""
@@ -62,6 +64,7 @@ def typed_function(stem: str, name: str, restype: object, *argtypes: object) -> 
 
 def device_pointers() -> list[int]:
     """Every ggml device (ggml_backend_dev_t) in registry order, the order llama.cpp uses."""
+    offload_boundary.note_ggml_start()  # listing devices starts the GPU backends
     count = typed_function("ggml", "ggml_backend_dev_count", ctypes.c_size_t)()
     get = typed_function("ggml", "ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
     return [get(i) for i in range(count)]

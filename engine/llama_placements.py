@@ -88,6 +88,27 @@ def layer_offload_baseline(
     return _costed(inventory, profile, request, keys, plan_blocks(best), reason)
 
 
+def layer_keys(inventory: ModelInventory, n_gpu_layers: int) -> set[SubLayerKey]:
+    """What `-ngl n_gpu_layers` puts in VRAM (llama.cpp's counting: the output layer and
+    the last n_gpu_layers - 1 blocks), for a user's own choice of N (issue 13)."""
+    return _layer_keys(inventory, n_gpu_layers)
+
+
+def costed_placement(
+    inventory: ModelInventory,
+    profile: Profile,
+    request: PlanRequest,
+    keys: set[SubLayerKey],
+    n_gpu_layers: int,
+    reason: str,
+) -> Plan:
+    """A given resident set as a plan, costed as a llama.cpp user runs it (ubatch 512, op
+    offload from 32), with the VRAM account of `vram_account_of`; `n_gpu_layers` counts
+    blocks, as a plan does. Raises ValueError when the account exceeds the budget: callers
+    that place by hand check `vram_account_of` first to say by how much."""
+    return _costed(inventory, profile, request, keys, n_gpu_layers, reason)
+
+
 def _layer_keys(inventory: ModelInventory, n_gpu_layers: int) -> set[SubLayerKey]:
     """What `-ngl n_gpu_layers` puts in VRAM, in this llama.cpp's counting."""
     n = len(inventory.blocks)

@@ -46,6 +46,9 @@ class LoadParams:
     # False: ops on host weights never run on the GPU, whatever their batch (a plan that
     # never streams; without it a GPU build still reserves device compute buffers for them)
     op_offload: bool = True
+    # which GPU (llama.cpp's device index: discrete GPUs first); -1: none, CPU only.
+    # Any other than 0 loads in llama.cpp's single-GPU mode, where main_gpu takes effect
+    main_gpu: int = 0
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -56,6 +59,8 @@ class LoadParams:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be positive")
+        if self.main_gpu < -1:
+            raise ValueError("main_gpu must be a GPU index, or -1 for none")
 
     def with_changes(self, **changes: Any) -> LoadParams:
         return replace(self, **changes)
@@ -77,7 +82,7 @@ class LoadParams:
 def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
     """Keyword arguments for `llama_cpp.Llama`, with thread defaults resolved."""
     threads = params.n_threads or physical_cores()
-    return {
+    kwargs = {
         "model_path": str(params.model_path),
         # Ask for what llama.cpp will allocate anyway, so llama-cpp-python's token
         # arrays and llama.cpp's KV cache agree on the window's size.
@@ -90,8 +95,14 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         "use_mmap": params.use_mmap,
         "op_offload": params.op_offload,
         "seed": params.seed,
+        "main_gpu": params.main_gpu,
         # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at
         # /dev/null while loading, silencing every thread of the process; its
         # own Python-level chatter is captured by the runtime instead.
         "verbose": True,
     }
+    if params.main_gpu != 0:
+        # llama.cpp reads main_gpu only in single-GPU mode (split_mode NONE): there it keeps
+        # that one device, or none for -1; the default layer split spreads over every GPU
+        kwargs["split_mode"] = llama_cpp.LLAMA_SPLIT_MODE_NONE
+    return kwargs

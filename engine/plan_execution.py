@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine import offload_boundary
 from engine.buffer_overrides import buffer_types, override_patterns_for
 from engine.cost_model import CostModel, Placement, Where
 from engine.errors import BadInputError
@@ -28,8 +29,9 @@ from engine.hardware import HardwareInfo
 from engine.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.model_params import LoadParams
 from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily
+from engine.planner import with_offload_boundary
 from engine.profile import Profile
-from engine.runtime import LoadedModel, set_op_offload_boundary
+from engine.runtime import LoadedModel
 
 log = logging.getLogger("shardchat.steps")
 
@@ -52,8 +54,11 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
     the GPU buffer type below would do), and keeps that value for the process.
     """
     streams = plan.op_offload_min_batch < NEVER_OFFLOAD
-    if streams:
-        set_op_offload_boundary(plan.op_offload_min_batch)
+    resident = set(plan.resident)
+    everything = all((s.block, s.kind) in resident for s in inventory.all_sublayers())
+    # with every weight resident nothing streams: whatever boundary is in force will do
+    asks = streams and not everything
+    boundary = offload_boundary.request(plan.op_offload_min_batch) if asks else None
     common = {
         "model_path": model_path,
         "n_ctx": plan.request.n_ctx,
@@ -70,7 +75,7 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         **common,
         n_gpu_layers=llama_gpu_layers(plan.n_gpu_layers),
         tensor_overrides=tuple(_overrides(plan, inventory)),
-        op_offload_min_batch=plan.op_offload_min_batch if streams else None,
+        op_offload_min_batch=boundary,
     )
 
 
@@ -82,6 +87,18 @@ def llama_gpu_layers(blocks: int) -> int:
     blocks need N + 1 (and N = n_layer keeps block 0, with its KV cache, on the CPU).
     """
     return blocks + 1 if blocks > 0 else 0
+
+
+def executable_plan(plan: Plan) -> Plan:
+    """`plan` costed with the op-offload boundary the GPU backend really runs with.
+
+    The boundary is fixed when ggml starts (engine.offload_boundary); a plan that
+    asks for another one executes with that one, so predictions must use it.
+    """
+    in_force = offload_boundary.in_force()
+    if plan.op_offload_min_batch >= NEVER_OFFLOAD or in_force in (None, plan.op_offload_min_batch):
+        return plan
+    return with_offload_boundary(plan, in_force)
 
 
 def placement_for(plan: Plan, family: PlanFamily) -> Placement:
@@ -146,7 +163,7 @@ class StepLog:
 
     def __init__(self, model: LoadedModel, plan: Plan, profile: Profile, keep: int = 4096) -> None:
         self._model = model
-        self._plan = plan
+        self._plan = executable_plan(plan)
         self._cost = CostModel(profile)
         self.records: deque[StepRecord] = deque(maxlen=keep)
         self._placements = {f: placement_for(plan, f) for f in PlanFamily}
@@ -166,7 +183,7 @@ class StepLog:
 
     def use_plan(self, plan: Plan) -> None:
         """The budget changed without moving any weight: predict with the new plan."""
-        self._plan = plan
+        self._plan = executable_plan(plan)
         self._placements = {f: placement_for(plan, f) for f in PlanFamily}
 
     def drain(self) -> list[StepRecord]:

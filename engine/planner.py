@@ -480,3 +480,20 @@ def _key(sub: SubLayer) -> SubLayerKey:
 def _sort_key(key: SubLayerKey) -> tuple[int, str]:
     block, kind = key
     return (-1 if block is None else block, kind.value)
+
+
+def with_offload_boundary(plan: Plan, boundary: int) -> Plan:
+    """The same placement with llama.cpp streaming from `boundary` tokens per step.
+
+    Every tier's families are already costed; only which one runs changes.
+    """
+    tiers = tuple(
+        _tier_plan(t.tier, {e.family: e for e in (t.chosen, *t.others)}, boundary)
+        for t in plan.tiers
+    )
+    return replace(
+        plan,
+        tiers=tiers,
+        op_offload_min_batch=boundary,
+        predicted_decode_tokens_per_s=tiers[0].tokens_per_s,
+    )

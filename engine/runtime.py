@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
-from engine import llama_log
+from engine import llama_log, offload_boundary
 from engine.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
 from engine.errors import ModelFileError
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from engine.vision_runtime import VisionRuntime
 
 log = logging.getLogger(__name__)
-_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
 
 
 class LoadedModel:
@@ -75,6 +74,7 @@ def load_model(params: LoadParams) -> LoadedModel:
     params = _within_trained_context(params, inventory)
     started = time.perf_counter()
     set_op_offload_boundary(params.op_offload_min_batch)
+    offload_boundary.note_ggml_start()
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     chatter = io.StringIO()
     try:
@@ -90,18 +90,9 @@ def load_model(params: LoadParams) -> LoadedModel:
 
 
 def set_op_offload_boundary(min_batch: int | None) -> None:
-    """llama.cpp's GPU backends read GGML_OP_OFFLOAD_MIN_BATCH once, when they initialise.
-
-    Setting it before every load is harmless; a later change only takes effect in a
-    new process, which is logged so a stale boundary is visible.
-    """
-    if min_batch is None:
-        return
-    previous = os.environ.get(_OFFLOAD_ENV)
-    os.environ[_OFFLOAD_ENV] = str(min_batch)
-    if previous is not None and previous != str(min_batch):
-        log.warning("%s changed from %s to %d; the GPU backend may keep the first value",
-                    _OFFLOAD_ENV, previous, min_batch)  # fmt: skip
+    """Ask the GPU backend to stream from `min_batch` tokens per step (engine.offload_boundary)."""
+    if min_batch is not None:
+        offload_boundary.request(min_batch)
 
 
 def inspect_model(path: str | os.PathLike[str]) -> ModelInventory:

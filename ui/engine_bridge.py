@@ -17,6 +17,7 @@ from app.events import (
     JobProgressed,
     ModelLoaded,
     ModelUnloaded,
+    PlacementFellBack,
     PlanChanged,
     ReplyFinished,
     RequestFailed,
@@ -32,6 +33,7 @@ class EngineBridge(QObject):
     model_unloaded = Signal(object)  # ModelUnloaded
     conversation_started = Signal(object)  # ConversationStarted
     plan_changed = Signal(object)  # PlanChanged
+    placement_fell_back = Signal(object)  # PlacementFellBack: a manual placement did not fit
     token_streamed = Signal(int, str)  # request id, text piece
     reply_finished = Signal(object)  # ReplyFinished
     job_progressed = Signal(object)  # JobProgressed
@@ -51,6 +53,7 @@ _SIGNAL_BY_EVENT: dict[type, str] = {
     ModelUnloaded: "model_unloaded",
     ConversationStarted: "conversation_started",
     PlanChanged: "plan_changed",
+    PlacementFellBack: "placement_fell_back",
     ReplyFinished: "reply_finished",
     JobProgressed: "job_progressed",
     JobFinished: "job_finished",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.auto_budget import AutoBudget
-from app.events import PlanChanged, RequestFailed
+from app.events import PlacementFellBack, PlanChanged, RequestFailed
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
@@ -59,6 +59,7 @@ class VramController(QObject):
         panel.budget_chosen.connect(self._choose_budget)
         panel.auto_toggled.connect(self.set_auto)
         bridge.plan_changed.connect(self._on_plan_changed)
+        bridge.placement_fell_back.connect(self._on_fell_back)
         bridge.request_failed.connect(self._on_failed)
         self._render()
         if self._gpu is not None:
@@ -78,6 +79,7 @@ class VramController(QObject):
     def shutdown(self) -> None:
         self._timer.stop()
         self.bridge.plan_changed.disconnect(self._on_plan_changed)
+        self.bridge.placement_fell_back.disconnect(self._on_fell_back)
         self.bridge.request_failed.disconnect(self._on_failed)
 
     def use_plan(self, plan: Plan | None) -> None:
@@ -92,6 +94,9 @@ class VramController(QObject):
         if self.auto:
             self._auto.poll_once()
         self._render()
+
+    def _on_fell_back(self, event: PlacementFellBack) -> None:
+        self.message.emit(event.message)
 
     def _choose_budget(self, budget_bytes: int) -> None:
         if self.plan is None:

@@ -150,3 +150,29 @@ def test_a_prompt_longer_than_the_context_is_bad_input() -> None:
 def test_a_context_below_llama_cpp_minimum_is_bad_input() -> None:
     line = assert_one_line_error(shardchat("chat", "--ctx", "8", "hi"))
     assert "n_ctx" in line
+
+
+# --- placement by hand (issue 13) ---
+
+
+def test_chat_cpu_only_needs_no_profile_and_loads_without_any_gpu(isolated_home: Path) -> None:
+    done = shardchat("chat", "--cpu-only", "--temperature", "0", "--max-tokens", "4", "Hi")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    log_text = (isolated_home / "logs" / "shardchat.log").read_text()
+    loaded = next(line for line in log_text.splitlines() if "engine.runtime: loaded" in line)
+    assert "main_gpu=-1" in loaded and "op_offload=False" in loaded and "n_gpu_layers=0" in loaded
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--placement", "lots"), "is not one of auto, cpu"),
+        (("--placement", "cpu-moe:"), "needs a count"),
+        (("--cpu-only", "--placement", "layers:4"), "--cpu-only contradicts"),
+        (("--placement", "layers:4"), "shardchat profile --fast"),  # no profile stored
+    ],
+)
+def test_chat_placements_that_cannot_run_are_bad_input(args: tuple[str, ...], message: str) -> None:
+    line = assert_one_line_error(shardchat("chat", *args, "hi"))
+    assert message in line

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.units import parse_size
+from engine.synthetic import SyntheticSpec, write_shape_only_model
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
@@ -98,3 +99,85 @@ def test_chat_under_a_plan_reports_predicted_and_measured_steps() -> None:
 def test_chat_with_a_bad_vram_size_exits_2() -> None:
     done = shardchat("chat", "--vram", "plenty", "hi")
     assert done.returncode == 2 and "not a size" in done.stderr
+
+
+# --- placement by hand (issue 13) ---
+
+DENSE = SyntheticSpec(
+    "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128256
+)
+
+
+@pytest.fixture(scope="module")
+def dense_model(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("shape-only")
+    return str(write_shape_only_model(folder / "dense.gguf", DENSE, "Q4_0"))
+
+
+def _row(out: str, label: str) -> list[str]:
+    line = next(line for line in out.splitlines() if line.startswith(label))
+    return line[len(label) :].split()
+
+
+def test_a_manual_placement_is_shown_beside_the_planners_choice(dense_model: str) -> None:
+    args = ("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model)
+    done = shardchat(*args, "--placement", "layers:8")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "manual placement layers:8: n_gpu_layers=8 of 33" in out
+    assert "llama.cpp n_gpu_layers 8," in out  # what llama.cpp is given, output layer included
+    header = next(line for line in out.splitlines() if "planner" in line and "layers:8" in line)
+    assert header.split() == ["planner", "layers:8", "ratio"]
+    auto = json.loads(shardchat(*args, "--json").stdout)
+    manual = json.loads(shardchat(*args, "--placement", "layers:8", "--json").stdout)
+    assert manual["planner"]["predicted_decode_tokens_per_s"] == pytest.approx(
+        auto["predicted_decode_tokens_per_s"]
+    )
+    ours, theirs, ratio = _row(out, "decode tokens/s")
+    assert float(ours) == pytest.approx(auto["predicted_decode_tokens_per_s"], abs=0.05)
+    assert float(theirs) == pytest.approx(manual["predicted_decode_tokens_per_s"], abs=0.05)
+    assert float(ratio.rstrip("x")) == pytest.approx(float(theirs) / float(ours), abs=0.01)
+    ttft = _row(out, "TTFT s")
+    assert float(ttft[-3]) == pytest.approx(auto["predicted_ttft_s"], abs=0.005)
+    assert float(ttft[-2]) == pytest.approx(manual["predicted_ttft_s"], abs=0.005)
+    assert len(_row(out, "VRAM account")) == 5  # two sizes with units, and the ratio
+    resident = _row(out, "resident sub-layers")
+    assert resident[0] == str(len(auto["resident"])) and resident[3] == "16"  # 8 layers
+    assert manual["extras"]["placement"] == "layers:8"
+
+
+def test_cpu_only_plans_nothing_in_vram(dense_model: str) -> None:
+    done = shardchat("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model",
+                     dense_model, "--placement", "cpu", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["resident"] == [] and plan["extras"]["main_gpu"] == -1
+    assert {t["chosen"]["family"] for t in plan["tiers"]} == {"cpu_only"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--placement", "layers"), "needs a count"),
+        (("--placement", "layers:x"), "needs a count"),
+        (("--placement", "gpu"), "is not one of auto, cpu"),
+        (("--placement", "layers:30"), "placement layers:30 needs"),
+        (("--placement", "cpu-moe:2"), "not a mixture-of-experts"),
+        (("--gpu", "1"), "only GPU 0 is valid"),
+        (("--gpu", "-1"), "only GPU 0 is valid"),
+    ],
+)
+def test_bad_placements_and_gpus_exit_2_with_one_line(
+    dense_model: str, args: tuple[str, ...], message: str
+) -> None:
+    done = shardchat("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model",
+                     dense_model, *args)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardchat: error:"), done.stderr
+    assert message in lines[0]
+
+
+def test_gpu_0_is_the_default_gpu(dense_model: str) -> None:
+    args = ("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model, "--json")
+    assert json.loads(shardchat(*args).stdout) == json.loads(shardchat(*args, "--gpu", "0").stdout)

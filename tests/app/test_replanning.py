@@ -11,14 +11,24 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+import engine.plan_execution as plan_execution
 from app.auto_budget import AutoBudget
-from app.events import FINAL_EVENTS, ModelLoaded, PlanChanged, ReplyFinished, RequestFailed
+from app.events import (
+    FINAL_EVENTS,
+    ModelLoaded,
+    PlacementFellBack,
+    PlanChanged,
+    ReplyFinished,
+    RequestFailed,
+)
 from app.load_planning import LoadRequest
 from app.worker import EngineWorker
+from engine.described_machines import load_described
 from engine.hardware import GpuInfo, probe_hardware
 from engine.image_input import ImageFile
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
+from engine.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
 from engine.plan import PlanRequest
 from engine.plan_execution import load_params_for
 from engine.planner import make_plan
@@ -135,3 +145,52 @@ def test_a_new_budget_keeps_the_projector_and_replans_it(engine, planned, tmp_pa
         engine.worker.send_message("Colour?", SHORT, [ImageFile("red.png", buffer.getvalue())])
     )
     assert isinstance(seen, ReplyFinished) and seen.stats.prompt_tokens > 16
+
+
+# --- a placement chosen by hand (issue 13) ---
+
+
+def _until_final(engine: Engine, request_id: int) -> list:
+    """Every event of one request, its final one last."""
+    seen, deadline = [], time.monotonic() + 60
+    while True:
+        event = engine.events.get(timeout=max(deadline - time.monotonic(), 0.01))
+        if getattr(event, "request_id", None) == request_id:
+            seen.append(event)
+            if isinstance(event, FINAL_EVENTS):
+                return seen
+
+
+def test_a_manual_placement_is_kept_across_budgets_it_fits_and_falls_back_when_not(
+    engine, default_model_file: Path, monkeypatch
+) -> None:
+    # a GPU plan on this CPU build: the "GPU" buffer type is the CPU's, so it loads here
+    monkeypatch.setattr(plan_execution, "_gpu_buffer_type", lambda: "CPU")
+    recorded = Profile.from_json(RECORDED.read_text())
+    profile = replace(recorded, gpu=load_described("laptop-8gb").gpu)
+    inventory = read_inventory(default_model_file)
+    every_layer = PlacementChoice.parse("layers:31")  # 30 blocks and the output layer
+    plan = plan_for_choice(inventory, profile, PlanRequest(2 << 30, n_ctx=1024), every_layer)
+    params = load_params_for_plan(plan, inventory, str(default_model_file))
+    assert params.n_gpu_layers == 31
+    engine.call(engine.worker.load_model(params, plan, profile))
+    engine.call(engine.worker.send_message("My name is Ada.", SHORT))
+
+    kept = _until_final(engine, engine.worker.set_budget(3 << 30))
+    assert [type(e) for e in kept] == [PlanChanged]
+    assert kept[0].plan.extras["placement"] == "layers:31" and not kept[0].reloaded
+
+    too_small = plan.vram.total_bytes - (1 << 20)  # the margin is the same 128 MiB here
+    events = _until_final(engine, engine.worker.set_budget(too_small))
+    assert [type(e) for e in events] == [PlacementFellBack, PlanChanged]
+    fell, changed = events
+    assert fell.requested == "layers:31" and "layers:31 needs" in fell.message
+    assert changed.plan.extras["placement"] == "auto" and changed.reloaded
+    assert changed.plan.vram.total_bytes <= too_small
+
+    back = _until_final(engine, engine.worker.set_budget(2 << 30))
+    assert [type(e) for e in back] == [PlanChanged]
+    assert back[0].plan.extras["placement"] == "layers:31"
+    assert back[0].plan.resident == plan.resident
+    reply = engine.call(engine.worker.send_message("What is my name?", SHORT))
+    assert isinstance(reply, ReplyFinished)

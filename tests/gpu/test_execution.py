@@ -14,6 +14,7 @@ from engine.placement_report import PlanCheck, check_plan
 from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily, PlanRequest
 from engine.planner import make_plan
 from engine.profile import Profile
+from tests.gpu.scenarios import live_budget_change
 
 MIB = 1024 * 1024
 GREEDY_STEPS = 32
@@ -113,3 +114,25 @@ def test_cpu_static_and_gpu_only_plans_give_the_same_greedy_tokens(
         error = normalised_mse(reference.logits, check.logits)
         assert error < NMSE_BOUND, f"{name}: {error:.2e}"
     print({name: normalised_mse(reference.logits, c.logits) for name, c in checks.items()})
+
+
+def test_a_live_budget_change_replans_reloads_only_when_the_placement_moves_and_auto_follows(
+    default_model_file, lavapipe_profile: Profile
+) -> None:
+    # by hand: the budget it runs under (moves nothing), then 160 MiB (partial: moves);
+    # then Auto, as another program takes 1.84 GiB of lavapipe's 2 GiB (the same 160 MiB:
+    # nothing moves) and gives it back (all resident again: moves)
+    args = (str(default_model_file), lavapipe_profile, (512, 160), (1888, 0))
+    outcome = run_in_child(live_budget_change, args, timeout_s=900)
+    assert outcome.ok, outcome.failure
+    run = outcome.value
+    budgets = [step.budget_bytes // MIB for step in run.steps]
+    assert budgets == [512, 160, 160, 2048]
+    assert [step.reloaded for step in run.steps] == [False, True, False, True]
+    for step in [s for s in run.steps if s.reloaded]:
+        assert 0 < step.allocated.device_bytes <= step.plan.vram.total_bytes
+    assert run.steps[1].plan.resident != run.first_plan.resident
+    # the conversation goes on through every reload: each prompt holds the whole history
+    prompts = run.prompt_tokens
+    assert all(b > a for a, b in zip(prompts, prompts[1:], strict=False))
+    assert len(run.replies) == len(run.steps) + 1 and all(run.replies)

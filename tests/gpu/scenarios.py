@@ -1,0 +1,113 @@
+"""Whole scenarios the GPU tier runs in a child process, each with a fresh ggml.
+
+A GPU backend reads the op-offload batch size once per process, and the test
+process has already started ggml, so a scenario that loads plans runs here, in
+`engine.child_process` (which imports this module by name), and returns plain
+values for the test to assert on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import time
+from typing import Any
+
+from app.auto_budget import AutoBudget
+from app.events import FINAL_EVENTS, PlanChanged, ReplyFinished
+from app.worker import EngineWorker
+from engine.device_buffers import DeviceBuffers, llama_log_lines, parse_buffer_lines
+from engine.hardware import GpuInfo, probe_gpus, probe_hardware
+from engine.inventory import read_inventory
+from engine.plan import Plan, PlanRequest
+from engine.plan_execution import load_params_for
+from engine.planner import make_plan
+from engine.profile import Profile
+from engine.sampling import GREEDY
+
+SHORT = GREEDY.with_changes(max_tokens=8)
+MIB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetStep:
+    """One budget change: the engine's answer and what llama.cpp holds on the device after."""
+
+    budget_bytes: int
+    reloaded: bool
+    plan: Plan
+    allocated: DeviceBuffers  # the buffers of the model loaded last (or still loaded)
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveBudgetRun:
+    first_plan: Plan
+    first_allocated: DeviceBuffers
+    steps: tuple[BudgetStep, ...]
+    replies: tuple[str, ...]
+    prompt_tokens: tuple[int, ...]
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.worker = EngineWorker(self.events.put).start()
+
+    def call(self, request_id: int) -> Any:
+        deadline = time.monotonic() + 300
+        while True:
+            event = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
+            if isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
+                return event
+
+
+def _latest_buffers(lines: list[str]) -> DeviceBuffers:
+    """The buffers of the last load in `lines` (each load logs a whole new set)."""
+    starts = [i for i, line in enumerate(lines) if "loading model tensors" in line]
+    return parse_buffer_lines(lines[starts[-1] :] if starts else lines)
+
+
+def live_budget_change(
+    model_path: str, profile: Profile, budgets_mib: tuple[int, ...], others_mib: tuple[int, ...]
+) -> LiveBudgetRun:
+    """Chat, change the budget by hand (each of budgets_mib), then let Auto follow a
+    simulated drop of the device's free memory (others_mib used by other programs)."""
+    profile = dataclasses.replace(profile, fingerprint=probe_hardware().fingerprint())
+    inventory = read_inventory(model_path)
+    plan = make_plan(inventory, profile, PlanRequest(max(budgets_mib) * MIB, n_ctx=1024))
+    engine = _Engine()
+    replies, prompts, steps = [], [], []
+    try:
+        with llama_log_lines() as lines:
+            engine.call(engine.worker.load_model(load_params_for(plan, inventory, model_path),
+                                                 plan, profile))  # fmt: skip
+            first_allocated = _latest_buffers(lines)
+            first = engine.call(engine.worker.send_message("My name is Ada.", SHORT))
+            replies.append(first.text)
+            prompts.append(first.stats.prompt_tokens)
+            budgets = [b * MIB for b in budgets_mib]
+            gpu = _device_gpu()
+            for others in others_mib:  # Auto: the budget follows what other programs leave
+                simulated = dataclasses.replace(gpu, other_processes_bytes=others * MIB)
+                AutoBudget(budgets.append, lambda g=simulated: g, reserve_bytes=0).poll_once()
+            for budget in budgets:
+                lines.clear()
+                changed = engine.call(engine.worker.set_budget(budget))
+                assert isinstance(changed, PlanChanged), changed
+                steps.append(BudgetStep(budget, changed.reloaded, changed.plan,
+                                        _latest_buffers(lines) if changed.reloaded else
+                                        DeviceBuffers()))  # fmt: skip
+                reply = engine.call(engine.worker.send_message("What is my name?", SHORT))
+                assert isinstance(reply, ReplyFinished), reply
+                replies.append(reply.text)
+                prompts.append(reply.stats.prompt_tokens)
+    finally:
+        engine.worker.shutdown()
+    return LiveBudgetRun(plan, first_allocated, tuple(steps), tuple(replies), tuple(prompts))
+
+
+def _device_gpu() -> GpuInfo:
+    """The Vulkan device as the hardware probe finds it (lavapipe: free always equals total)."""
+    gpus, reason, _driver, _cuda = probe_gpus()
+    assert gpus, reason
+    return gpus[0]
