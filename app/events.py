@@ -40,6 +40,9 @@ class PlanChanged:
     predicted_ttft_s: float
     n_gpu_layers: int
     plan: Any = None  # the new engine.plan.Plan, for panels that show the whole account
+    # Under a placement chosen by hand: the plan the planner would have made at this
+    # budget, so the panel can set the two predictions side by side (planned on the worker).
+    planner_plan: Any = None
 
 
 @dataclass(frozen=True)

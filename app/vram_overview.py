@@ -2,7 +2,8 @@
 
 The panel only renders a `VramOverview`; everything it says (how the budget is
 spent, what the plan predicts for a chat and for a batch, what the GPU holds
-right now) is decided here, where it can be tested without a window.
+right now, how a placement chosen by hand compares with the planner's) is decided
+here, where it can be tested without a window.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.profile_summary import backend_text
+from app.units import format_bytes
 from engine.hardware import GpuInfo
 from engine.plan import Plan
 
@@ -44,10 +46,22 @@ class VramOverview:
     backend: str | None = None  # llama.cpp backend and device, e.g. "Vulkan (Vulkan0)"
     integrated: bool = False  # the "VRAM" is system RAM shared with the CPU
     gpu_used_bytes: int | None = None  # everyone's use, ShardChat's included
+    # Who places the weights (issue 13): the plan's placement, "auto", "cpu", "layers:N"
+    # or "cpu-moe:N"; the model's blocks and whether it has experts, for the choices the
+    # panel offers (None: unknown until the worker re-planned, since a loaded plan does
+    # not record them); the two predictions, in words.
+    placement: str = "auto"
+    n_layer: int | None = None
+    is_moe: bool | None = None
+    placement_comparison: str = ""
 
     @property
     def has_gpu(self) -> bool:
         return self.gpu_name is not None
+
+    @property
+    def has_plan(self) -> bool:
+        return bool(self.resident)
 
     @property
     def planned_bytes(self) -> int:
@@ -60,9 +74,15 @@ def vram_overview(
     no_gpu_reason: str = "",
     auto: bool = False,
     budget_bytes: int | None = None,
+    planner_plan: Plan | None = None,
 ) -> VramOverview:
-    """The panel's figures; `budget_bytes` overrides the plan's while a new one is applied."""
+    """The panel's figures; `budget_bytes` overrides the plan's while a new one is applied.
+
+    `planner_plan` is what the planner would choose at this budget when `plan` is a
+    placement chosen by hand (the worker plans it: the GUI thread never does).
+    """
     budget = budget_bytes if budget_bytes is not None else _plan_budget(plan)
+    extras = plan.extras if plan else {}
     return VramOverview(
         gpu_name=gpu.name if gpu else None,
         no_gpu_reason=no_gpu_reason or "no GPU found",
@@ -79,7 +99,33 @@ def vram_overview(
         backend=backend_text(gpu.backend, gpu.ggml_device) if gpu else None,
         integrated=gpu.integrated if gpu else False,
         gpu_used_bytes=gpu.vram_used_bytes if gpu else None,
+        placement=str(extras.get("placement") or "auto"),
+        n_layer=int(extras["n_layer"]) if "n_layer" in extras else None,
+        is_moe=bool(extras["is_moe"]) if "is_moe" in extras else None,
+        placement_comparison=_comparison(plan, planner_plan),
     )
+
+
+def _prediction(plan: Plan) -> str:
+    """Decode speed, time to first token and VRAM used: "30.9 tok/s, 0.39 s, 3.9 GiB"."""
+    return (
+        f"{plan.predicted_decode_tokens_per_s:.1f} tok/s, {plan.predicted_ttft_s:.2f} s, "
+        f"{format_bytes(plan.vram.total_bytes)}"
+    )
+
+
+def _comparison(plan: Plan | None, planner_plan: Plan | None) -> str:
+    """The planner's prediction beside the user's, so a manual placement's cost is plain."""
+    if plan is None:
+        return ""
+    extras = plan.extras
+    placement = str(extras.get("placement") or "auto")
+    if placement == "auto":
+        text = f"planner: {_prediction(plan)}"
+        wanted = extras.get("requested_placement")
+        return f"{text} · yours ({wanted}): does not fit this budget" if wanted else text
+    yours = f"yours ({placement}): {_prediction(plan)}"
+    return yours if planner_plan is None else f"planner: {_prediction(planner_plan)} · {yours}"
 
 
 def _plan_budget(plan: Plan | None) -> int:

@@ -42,7 +42,13 @@ from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
 from engine.image_input import ImageFile
 from engine.model_params import LoadParams
-from engine.placement_choice import load_params_for_plan, replan
+from engine.placement_choice import (
+    AUTO,
+    PlacementChoice,
+    load_params_for_plan,
+    plan_for_choice,
+    replan,
+)
 from engine.plan import Plan
 from engine.plan_execution import StepLog
 from engine.profile import Profile
@@ -98,6 +104,11 @@ class _SetBudget:
 
 
 @dataclass(frozen=True)
+class _SetPlacement:
+    choice: PlacementChoice
+
+
+@dataclass(frozen=True)
 class _Stop:
     pass
 
@@ -130,6 +141,7 @@ class EngineWorker:
             _StartConversation: self._start_conversation,
             _SendMessage: self._send,
             _SetBudget: self._set_budget,
+            _SetPlacement: self._set_placement,
             _Summarize: self._summarize,
         }
         self._plan: Plan | None = None
@@ -184,6 +196,17 @@ class EngineWorker:
         cancel it); the conversation is carried into the reloaded model whole.
         """
         return self._submit(_SetBudget(vram_budget_bytes))
+
+    def set_placement(self, choice: PlacementChoice) -> int:
+        """Re-plan the loaded model under a placement chosen by hand (or the planner's), at
+        the current budget; reload only if the placement moves.
+
+        A manual placement that does not fit the budget is refused (RequestFailed, bad
+        input, with what it needs) and the loaded model stays as it was: the user asked
+        for exactly that placement, so it is never shrunk behind their back. Queued like
+        set_budget, so a reply in progress finishes first.
+        """
+        return self._submit(_SetPlacement(choice))
 
     def summarize(
         self, input_folder: Path, output_folder: Path | None, settings: SummarySettings
@@ -347,19 +370,48 @@ class EngineWorker:
 
     def _set_budget(self, entry: _Queued) -> None:
         request: _SetBudget = entry.request  # type: ignore[assignment]
+        # a placement chosen by hand (it rides in the plan) is kept while it fits
+        self._replan_loaded(entry.request_id, request.vram_budget_bytes, None)
+
+    def _set_placement(self, entry: _Queued) -> None:
+        request: _SetPlacement = entry.request  # type: ignore[assignment]
+        plan = self._plan
+        budget = plan.request.vram_budget_bytes if plan is not None else 0
+        self._replan_loaded(entry.request_id, budget, request.choice)
+
+    def _replan_loaded(
+        self, request_id: int, budget_bytes: int, choice: PlacementChoice | None
+    ) -> None:
+        """Re-plan the loaded model for a budget under `choice` (None: the plan's own).
+
+        Shared by set_budget and set_placement: both reload only when the placement
+        moves, and both say what the planner would have chosen when a manual placement
+        runs, so the panel can compare the two without planning on the GUI thread.
+        Nothing changes before the new plan is made, so a refused choice leaves the
+        loaded model and its plan as they were.
+        """
         model, plan, profile = self._require_model(), self._plan, self._profile
         if plan is None or profile is None:
             raise BadInputError("the loaded model runs without a plan; load it with a budget")
+        inventory, gpu = model.inventory, int(plan.extras.get("gpu", 0))
+        new_request = replace(plan.request, vram_budget_bytes=budget_bytes)
         try:
-            new_request = replace(plan.request, vram_budget_bytes=request.vram_budget_bytes)
-            # a placement chosen by hand (it rides in the plan) is kept while it fits
-            new_plan, fell_back = replan(model.inventory, profile, new_request, plan)
+            if choice is None:
+                new_plan, fell_back = replan(inventory, profile, new_request, plan)
+            else:
+                new_plan = plan_for_choice(inventory, profile, new_request, choice, gpu)
+                fell_back = None
+            planner_plan = None
+            if new_plan.extras.get("placement", "auto") != str(AUTO):
+                planner_plan = plan_for_choice(inventory, profile, new_request, AUTO, gpu)
         except ValueError as exc:
             raise BadInputError(str(exc)) from exc
+        shape = {"n_layer": len(inventory.blocks), "is_moe": inventory.is_moe}
+        new_plan = replace(new_plan, extras={**new_plan.extras, **shape})
         if fell_back is not None:
             wanted = str(new_plan.extras.get("requested_placement", ""))
-            self._emit(PlacementFellBack(entry.request_id, wanted, fell_back))
-        params = load_params_for_plan(new_plan, model.inventory, model.params.model_path)
+            self._emit(PlacementFellBack(request_id, wanted, fell_back))
+        params = load_params_for_plan(new_plan, inventory, model.params.model_path)
         reload = params != model.params
         if reload:
             self._replace_model(params, new_plan, profile)
@@ -367,12 +419,12 @@ class EngineWorker:
             self._plan = new_plan
             if self._steps is not None:
                 self._steps.use_plan(new_plan)
-        self._replan_projector(new_plan, profile, request.vram_budget_bytes)
+        self._replan_projector(new_plan, profile, budget_bytes)
         self._emit(
             PlanChanged(
-                entry.request_id, request.vram_budget_bytes, reload, new_plan.reason,
+                request_id, budget_bytes, reload, new_plan.reason,
                 new_plan.predicted_decode_tokens_per_s, new_plan.predicted_ttft_s,
-                new_plan.n_gpu_layers, new_plan,
+                new_plan.n_gpu_layers, new_plan, planner_plan,
             )
         )  # fmt: skip
 

@@ -1,10 +1,11 @@
 """What the VRAM panel does: read the GPU each second, apply a chosen or automatic budget.
 
-A chosen budget goes to the engine worker as a re-plan request; the worker
-finishes the reply in progress first and carries the conversation into any
-reloaded model, so the panel never touches the chat. The GPU is read on the GUI
-thread: NVML's and ggml's memory queries take well under a millisecond, and
-without a GPU it is not polled.
+A chosen budget, or a placement chosen by hand, goes to the engine worker as a
+re-plan request; the worker finishes the reply in progress first and carries the
+conversation into any reloaded model, so the panel never touches the chat. The
+planner's prediction a manual placement is compared with comes from the worker too.
+The GPU is read on the GUI thread: NVML's and ggml's memory queries take well under
+a millisecond, and without a GPU it is not polled.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from app.events import PlacementFellBack, PlanChanged, RequestFailed
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
+from engine.errors import BadInputError
 from engine.hardware import GpuInfo, probe_gpus
+from engine.placement_choice import PlacementChoice
 from engine.plan import Plan
 from ui.engine_bridge import EngineBridge
 from ui.vram_panel import VramPanel
@@ -54,10 +57,13 @@ class VramController(QObject):
         self._gpu, self._no_gpu_reason = read_gpu()
         self._auto = AutoBudget(self._choose_budget, lambda: self._gpu)
         self._pending: dict[int, int] = {}  # request id -> budget asked for
+        self._placements: dict[int, str] = {}  # request id -> placement asked for
+        self.planner_plan: Plan | None = None  # the planner's, beside a manual placement
         self._timer = QTimer(self, interval=REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
         panel.budget_chosen.connect(self._choose_budget)
         panel.auto_toggled.connect(self.set_auto)
+        panel.placement_chosen.connect(self.choose_placement)
         bridge.plan_changed.connect(self._on_plan_changed)
         bridge.placement_fell_back.connect(self._on_fell_back)
         bridge.request_failed.connect(self._on_failed)
@@ -84,8 +90,10 @@ class VramController(QObject):
 
     def use_plan(self, plan: Plan | None) -> None:
         """The chat loaded a model (another one, or another context length) under this plan."""
-        self.plan = plan
+        self.plan, self.planner_plan = plan, None
         self._pending.clear()
+        self._placements.clear()
+        self.panel.reset_placement()
         self._render()
 
     def refresh(self) -> None:
@@ -107,12 +115,31 @@ class VramController(QObject):
         self.message.emit(f"re-planning for a {format_bytes(budget_bytes)} VRAM budget…")
         self._render(budget_bytes)
 
-    def _on_plan_changed(self, event: PlanChanged) -> None:
-        if self._pending.pop(event.request_id, None) is None or event.plan is None:
+    def choose_placement(self, text: str) -> None:
+        """Re-plan under a placement ("auto", "cpu", "layers:N", "cpu-moe:N") at this budget."""
+        if self.plan is None or self._gpu is None:
+            why = "profile this machine first" if self.plan is None else self._no_gpu_reason
+            self.message.emit(f"the placement was not applied: {why}")
             return
-        self.plan = event.plan
+        try:
+            choice = PlacementChoice.parse(text)
+        except BadInputError as exc:
+            self.message.emit(f"the placement was not applied: {exc}")
+            return
+        self._placements[self.worker.set_placement(choice)] = str(choice)
+        self.message.emit(f"re-planning with placement {choice}…")
+
+    def _on_plan_changed(self, event: PlanChanged) -> None:
+        budget = self._pending.pop(event.request_id, None)
+        placement = self._placements.pop(event.request_id, None)
+        if (budget is None and placement is None) or event.plan is None:
+            return
+        self.plan, self.planner_plan = event.plan, event.planner_plan
         how = "model reloaded" if event.reloaded else "placement unchanged"
-        self.message.emit(f"VRAM budget {format_bytes(event.vram_budget_bytes)}: {how}")
+        if placement is not None:
+            self.message.emit(f"placement {placement}: {how}")
+        else:
+            self.message.emit(f"VRAM budget {format_bytes(event.vram_budget_bytes)}: {how}")
         self.plan_applied.emit(event.plan)
         self._render()
 
@@ -120,10 +147,15 @@ class VramController(QObject):
         if self._pending.pop(event.request_id, None) is not None:
             self.message.emit(f"the budget was not applied: {event.message}")
             self._render()
+        elif self._placements.pop(event.request_id, None) is not None:
+            self.message.emit(f"the placement was not applied: {event.message}")
+            self.panel.reset_placement()  # back to the placement that runs
+            self._render()
 
     def _render(self, budget_bytes: int | None = None) -> None:
         if budget_bytes is None and self._pending:
             budget_bytes = list(self._pending.values())[-1]
-        self.panel.show_overview(
-            vram_overview(self.plan, self._gpu, self._no_gpu_reason, self.auto, budget_bytes)
+        view = vram_overview(
+            self.plan, self._gpu, self._no_gpu_reason, self.auto, budget_bytes, self.planner_plan
         )
+        self.panel.show_overview(view)

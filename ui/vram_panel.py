@@ -4,6 +4,11 @@ It renders a `VramOverview` and reports what the person chose. Dragging the
 slider only moves the figure beside it; the new budget is reported once the
 slider is released (or the keys stop) for RELEASE_DEBOUNCE_MS, because every
 report re-plans and may reload the model.
+
+The placement row (issue 13) is LM Studio's GPU offload control: the planner's
+choice, CPU only, N whole layers on the GPU, or the experts of N blocks in host
+memory. It is reported only when the person presses Apply (or Return in the count),
+never on every keystroke, for the same reason.
 """
 
 from __future__ import annotations
@@ -12,11 +17,14 @@ from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSizePolicy,
     QSlider,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -25,6 +33,14 @@ from app.units import format_bytes
 from app.vram_overview import BATCH_SEQUENCES, VramOverview
 
 RELEASE_DEBOUNCE_MS = 300
+UNKNOWN_LAYERS = 999  # the count's top before the model's blocks are known (llama.cpp clamps)
+PLACEMENT_KINDS = (  # (what the combo says, the PlacementChoice kind)
+    ("Automatic (planner)", "auto"),
+    ("CPU only", "cpu"),
+    ("Whole layers on the GPU", "layers"),
+    ("MoE experts of N blocks on the CPU", "cpu-moe"),  # not offered for a dense model
+)
+COUNTED = ("layers", "cpu-moe")
 MIB = 1 << 20
 SEGMENT_COLOURS = {
     "weights": QColor("#3b82f6"),
@@ -74,6 +90,7 @@ class StackedBar(QWidget):
 class VramPanel(QWidget):
     budget_chosen = Signal(object)  # int bytes (over 2 GiB: not a C int), once settled
     auto_toggled = Signal(bool)
+    placement_chosen = Signal(str)  # "auto", "cpu", "layers:N" or "cpu-moe:N", once applied
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,18 +108,37 @@ class VramPanel(QWidget):
         self.chat = QLabel()
         self.batch = QLabel()
         self.live = QLabel(wordWrap=True)
+        self.placement = QComboBox()
+        self.placement.setAccessibleName("Placement")
+        self.placement_count = QSpinBox()
+        self.placement_count.setAccessibleName("Placement count")
+        self.apply_placement = QPushButton("Apply")
+        self.apply_placement.setAccessibleName("Apply the placement")
+        self.comparison = QLabel(wordWrap=True)
+        self.comparison.setAccessibleName("Planner's prediction and yours")
+        self._shown_placement: tuple[str, bool | None, int | None] | None = None
+        self._n_layer: int | None = None  # the model's blocks, once the worker said
         self._debounce = QTimer(self, singleShot=True, interval=RELEASE_DEBOUNCE_MS)
         self._debounce.timeout.connect(self._report_budget)
         self._lay_out()
         self.slider.valueChanged.connect(self._on_slider_moved)
         self.slider.sliderReleased.connect(self._debounce.start)
         self.auto.toggled.connect(self.auto_toggled)
+        self.placement.currentIndexChanged.connect(self._on_kind_changed)
+        self.apply_placement.clicked.connect(self._report_placement)
+        self.placement_count.lineEdit().returnPressed.connect(self._report_placement)
 
     def _lay_out(self) -> None:
         row = QHBoxLayout()
         row.addWidget(self.slider, stretch=1)
         row.addWidget(self.budget_label)
+        placement = QHBoxLayout()
+        placement.addWidget(self.placement, stretch=1)
+        placement.addWidget(self.placement_count)
+        placement.addWidget(self.apply_placement)
         form = QFormLayout()
+        form.addRow("Placement", placement)
+        form.addRow("Predicted", self.comparison)
         form.addRow("Plan", self.family)
         form.addRow("Chat", self.chat)
         form.addRow(f"Batch ({BATCH_SEQUENCES})", self.batch)
@@ -131,6 +167,16 @@ class VramPanel(QWidget):
         self.chat.setText(_speed(view.chat_tokens_per_s, view.chat_ttft_s))
         self.batch.setText(_speed(view.batch_tokens_per_s, None))
         self.live.setText(_live(view))
+        self._show_placement(view)
+
+    def placement_text(self) -> str:
+        """The placement the row shows now, as PlacementChoice.parse reads it."""
+        kind = str(self.placement.currentData() or "auto")
+        return f"{kind}:{self.placement_count.value()}" if kind in COUNTED else kind
+
+    def reset_placement(self) -> None:
+        """Show the running placement again at the next overview (a choice was refused)."""
+        self._shown_placement = None
 
     def budget_bytes(self) -> int:
         return self.slider.value() * MIB
@@ -161,6 +207,45 @@ class VramPanel(QWidget):
     def _report_budget(self) -> None:
         if not self.slider.isSliderDown():
             self.budget_chosen.emit(self.budget_bytes())
+
+    def _show_placement(self, view: VramOverview) -> None:
+        """Enable the row where it applies; show the running placement when it changes only,
+        so the once-a-second refresh never undoes a choice the person has not applied yet."""
+        usable = view.has_gpu and view.has_plan
+        for widget in (self.placement, self.apply_placement):
+            widget.setEnabled(usable)
+        reason = "" if view.has_gpu else f"{view.no_gpu_reason}: the model runs on the CPU."
+        for widget in (self.placement, self.placement_count, self.apply_placement):
+            widget.setToolTip(reason)
+        self.comparison.setText(view.placement_comparison if view.has_gpu else reason)
+        shown = (view.placement, view.is_moe, view.n_layer)
+        if shown != self._shown_placement:
+            self._shown_placement = shown
+            self._n_layer = view.n_layer
+            kind, _, count = view.placement.partition(":")
+            self.placement.blockSignals(True)
+            self.placement.clear()
+            for label, data in PLACEMENT_KINDS:
+                if data != "cpu-moe" or view.is_moe is not False or kind == "cpu-moe":
+                    self.placement.addItem(label, data)
+            self.placement.setCurrentIndex(max(self.placement.findData(kind), 0))
+            self.placement.blockSignals(False)
+            self._on_kind_changed()
+            self.placement_count.setValue(int(count) if count.isdigit() else 0)
+        self.placement_count.setEnabled(usable and self.placement.currentData() in COUNTED)
+
+    def _on_kind_changed(self) -> None:
+        """The count's range follows the kind: 0..n_layer+1 layers (the output layer too),
+        0..n_layer blocks' experts; auto and CPU only take no count."""
+        kind = self.placement.currentData()
+        n_layer = self._n_layer
+        top = UNKNOWN_LAYERS if n_layer is None else n_layer + (1 if kind == "layers" else 0)
+        self.placement_count.setRange(0, top)
+        self.placement_count.setEnabled(self.placement.isEnabled() and kind in COUNTED)
+
+    def _report_placement(self) -> None:
+        if self.apply_placement.isEnabled():
+            self.placement_chosen.emit(self.placement_text())
 
 
 def _colour(label: str) -> QColor:

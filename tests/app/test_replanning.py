@@ -194,3 +194,74 @@ def test_a_manual_placement_is_kept_across_budgets_it_fits_and_falls_back_when_n
     assert back[0].plan.resident == plan.resident
     reply = engine.call(engine.worker.send_message("What is my name?", SHORT))
     assert isinstance(reply, ReplyFinished)
+
+
+@pytest.fixture
+def on_a_laptop_gpu(default_model_file: Path, monkeypatch):
+    """The recorded profile with a described 8 GiB laptop GPU, and the default model's plan
+    at `budget` under a placement; GPU plans load on this CPU build (the buffer type is CPU's)."""
+    monkeypatch.setattr(plan_execution, "_gpu_buffer_type", lambda: "CPU")
+    profile = replace(Profile.from_json(RECORDED.read_text()), gpu=load_described("laptop-8gb").gpu)
+    inventory = read_inventory(default_model_file)
+
+    def planned_at(budget: int, placement: str = "auto"):
+        choice = PlacementChoice.parse(placement)
+        plan = plan_for_choice(inventory, profile, PlanRequest(budget, n_ctx=1024), choice)
+        return plan, load_params_for_plan(plan, inventory, str(default_model_file))
+
+    return profile, planned_at
+
+
+def test_a_placement_by_hand_replans_at_the_budget_and_says_what_the_planner_would_do(
+    engine, on_a_laptop_gpu
+) -> None:
+    profile, planned_at = on_a_laptop_gpu
+    plan, params = planned_at(2 << 30)
+    engine.call(engine.worker.load_model(params, plan, profile))
+    first = engine.call(engine.worker.send_message("My name is Ada.", SHORT))
+
+    events = _until_final(engine, engine.worker.set_placement(PlacementChoice.parse("layers:8")))
+    assert [type(e) for e in events] == [PlanChanged]
+    changed = events[0]
+    assert changed.plan.extras["placement"] == "layers:8"
+    assert changed.reloaded and changed.vram_budget_bytes == 2 << 30  # the budget stays
+    assert changed.plan.extras["n_layer"] == 30 and changed.plan.extras["is_moe"] is False
+    planner = changed.planner_plan
+    assert planner is not None and planner.extras["placement"] == "auto"
+    assert planner.resident == plan.resident  # what the planner chose at load, made again
+    assert planner.predicted_decode_tokens_per_s == plan.predicted_decode_tokens_per_s
+
+    second = engine.call(engine.worker.send_message("What is my name?", SHORT))
+    assert isinstance(second, ReplyFinished)
+    history = first.stats.prompt_tokens + first.stats.generated_tokens
+    assert history < second.stats.prompt_tokens  # the conversation came along
+
+    back = engine.call(engine.worker.set_placement(PlacementChoice.parse("auto")))
+    assert isinstance(back, PlanChanged) and back.plan.extras["placement"] == "auto"
+    assert back.planner_plan is None and back.plan.resident == plan.resident
+
+
+def test_a_placement_that_does_not_fit_is_refused_and_the_model_stays(
+    engine, on_a_laptop_gpu
+) -> None:
+    profile, planned_at = on_a_laptop_gpu
+    every_layer, _ = planned_at(2 << 30, "layers:31")
+    budget = every_layer.vram.total_bytes - (1 << 20)
+    plan, params = planned_at(budget)
+    engine.call(engine.worker.load_model(params, plan, profile))
+
+    refused = engine.call(engine.worker.set_placement(PlacementChoice.parse("layers:31")))
+    assert isinstance(refused, RequestFailed) and refused.bad_input
+    assert "placement layers:31 needs" in refused.message and "\n" not in refused.message
+
+    same = engine.call(engine.worker.set_budget(budget))  # what runs is what ran before
+    assert isinstance(same, PlanChanged) and not same.reloaded
+    assert same.plan.extras["placement"] == "auto" and same.plan.resident == plan.resident
+    reply = engine.call(engine.worker.send_message("Hello", SHORT))
+    assert isinstance(reply, ReplyFinished)
+
+
+def test_set_placement_needs_a_planned_model(engine, default_model_file: Path) -> None:
+    engine.call(engine.worker.load_model(LoadParams(str(default_model_file), n_ctx=512)))
+    failed = engine.call(engine.worker.set_placement(PlacementChoice.parse("cpu")))
+    assert isinstance(failed, RequestFailed) and failed.bad_input

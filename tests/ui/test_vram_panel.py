@@ -2,17 +2,33 @@
 
 Built from overviews of GPUs as engine.hardware reports them: a described NVIDIA
 laptop GPU (NVML's figures) and Mesa's lavapipe, a Vulkan device only ggml sees.
+The placement row (issue 13) is checked on plans of the default model, and against
+the real worker: the recorded 2-core profile with the described laptop GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
+
+import engine.plan_execution as plan_execution
+from app.units import format_bytes
 from app.vram_overview import vram_overview
-from engine.described_machines import DESCRIBED_MACHINES, described_hardware
+from app.worker import EngineWorker
+from engine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
+from engine.inventory import read_inventory
+from engine.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
+from engine.plan import Plan, PlanRequest
+from engine.profile import Profile
+from ui.engine_bridge import EngineBridge
+from ui.vram_controller import VramController
 from ui.vram_panel import VramPanel
 
 GIB = 1 << 30
+TIMEOUT_MS = 60_000
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
 
 def nvidia_laptop():
@@ -76,3 +92,160 @@ def test_without_a_gpu_the_panel_says_so(qtbot) -> None:
     panel = panel_showing(qtbot, None)
     assert panel.explanation.text() == "no GPU found: the model runs on the CPU."
     assert panel.live.text() == "no GPU" and not panel.slider.isEnabled()
+
+
+# --- the placement row (issue 13) ---
+
+
+def laptop_profile() -> Profile:
+    recorded = Profile.from_json(RECORDED.read_text())
+    return replace(recorded, gpu=load_described("laptop-8gb").gpu)
+
+
+@pytest.fixture(scope="module")
+def plan_at(default_model_file: Path):
+    """The default model's plan at a budget under a placement, as the worker makes it."""
+    inventory, profile = read_inventory(default_model_file), laptop_profile()
+
+    def plan_at(budget: int, placement: str = "auto") -> Plan:
+        choice = PlacementChoice.parse(placement)
+        plan = plan_for_choice(inventory, profile, PlanRequest(budget, n_ctx=1024), choice)
+        shape = {"n_layer": len(inventory.blocks), "is_moe": inventory.is_moe}
+        return replace(plan, extras={**plan.extras, **shape})
+
+    return plan_at
+
+
+def predicted(plan: Plan) -> str:
+    return (
+        f"{plan.predicted_decode_tokens_per_s:.1f} tok/s, {plan.predicted_ttft_s:.2f} s, "
+        f"{format_bytes(plan.vram.total_bytes)}"
+    )
+
+
+def test_the_panel_sets_the_planners_prediction_beside_a_manual_one(qtbot, plan_at) -> None:
+    planner, yours = plan_at(2 * GIB), plan_at(2 * GIB, "layers:8")
+    assert predicted(planner) != predicted(yours)
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    panel.show_overview(vram_overview(yours, nvidia_laptop(), planner_plan=planner))
+    assert panel.comparison.text() == (
+        f"planner: {predicted(planner)} · yours (layers:8): {predicted(yours)}"
+    )
+    assert panel.placement.currentText() == "Whole layers on the GPU"
+    assert panel.placement_count.value() == 8 and panel.placement_count.isEnabled()
+    assert panel.placement_count.maximum() == 31  # 30 blocks and the output layer
+    assert panel.placement.findData("cpu-moe") == -1  # a dense model: no experts to place
+
+    panel.show_overview(vram_overview(planner, nvidia_laptop()))
+    assert panel.comparison.text() == f"planner: {predicted(planner)}"
+    assert panel.placement.currentData() == "auto" and not panel.placement_count.isEnabled()
+
+
+def test_a_choice_is_reported_on_apply_only_and_survives_the_refresh(qtbot, plan_at) -> None:
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    view = vram_overview(plan_at(2 * GIB), nvidia_laptop())
+    panel.show_overview(view)
+    with qtbot.assertNotEmitted(panel.placement_chosen):
+        panel.placement.setCurrentIndex(panel.placement.findData("layers"))
+        panel.placement_count.setValue(12)
+        panel.show_overview(view)  # the once-a-second refresh
+    assert panel.placement.currentData() == "layers" and panel.placement_count.value() == 12
+    with qtbot.waitSignal(panel.placement_chosen) as chosen:
+        panel.apply_placement.click()
+    assert chosen.args == ["layers:12"]
+
+
+def test_without_a_gpu_the_placement_row_is_off_and_says_why(qtbot, plan_at) -> None:
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    panel.show_overview(vram_overview(plan_at(0, "cpu"), None, "no GPU found by NVML or ggml"))
+    reason = "no GPU found by NVML or ggml: the model runs on the CPU."
+    assert panel.explanation.text() == reason  # what the slider's row says
+    for widget in (panel.placement, panel.placement_count, panel.apply_placement):
+        assert not widget.isEnabled() and widget.toolTip() == reason
+    assert panel.comparison.text() == reason
+
+
+@pytest.fixture
+def vram_desk(qtbot, default_model_file: Path, monkeypatch):
+    """The panel and its controller on the real worker, with the default model loaded at
+    `budget` under the planner's choice; GPU plans load on this CPU build."""
+    monkeypatch.setattr(plan_execution, "_gpu_buffer_type", lambda: "CPU")
+    bridge = EngineBridge()
+    worker = EngineWorker(bridge).start()
+    asked: list[PlacementChoice] = []
+    set_placement = worker.set_placement
+    monkeypatch.setattr(worker, "set_placement", lambda c: asked.append(c) or set_placement(c))
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    controller = VramController(panel, worker, bridge, None, lambda: (nvidia_laptop(), ""))
+    messages: list[str] = []
+    controller.message.connect(messages.append)
+    inventory, profile = read_inventory(default_model_file), laptop_profile()
+
+    def load(budget: int) -> Plan:
+        plan = plan_for_choice(inventory, profile, PlanRequest(budget, n_ctx=1024))
+        params = load_params_for_plan(plan, inventory, str(default_model_file))
+        with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
+            worker.load_model(params, plan, profile)
+        controller.use_plan(plan)
+        return plan
+
+    yield panel, controller, bridge, load, asked, messages
+    controller.shutdown()
+    worker.shutdown()
+
+
+def test_applying_whole_layers_replans_under_that_placement(qtbot, vram_desk) -> None:
+    panel, controller, bridge, load, asked, messages = vram_desk
+    loaded = load(2 * GIB)
+    assert panel.placement.isEnabled() and panel.placement.currentData() == "auto"
+    panel.placement.setCurrentIndex(panel.placement.findData("layers"))
+    panel.placement_count.setValue(8)
+    with qtbot.waitSignal(bridge.plan_changed, timeout=TIMEOUT_MS) as changed:
+        panel.apply_placement.click()
+    assert asked == [PlacementChoice.parse("layers:8")]
+    event = changed.args[0]
+    assert event.plan.extras["placement"] == "layers:8" and controller.plan is event.plan
+    assert messages[-1] == "placement layers:8: model reloaded"
+    assert panel.comparison.text() == (
+        f"planner: {predicted(event.planner_plan)} · yours (layers:8): {predicted(event.plan)}"
+    )
+    assert predicted(event.planner_plan) == predicted(loaded)  # the planner's, made again
+    assert panel.placement.currentData() == "layers" and panel.placement_count.value() == 8
+
+
+def test_a_placement_over_the_budget_says_why_and_changes_nothing(
+    qtbot, vram_desk, plan_at
+) -> None:
+    panel, controller, bridge, load, asked, messages = vram_desk
+    every_layer = plan_at(2 * GIB, "layers:31")
+    loaded = load(every_layer.vram.total_bytes - (1 << 20))
+    shown = panel.comparison.text()
+    panel.placement.setCurrentIndex(panel.placement.findData("layers"))
+    panel.placement_count.setValue(31)
+    with qtbot.waitSignal(bridge.request_failed, timeout=TIMEOUT_MS) as failed:
+        panel.apply_placement.click()
+    assert asked == [PlacementChoice.parse("layers:31")] and failed.args[0].bad_input
+    assert messages[-1] == f"the placement was not applied: {failed.args[0].message}"
+    assert "placement layers:31 needs" in messages[-1] and "\n" not in messages[-1]
+    assert controller.plan is loaded and controller.planner_plan is None
+    assert panel.placement.currentData() == "auto"  # back to what runs
+    assert panel.comparison.text() == shown
+
+
+def test_the_counts_range_follows_the_kind_and_experts_are_offered_for_moe(qtbot, plan_at) -> None:
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    plan = plan_at(2 * GIB)
+    moe = replace(plan, extras={**plan.extras, "n_layer": 24, "is_moe": True})
+    panel.show_overview(vram_overview(moe, nvidia_laptop()))
+    panel.placement.setCurrentIndex(panel.placement.findData("cpu-moe"))
+    assert panel.placement.currentText() == "MoE experts of N blocks on the CPU"
+    assert panel.placement_count.isEnabled() and panel.placement_count.maximum() == 24
+    panel.placement.setCurrentIndex(panel.placement.findData("layers"))
+    assert panel.placement_count.maximum() == 25
+    panel.placement.setCurrentIndex(panel.placement.findData("cpu"))
+    assert not panel.placement_count.isEnabled()
