@@ -110,6 +110,7 @@ class VramPanel(QWidget):
         self.live = QLabel(wordWrap=True)
         self.placement = QComboBox()
         self.placement.setAccessibleName("Placement")
+        self.placement.view().setAccessibleName("Placement choices")
         self.placement_count = QSpinBox()
         self.placement_count.setAccessibleName("Placement count")
         self.apply_placement = QPushButton("Apply")
