@@ -406,8 +406,6 @@ class EngineWorker:
                 planner_plan = plan_for_choice(inventory, profile, new_request, AUTO, gpu)
         except ValueError as exc:
             raise BadInputError(str(exc)) from exc
-        shape = {"n_layer": len(inventory.blocks), "is_moe": inventory.is_moe}
-        new_plan = replace(new_plan, extras={**new_plan.extras, **shape})
         if fell_back is not None:
             wanted = str(new_plan.extras.get("requested_placement", ""))
             self._emit(PlacementFellBack(request_id, wanted, fell_back))

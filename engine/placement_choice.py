@@ -192,7 +192,11 @@ def plan_for_choice(
         plan = _manual_plan(inventory, profile, request, choice)
     main_gpu = NO_GPU if choice.kind is PlacementKind.CPU else gpu
     device = profile.gpu.ggml_device if profile.gpu is not None else None
-    extras = {"placement": str(choice), "gpu": gpu, "main_gpu": main_gpu, "ggml_device": device}
+    extras = {
+        "placement": str(choice), "gpu": gpu, "main_gpu": main_gpu, "ggml_device": device,
+        # what a placement control needs to offer (N up to n_layer, experts only for MoE)
+        "n_layer": len(inventory.blocks), "is_moe": inventory.is_moe,
+    }  # fmt: skip
     return replace(plan, extras={**plan.extras, **extras})
 
 
