@@ -131,6 +131,9 @@ def simulate_compute_buffers(params: LoadParams) -> DeviceBuffers:
         with loading_with_overrides(overrides):  # patches the low-level module's defaults
             model_params = llama_cpp.llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = kwargs["n_gpu_layers"]
+        model_params.main_gpu = kwargs["main_gpu"]
+        if "split_mode" in kwargs:
+            model_params.split_mode = kwargs["split_mode"]
         model_params.no_alloc = True
         model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
         model = llama_cpp.llama_model_load_from_file(kwargs["model_path"].encode(), model_params)

@@ -64,7 +64,7 @@ def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest)
     """The best executable plan for this model, machine and budget."""
     model = CostModel(profile)
     if profile.gpu is None:
-        return _cpu_plan(inventory, model, request, "no NVIDIA GPU in the profile: CPU-only plan")
+        return _cpu_plan(inventory, model, request, "no GPU in the profile: CPU-only plan")
     if request.vram_budget_bytes > profile.gpu.vram_total_bytes:
         raise ValueError(
             f"the budget ({request.vram_budget_bytes / 2**30:.1f} GiB) exceeds the GPU's memory "
