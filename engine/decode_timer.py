@@ -39,7 +39,13 @@ class DecodeTimer:
         use_extra_bufts: bool = True,
         n_gpu_layers: int = 0,
         use_mmap: bool = True,
+        stream_to_gpu: bool = False,
     ) -> None:
+        """`stream_to_gpu`: let llama.cpp run ops on host weights on the GPU (op offload).
+
+        Off otherwise, so that CPU figures are the CPU's: on a GPU build llama.cpp would
+        stream a CPU block's weights to the GPU for every batch of 32 tokens or more.
+        """
         _init_backend()
         model_params = llama_cpp.llama_model_default_params()
         model_params.use_extra_bufts = use_extra_bufts
@@ -55,6 +61,7 @@ class DecodeTimer:
         context_params.n_ubatch = n_batch
         context_params.n_threads = threads
         context_params.n_threads_batch = threads
+        context_params.op_offload = stream_to_gpu or n_gpu_layers > 0
         self._ctx = llama_cpp.llama_init_from_model(self._model, context_params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)

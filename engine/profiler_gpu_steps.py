@@ -134,7 +134,7 @@ def _per_layer(
 ) -> float:  # fmt: skip
     timers = [
         DecodeTimer(p, STREAM_TOKENS, STREAM_TOKENS, threads, n_gpu_layers=n_gpu_layers,
-                    use_mmap=use_mmap)
+                    use_mmap=use_mmap, stream_to_gpu=True)
         for p in (one, more)
     ]  # fmt: skip
     try:
@@ -147,7 +147,9 @@ def _per_layer(
 
 
 def _stream_until(path: Path, stop: threading.Event) -> None:
-    with DecodeTimer(path, STREAM_TOKENS, STREAM_TOKENS, 1, use_mmap=False) as timer:
+    with DecodeTimer(
+        path, STREAM_TOKENS, STREAM_TOKENS, 1, use_mmap=False, stream_to_gpu=True
+    ) as timer:
         while not stop.is_set():
             timer.time_step(STREAM_TOKENS, 0, 1, 1)
 
