@@ -83,10 +83,10 @@ def normalised_mse(reference: np.ndarray, other: np.ndarray) -> float:
     return float(np.mean((reference - other) ** 2) / np.mean(reference**2))
 
 
-# Vulkan's and the CPU's quantised matmuls round differently (the CPU quantises
-# activations to 8 bits for Q4_1 dot products, lavapipe's shaders do not), so logits
-# agree to rounding, not bit for bit. Measured on the default model (Q4_1) over 32
-# steps: about 1e-4 between any two placements; an unrelated continuation is ~1.
+# Vulkan's and the CPU's quantised matmul kernels round differently, so logits agree to
+# rounding, not bit for bit. Measured on the default model (Q4_1) over 32 greedy steps,
+# against the CPU-only plan: static 4.6e-4, GPU-only and all-resident 9.3e-4; an
+# unrelated continuation is of order 1. The bound leaves about 2x room over the worst.
 NMSE_BOUND = 2e-3
 
 
@@ -95,7 +95,8 @@ def test_cpu_static_and_gpu_only_plans_give_the_same_greedy_tokens(
 ) -> None:
     inventory, prompt = default_model
     partial = make_plan(inventory, lavapipe_profile, PlanRequest(160 * MIB, n_ctx=512))
-    assert partial.resident and partial.reason.split()[0] != "the", partial.reason
+    everything = {(s.block, s.kind) for s in inventory.all_sublayers()}
+    assert 0 < len(partial.resident) < len(everything), partial.reason
     plans = {
         "cpu": make_plan(inventory, lavapipe_profile, PlanRequest(0, n_ctx=512)),
         "static": dataclasses.replace(partial, op_offload_min_batch=NEVER_OFFLOAD),
