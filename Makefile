@@ -38,9 +38,12 @@ VULKAN_SHARED_WHEEL := ../shared/wheels/vulkan/llama_cpp_python-$(LLAMA_VERSION)
 VULKAN_WHEELS := .cache/wheels-vulkan
 VULKAN_PATCH := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-vulkan-headers-1.3.239.patch
 GPU_ENV := GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1
+LLAMA_SRC := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp
+FIT_PARAMS := .cache/fit-params/llama-fit-params
 
-test-gpu: $(VULKAN_INSTALLED)
-	QT_QPA_PLATFORM=offscreen $(GPU_ENV) $(VULKAN_PY) -m pytest -m gpu tests/gpu -v
+test-gpu: $(VULKAN_INSTALLED) $(FIT_PARAMS)
+	QT_QPA_PLATFORM=offscreen $(GPU_ENV) FIT_PARAMS_TOOL=$(CURDIR)/$(FIT_PARAMS) \
+		$(VULKAN_PY) -m pytest -m gpu tests/gpu -v
 
 $(VULKAN_INSTALLED): pyproject.toml
 	@$(call apt_ensure,vulkaninfo:vulkan-tools)
@@ -56,6 +59,25 @@ $(VULKAN_INSTALLED): pyproject.toml
 	fi
 	$(VULKAN_PY) -m pip install --find-links $(WHEELS) -e '.[test,dev]'
 	touch $@
+
+# llama.cpp's own --fit as its tool prints it (tools/fit-params), for tests/gpu/test_fit_params.py:
+# common/fit.cpp of the vendored llama.cpp, unchanged, behind tests/gpu/fit_params/main.cpp
+# (the tool's printing without common/'s argument parser), linked to .venv-vulkan's libllama.
+$(LLAMA_SRC)/common/fit.cpp: | $(VULKAN_INSTALLED)
+	rm -rf .cache/llama-src && mkdir -p .cache/llama-src
+	$(VULKAN_PY) -m pip download --quiet --no-deps --no-binary :all: -d .cache/llama-src \
+		llama-cpp-python==$(LLAMA_VERSION)
+	tar -xzf .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C .cache/llama-src
+	touch $@
+
+$(FIT_PARAMS): tests/gpu/fit_params/main.cpp $(LLAMA_SRC)/common/fit.cpp $(VULKAN_INSTALLED)
+	@$(call apt_ensure,g++:g++)
+	mkdir -p $(@D)
+	lib=$$($(VULKAN_PY) -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")') && \
+	g++ -std=c++17 -O1 -I$(LLAMA_SRC)/common -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/ggml/include \
+		-I$(LLAMA_SRC)/vendor tests/gpu/fit_params/main.cpp $(LLAMA_SRC)/common/fit.cpp \
+		$(LLAMA_SRC)/common/log.cpp $(LLAMA_SRC)/common/json.cpp \
+		-L$$lib -lllama -lggml -lggml-base -Wl,-rpath,$$lib -o $@
 
 # From source, as ../shared/wheels/README.md describes (about 6 minutes on 2 cores).
 .PHONY: vulkan-wheel

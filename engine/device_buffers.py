@@ -113,7 +113,19 @@ def llama_log_lines() -> Iterator[list[str]]:
 
 
 def simulate_compute_buffers(params: LoadParams) -> DeviceBuffers:
-    """llama.cpp's compute buffers for these load parameters, reserved but not allocated.
+    """llama.cpp's compute buffers for these load parameters, reserved but not allocated."""
+    simulated = simulate_buffers(params)
+    return DeviceBuffers(
+        {
+            name: {"compute": roles["compute"]}
+            for name, roles in simulated.by_buffer.items()
+            if roles.get("compute")
+        }
+    )
+
+
+def simulate_buffers(params: LoadParams) -> DeviceBuffers:
+    """Every buffer llama.cpp would allocate for these load parameters (model, KV, compute).
 
     Loads only the metadata (no_alloc, no mmap) with the same layers, overrides,
     context and batch sizes, creates the context (which reserves the worst-case
@@ -146,14 +158,7 @@ def simulate_compute_buffers(params: LoadParams) -> DeviceBuffers:
             llama_cpp.llama_free(context)
         finally:
             llama_cpp.llama_model_free(model)
-    simulated = parse_buffer_lines(lines)
-    return DeviceBuffers(
-        {
-            name: {"compute": roles["compute"]}
-            for name, roles in simulated.by_buffer.items()
-            if roles.get("compute")
-        }
-    )
+    return parse_buffer_lines(lines)
 
 
 def _context_params(params: LoadParams, kwargs: dict[str, Any]) -> Any:

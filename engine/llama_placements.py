@@ -24,7 +24,7 @@ counts the blocks, as engine.plan_execution reads it (it loads with one more).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -234,6 +234,13 @@ def fit_baseline(inventory: ModelInventory, profile: Profile, request: PlanReque
     first partial layer stays LAYER_FRACTION_MOE here, so llama.cpp may hold up to
     two thirds of one more block's experts in VRAM than this plan. Tensors named
     `ffn_*_chexps` (our inventory counts them as shared experts) stay with the layer.
+
+    Checked against llama.cpp's own fit (tests/gpu/test_fit_params.py, `llama-fit-params`
+    built from the vendored fit.cpp, on lavapipe): given llama.cpp's no-alloc memory for
+    each placement it tries, the same n_gpu_layers and host-expert blocks at every
+    budget of the sweep. With our account as the memory instead, a budget near a layer
+    boundary can get one layer more than llama.cpp gives: its compute buffer grows by a
+    copy of the op-offloaded host weights, which the account leaves out.
     """
     if profile.gpu is None or not inventory.blocks:
         return _cpu_plan(inventory, CostModel(profile), request, "no GPU: CPU only")
@@ -264,23 +271,35 @@ def fit_layers(
     inventory: ModelInventory, request: PlanRequest, margin_floor: int = MIN_MARGIN_BYTES
 ) -> tuple[FitLayers, str]:
     """fit.cpp's decision for one GPU: (n_layer, n_part), and which step settled it."""
-    n = len(inventory.blocks)
     budget = request.vram_budget_bytes
     target = budget - max(FIT_MARGIN_BYTES, margin_bytes(budget, margin_floor))
+    return fit_layers_to(inventory, request, target)
 
-    def mem(layers: FitLayers) -> int:
+
+def fit_layers_to(
+    inventory: ModelInventory,
+    request: PlanRequest,
+    target: int,
+    memory: Callable[[FitLayers], int] | None = None,
+) -> tuple[FitLayers, str]:
+    """fit.cpp's decision when `target` bytes of device memory may be used (free - margin).
+
+    `memory` is the device memory of a placement: our VRAM account unless given; the
+    GPU tier passes llama.cpp's own no-alloc measurement, as fit.cpp takes, to check
+    the algorithm against the real tool apart from the account.
+    """
+    n = len(inventory.blocks)
+
+    def projected(layers: FitLayers) -> int:
         return _projected(inventory, request, fit_keys(inventory, layers))
 
+    mem = memory or projected
     everything = FitLayers(n + 1, 0)
     if mem(everything) <= target:  # step 1
         return everything, NO_CHANGES
     moe = inventory.is_moe
-    surplus_cpu_moe = 0
-    if moe:
-        all_experts_out = {
-            k for k in fit_keys(inventory, everything) if k[1] is not SubLayerKind.ROUTED_EXPERTS
-        }
-        surplus_cpu_moe = target - _projected(inventory, request, all_experts_out)
+    # every expert tensor in host memory, the rest on the GPU
+    surplus_cpu_moe = target - mem(FitLayers(n + 1, n + 1)) if moe else 0
 
     # step 3: fill layers back to front ("dense-only" ones for an MoE model)
     low, mem_low = FitLayers(), mem(FitLayers())
