@@ -8,7 +8,16 @@ cost model's prediction next to each with the relative error. The profile is
 this machine's stored one (`shardchat profile --fast` makes it), or a JSON
 file given with --profile; with neither, a fast profile is measured first.
 
+With --gpu every layer is on the GPU (the profile's GPU figures predict) and
+the steps are smaller: a 64-token prompt step and the same decode steps, on the
+default model and two small synthetic ones, because on a software GPU
+(lavapipe: about 1-2 GFLOPS) the CPU sizes take minutes a step. lavapipe's
+absolute speed means nothing; the errors show whether predictions made from
+what the profiler measured on a device track what that device then does.
+
     .venv/bin/python bench/costmodel_accuracy.py [--profile FILE] [--repeats 3]
+    GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1 \
+        .venv-vulkan/bin/python bench/costmodel_accuracy.py --gpu
 """
 
 from __future__ import annotations
@@ -21,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.profile_store import ProfileStore
-from engine.cost_model import CostModel
+from engine.cost_model import ALL_CPU, CostModel, Placement, Where
 from engine.decode_timer import DecodeTimer
 from engine.default_model import default_model_path
 from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
+from engine.inventory import SubLayerKind, read_inventory
 from engine.profile import Profile, ProfileMode
 from engine.profiler import Profiler
 from engine.synthetic import SyntheticSpec, write_synthetic_model
@@ -39,8 +48,20 @@ MOE = SyntheticSpec(
     "qwen3moe", n_layer=12, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_ff=2048,
     n_expert=32, n_expert_used=4, n_ff_expert=512, context_length=4096,
 )  # fmt: skip
+GPU_DENSE = SyntheticSpec(
+    "llama", n_layer=12, n_embd=768, n_head=12, n_head_kv=4, n_ff=2048, vocab_size=4096,
+    context_length=4096,
+)  # fmt: skip
+GPU_MOE = SyntheticSpec(
+    "qwen3moe", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_expert=8,
+    n_expert_used=2, n_ff_expert=512, vocab_size=4096, context_length=4096,
+)  # fmt: skip
 # (label, new tokens, cached tokens before the step, logits wanted)
 STEPS = (("prompt 256", 256, 0, 1), ("decode 1", 1, CONTEXT, 1), ("decode 16", 16, CONTEXT, 16))
+GPU_STEPS = (("prompt 64", 64, 0, 1), *STEPS[1:])
+ALL_LAYERS = 9999
+# everything on the GPU but the token embedding, which llama.cpp keeps in host memory
+ALL_GPU = Placement(Where.GPU, {(None, SubLayerKind.TOKEN_EMBEDDING): Where.CPU})
 
 
 @dataclass(frozen=True)
@@ -56,17 +77,25 @@ class Row:
         return (self.predicted_s - self.measured_s) / self.measured_s
 
 
-def measure_and_predict(path: Path, model: CostModel, threads: int, repeats: int) -> list[Row]:
+def measure_and_predict(
+    path: Path, model: CostModel, threads: int, repeats: int, gpu: bool = False
+) -> list[Row]:
     inventory = read_inventory(path)
+    steps, placement = (GPU_STEPS, ALL_GPU) if gpu else (STEPS, ALL_CPU)
+    n_batch = max(n for _, n, _, _ in steps)
     rows = []
-    with DecodeTimer(path, n_ctx=1024, n_batch=256, threads=threads) as timer:
-        timer.time_step(256, 0, 1, 1)  # page the weights in
-        for label, n_tokens, n_past, n_outputs in STEPS:
+    with DecodeTimer(
+        path, n_ctx=1024, n_batch=n_batch, threads=threads, n_gpu_layers=ALL_LAYERS if gpu else 0
+    ) as timer:
+        timer.time_step(n_batch, 0, 1, 1)  # page the weights in
+        for label, n_tokens, n_past, n_outputs in steps:
             if n_past:
                 timer.prefill(n_past)
             timer.time_step(n_tokens, n_past, n_outputs, 1)  # the first step of a shape is slow
             measured = timer.time_step(n_tokens, n_past, n_outputs, repeats)
-            predicted = model.predict_step(inventory, n_tokens, threads, n_outputs, n_past)
+            predicted = model.predict_step(
+                inventory, n_tokens, threads, n_outputs, n_past, placement
+            )
             rows.append(Row(path.stem[:30], threads, label, measured, predicted.seconds))
     return rows
 
@@ -87,29 +116,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", help="profile JSON (default: this machine's stored one)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gpu", action="store_true", help="every layer on the GPU")
     args = parser.parse_args()
     profile = load_profile(args.profile)
+    if args.gpu and profile.gpu is None:
+        print("costmodel_accuracy: the profile has no GPU figures", file=sys.stderr)
+        return 2
     model = CostModel(profile)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="costmodel-bench-") as folder:
-        paths = [
-            default_model_path(),
-            write_synthetic_model(
-                Path(folder) / "synthetic-dense-1GB-Q8_0.gguf", DENSE_1GB, "Q8_0"
-            ),
-            write_synthetic_model(Path(folder) / "synthetic-moe-Q4_0.gguf", MOE, "Q4_0"),
-        ]
-        for path in paths:
-            for threads in (1, 2):
-                rows.extend(measure_and_predict(path, model, threads, args.repeats))
-    report(profile, rows)
+        for path in _models(Path(folder), args.gpu):
+            for threads in (1,) if args.gpu else (1, 2):
+                rows.extend(measure_and_predict(path, model, threads, args.repeats, args.gpu))
+    report(profile, rows, args.gpu)
     return 0
 
 
-def report(profile: Profile, rows: list[Row]) -> None:
+def _models(folder: Path, gpu: bool) -> list[Path]:
+    if gpu:
+        return [
+            default_model_path(),
+            write_synthetic_model(folder / "synthetic-dense-85MB-Q8_0.gguf", GPU_DENSE, "Q8_0"),
+            write_synthetic_model(folder / "synthetic-moe-Q4_0.gguf", GPU_MOE, "Q4_0"),
+        ]
+    return [
+        default_model_path(),
+        write_synthetic_model(folder / "synthetic-dense-1GB-Q8_0.gguf", DENSE_1GB, "Q8_0"),
+        write_synthetic_model(folder / "synthetic-moe-Q4_0.gguf", MOE, "Q4_0"),
+    ]
+
+
+def report(profile: Profile, rows: list[Row], gpu: bool = False) -> None:
+    where = f"every layer on {profile.gpu.name}" if gpu and profile.gpu else "CPU"
     print(
         f"costmodel_accuracy: profile {profile.mode.value} of {profile.created_at} "
-        f"({profile.fingerprint}), context {CONTEXT} for decode steps"
+        f"({profile.fingerprint}), {where}, context {CONTEXT} for decode steps"
     )
     print(f"{'model':32}{'thr':>4}  {'step':12}{'measured ms':>12}{'predicted ms':>14}{'error':>9}")
     for row in rows:

@@ -49,9 +49,13 @@ def run_in_child(
     args: tuple[Any, ...],
     timeout_s: float,
     cancel: CancelToken | None = None,
+    label: str = "child",
 ) -> ChildOutcome:
-    """Call the module-level `function(*args)` in a fresh process; the result must pickle."""
-    with tempfile.TemporaryDirectory(prefix="shardchat-child-") as folder:
+    """Call the module-level `function(*args)` in a fresh process; the result must pickle.
+
+    `label` names the child's request folder, which its command line shows (ps, tests).
+    """
+    with tempfile.TemporaryDirectory(prefix=f"shardchat-{label}-") as folder:
         request, answer, errors = (Path(folder) / n for n in ("request", "answer", "stderr"))
         request.write_bytes(pickle.dumps((function, args)))
         with errors.open("wb") as stderr:

@@ -274,9 +274,15 @@ class CostModel:
         on_cpu = sum(
             1 for b in inventory.blocks if any(placement.where(s) is Where.CPU for s in b.sublayers)
         )
-        gpu_step = self.profile.gpu.step_overhead_s if self.profile.gpu else 0.0
-        uses_gpu = any(placement.where(s) is not Where.CPU for s in inventory.all_sublayers())
-        return call + per_block * on_cpu + (gpu_step if uses_gpu else 0.0)
+        gpu = self.profile.gpu
+        if gpu is None or all(placement.where(s) is Where.CPU for s in inventory.all_sublayers()):
+            return call + per_block * on_cpu
+        on_gpu = sum(
+            1
+            for b in inventory.blocks
+            if any(placement.where(s) is not Where.CPU for s in b.sublayers)
+        )
+        return call + per_block * on_cpu + gpu.step_overhead_s + gpu.layer_overhead_s * on_gpu
 
     # --- lookups ---
 
@@ -285,6 +291,8 @@ class CostModel:
         fixed = 0.0
         if point.device is Device.CPU:
             fixed = _nearest(self.profile.cpu_layer_overhead_s, point.threads)
+        elif self.profile.gpu is not None:
+            fixed = self.profile.gpu.layer_overhead_s
         seconds = max(point.seconds_per_layer - fixed, point.seconds_per_layer * 0.5)
         return point.flops_per_layer / seconds / 1e9
 

@@ -78,10 +78,16 @@ class DecodeTimer:
         llama_cpp.llama_memory_clear(self._memory, True)
 
     def decode(self, n_tokens: int, n_past: int = 0, n_outputs: int = 1) -> float:
-        """Seconds of one llama_decode of n_tokens at n_past.., logits for the last n_outputs."""
+        """Seconds of one llama_decode of n_tokens at n_past.., logits for the last n_outputs.
+
+        A GPU backend computes the graph asynchronously: llama_decode returns once the
+        work is queued, so the clock stops only after llama_synchronize (a no-op on the
+        CPU, where decode itself computes).
+        """
         self._fill_batch(n_tokens, n_past, n_outputs)
         started = time.perf_counter()
         status = llama_cpp.llama_decode(self._ctx, self._batch)
+        llama_cpp.llama_synchronize(self._ctx)
         elapsed = time.perf_counter() - started
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")

@@ -11,7 +11,10 @@ without ggml devices, with a one-line reason, like a machine without a driver.
 
 Listing initialises each backend (the Vulkan backend creates its instance, the
 CUDA backend its runtime) the way loading a model would; that is why it lives
-behind a call and not at import.
+behind a call and not at import. It also fixes the op-offload boundary for the
+process (engine.offload_boundary): so that the first model load can still set
+its plan's boundary, a process where ggml has not started lists the devices in
+a child process, once, and answers from that list until ggml starts here.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from __future__ import annotations
 import ctypes
 import enum
 import logging
+import threading
 from dataclasses import dataclass
 
+from engine import offload_boundary
+from engine.child_process import run_in_child
 from engine.ggml_library import device_name, device_pointers, typed_function
 
 logger = logging.getLogger(__name__)
@@ -124,11 +130,66 @@ def _read_device(device: int) -> GgmlDevice:
     )
 
 
-def probe_devices() -> tuple[tuple[GgmlDevice, ...], str | None]:
+CHILD_PROBE_TIMEOUT_S = 60.0
+CHILD_LABEL = "ggml-devices"
+DeviceList = tuple[tuple[GgmlDevice, ...], str | None]
+
+_child_lock = threading.Lock()
+_from_child: tuple[DeviceList, str] | None = None
+
+
+def probe_devices() -> DeviceList:
     """(every ggml device in registry order, why there are none); never raises.
 
     Registry order is llama.cpp's own: its first GPU-type device is the main GPU.
+    Before ggml starts in this process the list (memory figures included) is the one
+    a child process read at the first call.
     """
+    if offload_boundary.in_force() is not None:
+        return probe_devices_here()
+    return _child_probe()[0]
+
+
+def system_info() -> str:
+    """llama_print_system_info(): the backends and CPU features of this llama.cpp build.
+
+    Listing the backends starts ggml too, so before it has started here this is the
+    child's answer (see probe_devices).
+    """
+    if offload_boundary.in_force() is not None:
+        return system_info_here()
+    return _child_probe()[1]
+
+
+def _child_probe() -> tuple[DeviceList, str]:
+    global _from_child
+    with _child_lock:
+        if _from_child is None:
+            outcome = run_in_child(_probe_here, (), CHILD_PROBE_TIMEOUT_S, label=CHILD_LABEL)
+            failure = f"ggml device list failed in a child process: {outcome.failure}"
+            _from_child = outcome.value if outcome.ok else (((), failure), "")
+        return _from_child
+
+
+def _probe_here() -> tuple[DeviceList, str]:
+    return probe_devices_here(), system_info_here()
+
+
+def system_info_here() -> str:
+    """system_info in this process, starting ggml here; "" where llama.cpp cannot say."""
+    offload_boundary.note_ggml_start()  # the system info lists the backends
+    try:
+        import llama_cpp
+
+        raw = llama_cpp.llama_print_system_info()
+    except Exception as exc:  # a broken native library raises OSError/RuntimeError
+        logger.warning("llama_print_system_info failed: %s", exc)
+        return ""
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+def probe_devices_here() -> DeviceList:
+    """probe_devices in this process, starting ggml here."""
     try:
         devices = tuple(_read_device(device) for device in device_pointers())
     except Exception as exc:  # ImportError/OSError from a broken build, AttributeError, ...
@@ -147,8 +208,12 @@ def device_memory(name: str) -> tuple[int, int]:
 
     For polling one device without listing (and describing) all of them. A
     backend without a budget extension (lavapipe, older Vulkan drivers) reports
-    its whole heap as free, so "free" is an upper bound there.
+    its whole heap as free, so "free" is an upper bound there. Before ggml starts in
+    this process, the figures of the child's list (see probe_devices).
     """
+    if offload_boundary.in_force() is None:
+        listed = [d for d in probe_devices()[0] if d.name == name]
+        return (listed[0].memory_free_bytes, listed[0].memory_total_bytes) if listed else (0, 0)
     try:
         by_name = typed_function(
             "ggml", "ggml_backend_dev_by_name", ctypes.c_void_p, ctypes.c_char_p

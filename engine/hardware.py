@@ -35,8 +35,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psutil
 
-from engine import offload_boundary
-from engine.ggml_devices import DeviceType, GgmlDevice, probe_devices
+from engine.ggml_devices import DeviceType, GgmlDevice, probe_devices, system_info
 from engine.known_fields import known_fields
 
 logger = logging.getLogger(__name__)
@@ -592,13 +591,7 @@ def llama_build_id() -> str:
     except Exception as exc:  # a broken native library raises OSError/RuntimeError on import
         return f"llama-cpp-python unavailable ({type(exc).__name__})"
     version = getattr(llama_cpp, "__version__", "unknown")
-    offload_boundary.note_ggml_start()  # the system info lists the backends
-    try:
-        info = _text(llama_cpp.llama_print_system_info())
-    except Exception as exc:
-        logger.warning("llama_print_system_info failed: %s", exc)
-        info = ""
-    return f"llama-cpp-python {version}; {compact_system_info(info)}".rstrip("; ")
+    return f"llama-cpp-python {version}; {compact_system_info(system_info())}".rstrip("; ")
 
 
 # --- the whole machine -----------------------------------------------------------------

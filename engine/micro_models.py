@@ -84,11 +84,13 @@ def micro_model(folder: Path, shape: MicroShape, quant: str, n_layer: int) -> Pa
     return quantize_model(source, path, LLAMA_QUANT_NAMES.get(quant, quant))
 
 
-def model_pair(folder: Path, shape: MicroShape, quant: str) -> tuple[Path, Path, int]:
-    """A one-block model, a (1 + k)-block one, and k."""
+def model_pair(
+    folder: Path, shape: MicroShape, quant: str, streamed_bytes: int = STREAMED_BYTES
+) -> tuple[Path, Path, int]:
+    """A one-block model, a (1 + k)-block one, and k (k blocks hold `streamed_bytes`)."""
     one = micro_model(folder, shape, quant, 1)
     block, _ = block_of(one)
-    extra = -(-STREAMED_BYTES // max(block.n_bytes, 1))
+    extra = -(-streamed_bytes // max(block.n_bytes, 1))
     extra = min(max(extra, MIN_EXTRA_LAYERS), MAX_EXTRA_LAYERS)
     return one, micro_model(folder, shape, quant, 1 + extra), extra
 

@@ -38,7 +38,7 @@ from engine.profile import Profile
 from engine.runtime import load_model
 
 # llama-model-loader.cpp: "tensor %s (%zu MiB %s) buffer type overridden to %s"
-_OVERRIDDEN = re.compile(r"tensor (\S+) \(\d+ MiB \w+\) buffer type overridden to (\S+)")
+_OVERRIDDEN = re.compile(r"tensor (\S+) \(\d+ MiB (\w+)\) buffer type overridden to (\S+)")
 # llama-model.cpp: "load_tensors: layer %3d assigned to device %s, is_swa = %d"
 _LAYER_DEVICE = re.compile(r"layer +(\d+) assigned to device (\S+?),")
 # ggml-backend.cpp, GGML_SCHED_DEBUG > 1: "node #%3d (%10.10s): %20.20s (%5.5s) [%5.5s %8.8s]"
@@ -76,6 +76,11 @@ class PlanCheck:
         return wrong
 
 
+def overridden_tensors(lines: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """tensor name -> (ggml type, buffer type) from llama.cpp's "buffer type overridden" lines."""
+    return {m[1]: (m[2], m[3]) for line in lines if (m := _OVERRIDDEN.search(line))}
+
+
 def tensor_devices(lines: Iterable[str], inventory: ModelInventory) -> dict[str, str]:
     """Where llama.cpp put each tensor: its override, else its layer's device.
 
@@ -83,12 +88,11 @@ def tensor_devices(lines: Iterable[str], inventory: ModelInventory) -> dict[str,
     output head and norm to layer n_layer's device, and every block tensor to its
     block's device, unless an override named it.
     """
-    overridden: dict[str, str] = {}
+    lines = list(lines)
+    overridden = {name: buffer for name, (_type, buffer) in overridden_tensors(lines).items()}
     layers: dict[int, str] = {}
     for line in lines:
-        if match := _OVERRIDDEN.search(line):
-            overridden[match.group(1)] = match.group(2)
-        elif match := _LAYER_DEVICE.search(line):
+        if match := _LAYER_DEVICE.search(line):
             layers[int(match.group(1))] = match.group(2)
     found: dict[str, str] = {}
     for sub in inventory.all_sublayers():

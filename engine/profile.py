@@ -134,7 +134,7 @@ class GpuProfile:
     h2d_pinned_gbps: float
     h2d_pageable_gbps: float
     cpu_derate_under_copy: float  # CPU speed while host->device copies run, as a share of alone
-    step_overhead_s: float
+    step_overhead_s: float  # per llama_decode call that uses the GPU
     memory_gbps: float  # VRAM bandwidth
     attention: tuple[AttentionPoint, ...] = ()
     backend: str = "CUDA"  # ggml backend registry name: "CUDA", "Vulkan", "Metal", ...
@@ -142,6 +142,9 @@ class GpuProfile:
     # the least VRAM a plan leaves free (driver and allocator slack outside llama.cpp's
     # buffers): engine.vram_account.margin_floor_for picks it per device
     margin_floor_bytes: int = 128 * 1024 * 1024
+    # per block computed on the GPU per step, besides its FLOPs and bytes: kernel
+    # launches and synchronisation (0: not measured, as in profiles made before it was)
+    layer_overhead_s: float = 0.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuProfile:

@@ -14,6 +14,7 @@ and repeats each point more often.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import time
@@ -36,6 +37,8 @@ from engine.profile import (
     UnusableConfig,
 )
 from engine.profiler_gpu_steps import (
+    REAL_GPU_SIZES,
+    SOFTWARE_GPU_SIZES,
     measure_cpu_derate_under_copy,
     measure_gpu_attention,
     measure_gpu_fixed_cost,
@@ -51,7 +54,7 @@ from engine.profiler_steps import (
     measure_kernels,
     measure_repack,
 )
-from engine.vram_account import margin_floor_for
+from engine.vram_account import is_software_device, margin_floor_for
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,19 @@ def plan_for(mode: ProfileMode, physical_cores: int) -> ProfilePlan:
         repeats=5,
         contexts=(0, 512, 2048, 8192),
     )
+
+
+# A software GPU (lavapipe) runs at about 1-2 GFLOPS: the quants and contexts the
+# cost model needs most, with the smaller step sizes of engine.profiler_gpu_steps.
+SOFTWARE_GPU_DENSE_QUANTS = ("Q8_0", "Q4_0")
+SOFTWARE_GPU_MOE_QUANTS = ("Q4_0",)
+SOFTWARE_GPU_MAX_CONTEXT = 512
+
+
+def _software_quants(planned: tuple[str, ...], wanted: tuple[str, ...]) -> tuple[str, ...]:
+    """The wanted quants the plan measures; the plan's first if it has none of them."""
+    chosen = tuple(q for q in wanted if q in planned)
+    return chosen or planned[:1]
 
 
 def thread_ladder(physical_cores: int) -> tuple[int, ...]:
@@ -171,23 +187,32 @@ class Profiler:
         return steps
 
     def _gpu_steps(self, folder: str, top: int) -> list[_Step]:
-        plan = self.plan
-        kernel_args = (plan.token_counts, plan.repeats)
-        steps = [_Step("gpu fixed costs", measure_gpu_fixed_cost, (folder, plan.repeats), 0.2)]
-        for quant in plan.dense_quants:
-            args = (folder, DENSE, quant, *kernel_args)
+        plan, sizes = self.plan, REAL_GPU_SIZES
+        dense_quants, moe_quants, contexts = plan.dense_quants, plan.moe_quants, plan.contexts
+        software = is_software_device(self.hardware.gpus[0].name)
+        if software:
+            sizes = SOFTWARE_GPU_SIZES
+        counts = tuple(n for n in plan.token_counts if n <= max(sizes.token_counts))
+        sizes = dataclasses.replace(sizes, token_counts=counts or sizes.token_counts)
+        if software:
+            dense_quants = _software_quants(dense_quants, SOFTWARE_GPU_DENSE_QUANTS)
+            moe_quants = _software_quants(moe_quants, SOFTWARE_GPU_MOE_QUANTS)
+            contexts = tuple(c for c in contexts if c <= SOFTWARE_GPU_MAX_CONTEXT)
+        repeats = plan.repeats
+        steps = [_Step("gpu fixed costs", measure_gpu_fixed_cost, (folder, repeats, sizes), 0.2)]
+        for quant in dense_quants:
+            args = (folder, DENSE, quant, repeats, sizes)
             steps.append(_Step(f"gpu dense {quant}", measure_gpu_kernels, args, 0.3))
-        for quant in plan.moe_quants:
-            args = (folder, MOE, quant, *kernel_args)
+        for quant in moe_quants:
+            args = (folder, MOE, quant, repeats, sizes)
             steps.append(_Step(f"gpu moe {quant}", measure_gpu_kernels, args, 0.3))
-        attention_args = (folder, plan.contexts, (1, 16), plan.repeats)
+        attention_args = (folder, contexts, (1, 16), repeats, sizes)
+        copies_args = (folder, top, repeats, sizes)
         return steps + [
             _Step("gpu attention", measure_gpu_attention, attention_args, 0.3),
-            _Step("gpu vram bandwidth", measure_vram_gbps, (folder, plan.repeats), 0.2),
-            _Step("gpu host-to-device", measure_h2d_gbps, (folder, top, plan.repeats), 0.5),
-            _Step(
-                "cpu during copies", measure_cpu_derate_under_copy, (folder, top, plan.repeats), 0.5
-            ),
+            _Step("gpu vram bandwidth", measure_vram_gbps, (folder, repeats, sizes), 0.2),
+            _Step("gpu host-to-device", measure_h2d_gbps, copies_args, 0.5),
+            _Step("cpu during copies", measure_cpu_derate_under_copy, copies_args, 0.5),
         ]
 
     def _run_steps(
@@ -254,6 +279,7 @@ class Profiler:
         if not self.hardware.gpus or not kernels or link is None:
             return None
         device = self.hardware.gpus[0]
+        call, layer = results.get("gpu fixed costs", (0.0, 0.0))
         return GpuProfile(
             name=device.name,
             vram_total_bytes=device.vram_total_bytes,
@@ -261,12 +287,13 @@ class Profiler:
             h2d_pinned_gbps=link[0],
             h2d_pageable_gbps=link[1],
             cpu_derate_under_copy=results.get("cpu during copies", 1.0),
-            step_overhead_s=results.get("gpu fixed costs", 0.0),
+            step_overhead_s=call,
             memory_gbps=results.get("gpu vram bandwidth", link[0]),
             attention=results.get("gpu attention", ()),
             backend=device.backend,
             ggml_device=device.ggml_device,
             margin_floor_bytes=margin_floor_for(device.name),
+            layer_overhead_s=layer,
         )
 
 

@@ -16,19 +16,33 @@ Only a llama.cpp build with a GPU backend can run these: without one,
 n_gpu_layers is silently ignored and the "GPU" figures would be CPU ones, so
 `require_gpu_backend` refuses first.
 
-Written without a GPU at hand (none on our build machines); first run on real
-hardware pending, see bench/gpu_check.sh.
+A software GPU (Mesa's lavapipe) computes on the CPU at about 1-2 GFLOPS, where
+the real-GPU sizes take minutes per step: it gets `SOFTWARE_GPU_SIZES`, smaller
+micro-models and batches (still above the op-offload boundary where a step
+streams), so that the same steps run and measure it. First run on lavapipe
+(make test-gpu, bench/costmodel_accuracy.py --gpu); on NVIDIA hardware pending,
+see bench/gpu_check.sh.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 
 from engine.decode_timer import DecodeTimer
-from engine.micro_models import ATTENTION, DENSE, TINY, WIDE, MicroShape, block_of, model_pair
+from engine.micro_models import (
+    ATTENTION,
+    DENSE,
+    STREAMED_BYTES,
+    TINY,
+    WIDE,
+    MicroShape,
+    block_of,
+    model_pair,
+)
 from engine.profile import AttentionPoint, Device, KernelPoint
 from engine.profiler_steps import (
     measure_kernels_with,
@@ -37,7 +51,21 @@ from engine.profiler_steps import (
 )
 
 ALL_LAYERS = 9999
-STREAM_TOKENS = 256  # far above GGML_OP_OFFLOAD_MIN_BATCH (32): host weights go to the GPU
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuStepSizes:
+    """How large the GPU steps' micro-models and batches are."""
+
+    token_counts: tuple[int, ...] = (1, 4, 16, 64, 256)
+    # far above GGML_OP_OFFLOAD_MIN_BATCH (32): host weights go to the GPU
+    stream_tokens: int = 256
+    streamed_bytes: int = STREAMED_BYTES  # what the extra blocks of a pair hold
+
+
+REAL_GPU_SIZES = GpuStepSizes()
+SOFTWARE_GPU_SIZES = GpuStepSizes((1, 4, 16, 64), stream_tokens=64, streamed_bytes=16 * MIB)
 
 
 def require_gpu_backend() -> None:
@@ -46,30 +74,37 @@ def require_gpu_backend() -> None:
 
 
 def measure_gpu_kernels(
-    folder: str, shape: MicroShape, quant: str, token_counts: tuple[int, ...], repeats: int
+    folder: str, shape: MicroShape, quant: str, repeats: int, sizes: GpuStepSizes = REAL_GPU_SIZES
 ) -> tuple[KernelPoint, ...]:
     """Seconds per GPU-resident block for each token count (threads do not matter: 1)."""
     require_gpu_backend()
     return measure_kernels_with(
-        folder, shape, quant, (1,), token_counts, repeats, Device.GPU, n_gpu_layers=ALL_LAYERS
-    )
+        folder, shape, quant, (1,), sizes.token_counts, repeats, Device.GPU,
+        n_gpu_layers=ALL_LAYERS, streamed_bytes=sizes.streamed_bytes,
+    )  # fmt: skip
 
 
-def measure_gpu_fixed_cost(folder: str, repeats: int) -> float:
-    """Seconds one llama_decode call costs on the GPU besides its blocks."""
+def measure_gpu_fixed_cost(
+    folder: str, repeats: int, sizes: GpuStepSizes = REAL_GPU_SIZES
+) -> tuple[float, float]:
+    """(seconds per llama_decode call, seconds per block) a GPU step costs besides its work.
+
+    Blocks of the TINY micro-model do next to no arithmetic, so their per-block time
+    is what launching a block's kernels costs (about 20 ms a block on lavapipe).
+    """
     require_gpu_backend()
-    one, more, extra = model_pair(Path(folder), TINY, "F32")
+    one, more, extra = model_pair(Path(folder), TINY, "F32", sizes.streamed_bytes)
     with _gpu(one, 16) as a, _gpu(more, 16) as b:
         a.time_step(1, 0, 1, 1)
         b.time_step(1, 0, 1, 1)
         layer = per_layer_seconds(a, b, extra, 1, repeats * 4)
-        return max(a.time_step(1, 0, 1, repeats * 4) - layer, 1e-7)
+        return max(a.time_step(1, 0, 1, repeats * 4) - layer, 1e-7), layer
 
 
-def measure_vram_gbps(folder: str, repeats: int) -> float:
+def measure_vram_gbps(folder: str, repeats: int, sizes: GpuStepSizes = REAL_GPU_SIZES) -> float:
     """VRAM bytes per second of a one-token step over resident blocks."""
     require_gpu_backend()
-    one, more, extra = model_pair(Path(folder), WIDE, "F16")
+    one, more, extra = model_pair(Path(folder), WIDE, "F16", sizes.streamed_bytes)
     block, _ = block_of(more)
     with _gpu(one, 1) as a, _gpu(more, 1) as b:
         a.time_step(1, 0, 1, 1)
@@ -77,29 +112,35 @@ def measure_vram_gbps(folder: str, repeats: int) -> float:
         return block.n_bytes / per_layer_seconds(a, b, extra, 1, repeats * 2) / 1e9
 
 
-def measure_h2d_gbps(folder: str, threads: int, repeats: int) -> tuple[float, float]:
+def measure_h2d_gbps(
+    folder: str, threads: int, repeats: int, sizes: GpuStepSizes = REAL_GPU_SIZES
+) -> tuple[float, float]:
     """(pinned, pageable) host-to-device GB/s: streamed minus resident block time, per byte."""
     require_gpu_backend()
-    one, more, extra = model_pair(Path(folder), DENSE, "Q4_0")
+    one, more, extra = model_pair(Path(folder), DENSE, "Q4_0", sizes.streamed_bytes)
     block, _ = block_of(more)
-    resident = _per_layer(one, more, extra, repeats, n_gpu_layers=ALL_LAYERS, use_mmap=True)
+    pair = (one, more, extra, sizes.stream_tokens, repeats)
+    resident = _per_layer(*pair, n_gpu_layers=ALL_LAYERS, use_mmap=True)
     results = []
     for use_mmap in (False, True):  # pinned, then pageable
-        streamed = _per_layer(one, more, extra, repeats, 0, use_mmap, threads)
+        streamed = _per_layer(*pair, 0, use_mmap, threads)
         results.append(block.n_bytes / max(streamed - resident, 1e-7) / 1e9)
     return results[0], results[1]
 
 
-def measure_cpu_derate_under_copy(folder: str, threads: int, repeats: int) -> float:
+def measure_cpu_derate_under_copy(
+    folder: str, threads: int, repeats: int, sizes: GpuStepSizes = REAL_GPU_SIZES
+) -> float:
     """CPU block speed while the GPU streams weights, as a share of its speed alone."""
     require_gpu_backend()
     one, more, extra = model_pair(Path(folder), DENSE, "Q8_0")
-    _, stream_more, _ = model_pair(Path(folder), DENSE, "Q4_0")
+    _, stream_more, _ = model_pair(Path(folder), DENSE, "Q4_0", sizes.streamed_bytes)
     with _cpu(one, threads) as a, _cpu(more, threads) as b:
         a.time_step(16, 0, 16, 1)
         alone = per_layer_seconds(a, b, extra, 16, repeats)
         stop = threading.Event()
-        copier = threading.Thread(target=_stream_until, args=(stream_more, stop), daemon=True)
+        streaming = (stream_more, sizes.stream_tokens, stop)
+        copier = threading.Thread(target=_stream_until, args=streaming, daemon=True)
         copier.start()
         try:
             during = per_layer_seconds(a, b, extra, 16, repeats)
@@ -110,10 +151,11 @@ def measure_cpu_derate_under_copy(folder: str, threads: int, repeats: int) -> fl
 
 
 def measure_gpu_attention(
-    folder: str, contexts: tuple[int, ...], token_counts: tuple[int, ...], repeats: int
-) -> tuple[AttentionPoint, ...]:
+    folder: str, contexts: tuple[int, ...], token_counts: tuple[int, ...], repeats: int,
+    sizes: GpuStepSizes = REAL_GPU_SIZES,
+) -> tuple[AttentionPoint, ...]:  # fmt: skip
     require_gpu_backend()
-    one, more, extra = model_pair(Path(folder), ATTENTION, "Q8_0")
+    one, more, extra = model_pair(Path(folder), ATTENTION, "Q8_0", sizes.streamed_bytes)
     n_ctx = max(contexts) + max(token_counts)
     points = []
     with _gpu(one, 256, n_ctx) as a, _gpu(more, 256, n_ctx) as b:
@@ -129,29 +171,27 @@ def measure_gpu_attention(
 
 
 def _per_layer(
-    one: Path, more: Path, extra: int, repeats: int, n_gpu_layers: int, use_mmap: bool,
-    threads: int = 1,
+    one: Path, more: Path, extra: int, n_tokens: int, repeats: int, n_gpu_layers: int,
+    use_mmap: bool, threads: int = 1,
 ) -> float:  # fmt: skip
     timers = [
-        DecodeTimer(p, STREAM_TOKENS, STREAM_TOKENS, threads, n_gpu_layers=n_gpu_layers,
+        DecodeTimer(p, n_tokens, n_tokens, threads, n_gpu_layers=n_gpu_layers,
                     use_mmap=use_mmap, stream_to_gpu=True)
         for p in (one, more)
     ]  # fmt: skip
     try:
         for timer in timers:
-            timer.time_step(STREAM_TOKENS, 0, 1, 1)
-        return per_layer_seconds(*timers, extra, STREAM_TOKENS, repeats)
+            timer.time_step(n_tokens, 0, 1, 1)
+        return per_layer_seconds(*timers, extra, n_tokens, repeats)
     finally:
         for timer in timers:
             timer.close()
 
 
-def _stream_until(path: Path, stop: threading.Event) -> None:
-    with DecodeTimer(
-        path, STREAM_TOKENS, STREAM_TOKENS, 1, use_mmap=False, stream_to_gpu=True
-    ) as timer:
+def _stream_until(path: Path, n_tokens: int, stop: threading.Event) -> None:
+    with DecodeTimer(path, n_tokens, n_tokens, 1, use_mmap=False, stream_to_gpu=True) as timer:
         while not stop.is_set():
-            timer.time_step(STREAM_TOKENS, 0, 1, 1)
+            timer.time_step(n_tokens, 0, 1, 1)
 
 
 def _gpu(path: Path, n_batch: int, n_ctx: int = 256) -> DecodeTimer:

@@ -18,6 +18,7 @@ from engine.micro_models import (
     ATTENTION,
     HEAD,
     HEAD_VOCAB,
+    STREAMED_BYTES,
     TINY,
     WIDE,
     MicroShape,
@@ -49,9 +50,10 @@ def measure_kernels(
 def measure_kernels_with(
     folder: str, shape: MicroShape, quant: str, thread_counts: tuple[int, ...],
     token_counts: tuple[int, ...], repeats: int, device: Device, n_gpu_layers: int = 0,
+    streamed_bytes: int = STREAMED_BYTES,
 ) -> tuple[KernelPoint, ...]:  # fmt: skip
     """Seconds per block on `device` (blocks offloaded with n_gpu_layers for the GPU)."""
-    one, more, extra = model_pair(Path(folder), shape, quant)
+    one, more, extra = model_pair(Path(folder), shape, quant, streamed_bytes)
     block, expert_share = block_of(more)
     flops_per_token = block_flops_per_token(block, expert_share)
     points = []

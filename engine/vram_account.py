@@ -32,10 +32,13 @@ def margin_floor_for(device_name: str) -> int:
     Vulkan device (Mesa's lavapipe) allocates from system RAM and needs only the
     allocator's rounding.
     """
+    return SOFTWARE_DEVICE_MARGIN_BYTES if is_software_device(device_name) else MIN_MARGIN_BYTES
+
+
+def is_software_device(device_name: str) -> bool:
+    """A GPU API device that computes on the CPU (Mesa's lavapipe, SwiftShader)."""
     name = device_name.lower()
-    if any(software in name for software in _SOFTWARE_DEVICES):
-        return SOFTWARE_DEVICE_MARGIN_BYTES
-    return MIN_MARGIN_BYTES
+    return any(software in name for software in _SOFTWARE_DEVICES)
 
 
 def margin_bytes(budget_bytes: int, floor: int = MIN_MARGIN_BYTES) -> int:

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from app.profile_store import ProfileStore
+from engine.ggml_devices import CHILD_LABEL
 from engine.hardware import probe_hardware
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
@@ -86,7 +87,8 @@ def test_importing_a_bad_file_exits_2_with_one_line(tmp_path: Path, content: str
 
 
 def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:
-    """Start `profile --smoke` and return it with the first measurement child it spawns."""
+    """Start `profile --smoke` and return it with the first measurement child it spawns
+    (not the hardware probe's child, which lists ggml's devices)."""
     process = subprocess.Popen(
         [SHARDCHAT, "profile", "--smoke"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL, text=True,
@@ -95,7 +97,8 @@ def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:
     while time.monotonic() < deadline:
         for child in psutil.Process(process.pid).children(recursive=True):
             try:
-                if "engine.child_process" in " ".join(child.cmdline()):
+                command = " ".join(child.cmdline())
+                if "engine.child_process" in command and CHILD_LABEL not in command:
                     return process, child
             except psutil.NoSuchProcess:
                 continue

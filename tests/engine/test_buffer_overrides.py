@@ -22,12 +22,12 @@ from engine.buffer_overrides import (
     max_overrides,
     override_patterns_for,
 )
+from engine.device_buffers import MIB, parse_buffer_lines
 from engine.inventory import SubLayerKind, read_inventory
+from engine.placement_report import overridden_tensors
 
 # llama-model-loader.cpp: "tensor %s (%zu MiB %s) buffer type overridden to %s"
-OVERRIDDEN = re.compile(r"tensor (\S+) \(\d+ MiB (\w+)\) buffer type overridden to (\S+)")
 # llama-model.cpp: "%s: %12s model buffer size = %8.2f MiB"
-MODEL_BUFFER = re.compile(r"load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
 PROMPT = [1, 2, 3, 4]
 Q4_0_BYTES_PER_ELEMENT = 18 / 32  # a block of 32 weights: 16 bytes of nibbles + an f16 scale
 
@@ -57,14 +57,13 @@ def loaded(path: Path, overrides: TensorOverrides | None = None) -> Iterator[lla
         llm.close()
 
 
-def overridden(lines: list[str]) -> dict[str, tuple[str, str]]:
-    """tensor name -> (ggml type, buffer type) for every 'buffer type overridden' line."""
-    return {m[1]: (m[2], m[3]) for line in lines if (m := OVERRIDDEN.fullmatch(line))}
+overridden = overridden_tensors
 
 
 def model_buffers(lines: list[str]) -> dict[str, float]:
     """buffer name -> MiB from the 'model buffer size' lines of one load."""
-    return {m[1]: float(m[2]) for line in lines if (m := MODEL_BUFFER.fullmatch(line))}
+    buffers = parse_buffer_lines(lines).by_buffer
+    return {name: roles["model"] / MIB for name, roles in buffers.items() if "model" in roles}
 
 
 def ffn_tensors(path: Path, block: int) -> tuple[str, ...]:

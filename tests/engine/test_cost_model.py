@@ -124,3 +124,32 @@ def test_predictions_survive_a_json_round_trip(profile: Profile, default_invento
     a = CostModel(profile).predict_step(default_inventory, 16, 2, 16, 256).seconds
     b = again.predict_step(default_inventory, 16, 2, 16, 256).seconds
     assert math.isclose(a, b)
+
+
+# --- a GPU profile: measured on Mesa's lavapipe (software Vulkan) by `make test-gpu`'s venv ---
+
+LAVAPIPE = Path(__file__).resolve().parents[1] / "data" / "profile-lavapipe-fast.json"
+
+
+@pytest.fixture(scope="module")
+def lavapipe() -> Profile:
+    return Profile.from_json(LAVAPIPE.read_text())
+
+
+def test_gpu_points_are_reproduced_net_of_the_per_block_launch_cost(lavapipe: Profile) -> None:
+    model, gpu = CostModel(lavapipe), lavapipe.gpu
+    assert gpu is not None and gpu.backend == "Vulkan" and gpu.layer_overhead_s > 0
+    for point in gpu.kernels:
+        net = max(point.seconds_per_layer - gpu.layer_overhead_s, point.seconds_per_layer / 2)
+        got = model.kernel_gflops(point.device, point.shape, point.quant, 1, point.n_tokens)
+        assert got == pytest.approx(point.flops_per_layer / net / 1e9)
+
+
+def test_each_block_on_the_gpu_pays_its_launch_cost(lavapipe: Profile, default_inventory) -> None:
+    on_gpu = Placement(Where.GPU, {(None, SubLayerKind.TOKEN_EMBEDDING): Where.CPU})
+    with_launches = CostModel(lavapipe).predict_step(default_inventory, 1, 1, placement=on_gpu)
+    assert lavapipe.gpu is not None
+    free = replace(lavapipe, gpu=replace(lavapipe.gpu, layer_overhead_s=0.0))
+    without = CostModel(free).predict_step(default_inventory, 1, 1, placement=on_gpu)
+    launches = lavapipe.gpu.layer_overhead_s * len(default_inventory.blocks)
+    assert with_launches.overhead_s - without.overhead_s == pytest.approx(launches)

@@ -111,3 +111,19 @@ def _device_gpu() -> GpuInfo:
     gpus, reason, _driver, _cuda = probe_gpus()
     assert gpus, reason
     return gpus[0]
+
+
+def check_after_start_up_probe(
+    plan: Plan, inventory: Any, profile: Profile, sched_batches: tuple[int, ...]
+) -> tuple[int | None, Any]:
+    """check_plan as the app runs it: the hardware probe first, then the plan's load.
+
+    Returns the boundary in force after the probe (None: ggml not started by it) and
+    the check, whose tiers show whether the plan's boundary still took effect.
+    """
+    from engine import offload_boundary
+    from engine.placement_report import check_plan
+
+    probe_hardware()
+    after_probe = offload_boundary.in_force()
+    return after_probe, check_plan(plan, inventory, profile, sched_batches=sched_batches)

@@ -14,7 +14,7 @@ from engine.placement_report import PlanCheck, check_plan
 from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily, PlanRequest
 from engine.planner import make_plan
 from engine.profile import Profile
-from tests.gpu.scenarios import live_budget_change
+from tests.gpu.scenarios import check_after_start_up_probe, live_budget_change
 
 MIB = 1024 * 1024
 GREEDY_STEPS = 32
@@ -67,6 +67,26 @@ def test_a_step_below_the_boundary_runs_host_weights_on_the_cpu_and_one_above_on
     families = {record.n_tokens: record.family for record in check.steps}
     assert families[small] is PlanFamily.STATIC
     assert families[large] is PlanFamily.GPU_ONLY
+
+
+def test_the_plans_boundary_takes_effect_after_the_start_up_hardware_probe(
+    gpu_models: dict[str, ModelInventory], lavapipe_profile: Profile
+) -> None:
+    """The app probes the hardware before it loads a model; the probe must not fix the
+    boundary at llama.cpp's 32 (it lists ggml's devices in a child process)."""
+    inventory = gpu_models["dense"]
+    plan = make_plan(inventory, lavapipe_profile, PlanRequest(64 * MIB, n_ctx=512))
+    host_ffn = next(
+        b.index for b in inventory.blocks if (b.index, SubLayerKind.DENSE_FFN) not in plan.resident
+    )
+    small = plan.op_offload_min_batch - 16  # above llama.cpp's 32, below the plan's boundary
+    assert small > 32, plan.reason
+    args = (plan, inventory, lavapipe_profile, (small,))
+    outcome = run_in_child(check_after_start_up_probe, args, timeout_s=600)
+    assert outcome.ok, outcome.failure
+    after_probe, check = outcome.value
+    assert after_probe is None, "the hardware probe started ggml in the app's process"
+    assert backend_of(check, small, f"ffn_up-{host_ffn}") == "CPU"
 
 
 @pytest.fixture(scope="module")
