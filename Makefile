@@ -25,6 +25,7 @@ run: $(INSTALLED)
 test: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
+	$(VENV)/bin/mypy
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu"
 
 # The GPU tier (tests/gpu) on a real Vulkan device: Mesa's software GPU (lavapipe) where
@@ -97,6 +98,7 @@ vulkan-wheel:
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
+	$(VENV)/bin/mypy
 
 format: $(INSTALLED)
 	$(VENV)/bin/ruff format .

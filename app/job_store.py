@@ -126,7 +126,9 @@ class JobStore:
                 " VALUES (?, ?, ?, 'running', ?)",
                 (str(input_folder), str(output_folder), settings_json, _now()),
             )
-        return Job(cursor.lastrowid, input_folder, output_folder, settings, "running", False)
+        job_id = cursor.lastrowid
+        assert job_id is not None  # a successful INSERT always sets it
+        return Job(job_id, input_folder, output_folder, settings, "running", False)
 
     def add_files(self, job_id: int, paths: list[str]) -> None:
         """Register the files found by the scan; files already known keep their state."""

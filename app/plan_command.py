@@ -147,7 +147,8 @@ def render_comparison(planner: Plan, manual: Plan, n_sublayers: int) -> str:
     width = 28
     lines = [f"{'':{width}}{'planner':>14}{placement:>14}{'ratio':>9}"]  # manual / planner
     for label, ours, theirs, form in rows:
-        shown = [format_bytes(v) if form is None else form.format(v) for v in (ours, theirs)]
+        # form None: the VRAM row, whose values are byte counts (ints; the row type widens them)
+        shown = [format_bytes(int(v)) if form is None else form.format(v) for v in (ours, theirs)]
         if label == "resident sub-layers":
             shown = [f"{v} of {n_sublayers}" for v in shown]
         ratio = f"{theirs / ours:.2f}x" if ours else "-"

@@ -9,6 +9,7 @@ here, where it can be tested without a window.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from app.profile_summary import backend_text
 from app.units import format_bytes
@@ -144,7 +145,7 @@ def _resident(plan: Plan | None) -> tuple[VramSegment, ...]:
     )
 
 
-def _knows_others(gpu: GpuInfo | None) -> bool:
+def _knows_others(gpu: GpuInfo | None) -> TypeGuard[GpuInfo]:
     return gpu is not None and gpu.other_processes_known
 
 

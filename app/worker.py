@@ -312,7 +312,8 @@ class EngineWorker:
         inspect_model(params.model_path)  # refuse a bad file before giving up the current model
         self._replace_model(params, plan, profile)
         vision, problem = self._attach_projector(planned)
-        inventory = self._model.inventory
+        model = self._require_model()
+        inventory = model.inventory
         self._emit(
             ModelLoaded(
                 request_id=request_id,
@@ -320,9 +321,9 @@ class EngineWorker:
                 model_name=inventory.name,
                 architecture=inventory.architecture,
                 n_params=inventory.n_params,
-                n_ctx=self._model.n_ctx,
+                n_ctx=model.n_ctx,
                 load_seconds=time.perf_counter() - started,
-                load_params=self._model.params.to_dict(),
+                load_params=model.params.to_dict(),
                 plan=plan,
                 vision=vision,
                 vision_problem=problem,

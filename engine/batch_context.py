@@ -60,7 +60,7 @@ class BatchContext:
                 f"llama.cpp could not create a batch context of {cells} KV cells "
                 f"({n_sequences} sequences); lower the parallelism or the context per sequence"
             )
-        self.n_ctx_per_sequence = llama_cpp.llama_n_ctx_seq(self._ctx)
+        self.n_ctx_per_sequence = int(llama_cpp.llama_n_ctx_seq(self._ctx))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         # llama_decode takes at most n_batch tokens per call
         self.capacity = self.n_batch
@@ -84,7 +84,7 @@ class BatchContext:
 
     def add(self, token: int, position: int, sequence: int, wants_logits: bool) -> int:
         """Append one token; returns its index in the batch (where its logits will be)."""
-        index = self._batch.n_tokens
+        index = int(self._batch.n_tokens)
         if index >= self.capacity:
             raise ValueError(f"the batch is full ({self.capacity} tokens)")
         self._batch.token[index] = token
@@ -172,7 +172,7 @@ def _granular(n_ctx: int) -> int:
 def _context_params(
     kwargs: dict[str, Any], n_sequences: int, n_ctx_per_sequence: int
 ) -> llama_cpp.llama_context_params:
-    params = llama_cpp.llama_context_default_params()
+    params: llama_cpp.llama_context_params = llama_cpp.llama_context_default_params()
     params.n_ctx = n_ctx_per_sequence * n_sequences
     params.n_seq_max = n_sequences
     params.n_batch = kwargs["n_batch"]

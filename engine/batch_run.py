@@ -183,7 +183,7 @@ class BatchRun:
         self._ctx.clear()
         for sequence in active:  # in sequence order: llama.cpp splits streams by it
             sequence.output_index = None
-            if sequence.is_decoding:
+            if sequence.pending_token is not None:  # decoding
                 sequence.output_index = self._ctx.add(
                     sequence.pending_token, sequence.n_past, sequence.seq_id, True
                 )

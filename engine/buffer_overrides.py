@@ -183,8 +183,8 @@ class TensorOverrides:
             bufts.append(_check_target(name, table, allow_extra_buffer_types))
         self._patterns = [pattern.encode() for pattern, _ in self._pairs]
         self._array = (_Override * (len(self._pairs) + 1))()  # zeroed: the last is the NULL
-        for index, (pattern, buft) in enumerate(zip(self._patterns, bufts, strict=True)):
-            self._array[index].pattern = pattern
+        for index, (encoded, buft) in enumerate(zip(self._patterns, bufts, strict=True)):
+            self._array[index].pattern = encoded
             self._array[index].buft = buft
 
     @property
@@ -232,9 +232,10 @@ def loading_with_overrides(overrides: TensorOverrides | None) -> Iterator[None]:
 
         def defaults_with_overrides() -> llama_low_level.llama_model_params:
             nonlocal applied
-            params = original()
+            params: llama_low_level.llama_model_params = original()
             if threading.get_ident() == owner:
-                params.tensor_buft_overrides = overrides.pointer
+                # the field is a pointer; ctypes takes the array's address for it
+                params.tensor_buft_overrides = overrides.pointer  # type: ignore[assignment]
                 applied += 1
             return params
 
@@ -291,8 +292,8 @@ def _compact_patterns(names: Sequence[str]) -> list[str]:
     for role, blocks in blocks_by_role.items():
         roles_by_blocks[tuple(sorted(blocks))].append(role)
     patterns = [_exact(name) for name in others]
-    for blocks, roles in sorted(roles_by_blocks.items()):
-        block_part = _alternation([str(block) for block in blocks])
+    for block_ids, roles in sorted(roles_by_blocks.items()):
+        block_part = _alternation([str(block) for block in block_ids])
         role_part = _alternation([re.escape(role) for role in sorted(roles)])
         patterns.append(f"^blk\\.{block_part}\\.{role_part}$")
     return patterns

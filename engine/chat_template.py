@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -66,7 +66,9 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[ChatMessage]) -> RenderedPrompt:
         """Render messages with the generation prompt for the assistant's next turn."""
-        response = self._formatter(messages=[m.to_dict() for m in messages])
+        # plain role/content dicts: what the formatter's TypedDict union describes, by role
+        plain: list[Any] = [m.to_dict() for m in messages]
+        response = self._formatter(messages=plain)
         stop = response.stop if isinstance(response.stop, list) else [response.stop]
         adds_bos = bool(self._bos_token) and response.prompt.startswith(self._bos_token)
         return RenderedPrompt(

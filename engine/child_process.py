@@ -74,7 +74,9 @@ def run_in_child(
         return _outcome(failure, answer, errors)
 
 
-def _wait(child: subprocess.Popen, timeout_s: float, cancel: CancelToken | None) -> str | None:
+def _wait(
+    child: subprocess.Popen[bytes], timeout_s: float, cancel: CancelToken | None
+) -> str | None:
     deadline = time.monotonic() + timeout_s
     while child.poll() is None:
         if cancel is not None and cancel.cancelled:

@@ -56,9 +56,9 @@ def loaded_library(stem: str) -> ctypes.CDLL:
 @functools.cache
 def typed_function(stem: str, name: str, restype: object, *argtypes: object) -> Callable[..., Any]:
     """A typed function of the loaded `stem` library (cached: ctypes lookups are slow)."""
-    function = getattr(loaded_library(stem), name)
-    function.restype = restype
-    function.argtypes = list(argtypes)
+    function: Callable[..., Any] = getattr(loaded_library(stem), name)
+    function.restype = restype  # type: ignore[attr-defined]  # a ctypes function pointer
+    function.argtypes = list(argtypes)  # type: ignore[attr-defined]  # a ctypes function pointer
     return function
 
 
@@ -73,4 +73,5 @@ def device_pointers() -> list[int]:
 def device_name(device: int) -> str:
     """ggml's name of a device, the one llama.cpp logs and buffer types refer to ("CUDA0")."""
     name = typed_function("ggml-base", "ggml_backend_dev_name", ctypes.c_char_p, ctypes.c_void_p)
-    return name(device).decode()
+    raw: bytes = name(device)
+    return raw.decode()

@@ -73,6 +73,10 @@ NO_GPU_FOUND = "no GPU found by NVML or ggml"  # how gpu_reason starts when both
 GgmlProbe = Callable[[], tuple[tuple[GgmlDevice, ...], str | None]]
 
 
+def _json_ready_dict(value: dict[str, Any]) -> dict[str, Any]:
+    return {key: _json_ready(item) for key, item in value.items()}
+
+
 def _json_ready(value: Any) -> Any:
     """Tuples become lists, recursively, so to_dict() equals its own JSON round trip."""
     if isinstance(value, dict):
@@ -92,7 +96,7 @@ class CpuInfo:
     flags: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return _json_ready(asdict(self))
+        return _json_ready_dict(asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CpuInfo:
@@ -151,7 +155,7 @@ class GpuInfo:
     other_processes_known: bool = True  # False: the backend cannot say who uses the memory
 
     def to_dict(self) -> dict[str, Any]:
-        return _json_ready(asdict(self))
+        return _json_ready_dict(asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuInfo:
@@ -189,7 +193,7 @@ class HardwareInfo:
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        return _json_ready(asdict(self))
+        return _json_ready_dict(asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareInfo:
@@ -383,7 +387,8 @@ def _describe(exc: Exception) -> str:
 
 
 def _init_failure_reason(exc: Exception) -> str:
-    reason = _INIT_FAILURE_REASONS.get(getattr(exc, "value", None))
+    code = getattr(exc, "value", None)
+    reason = _INIT_FAILURE_REASONS.get(code) if isinstance(code, int) else None
     return reason or f"NVML error: {_describe(exc)}"
 
 
@@ -409,9 +414,10 @@ def _probe_nvml(nvml: Any | None) -> _NvmlProbe:
     """(NVIDIA GPUs, reason they are missing, driver version, CUDA driver version)."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError as exc:
             return [], f"nvidia-ml-py is not installed ({exc})", None, None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as exc:

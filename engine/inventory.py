@@ -301,7 +301,8 @@ def _role_of(name: str) -> tuple[int | None, SubLayerKind]:
     if block_match:
         role = block_match.group(2)
         return int(block_match.group(1)), _KIND_BY_ROLE.get(role, SubLayerKind.OTHER)
-    role = _GLOBAL_TENSOR.match(name).group(1)  # type: ignore[union-attr]
+    match = _GLOBAL_TENSOR.match(name)  # matches any non-empty name
+    role = match.group(1) if match else name
     return None, _KIND_BY_ROLE.get(role, SubLayerKind.OTHER)
 
 

@@ -50,9 +50,12 @@ class _LineAssembler:
 _assembler = _LineAssembler()
 
 
-@llama_cpp.llama_log_callback
-def _on_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+def _log_line(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     _assembler.feed(level, text.decode("utf-8", errors="replace"))
+
+
+# the ctypes callback llama.cpp calls; kept at module level so it is never collected
+_on_llama_log = llama_cpp.llama_log_callback(_log_line)
 
 
 _installed = False

@@ -58,7 +58,8 @@ class EncodedImage:
         return int(self.embeddings.nbytes)
 
     def positions_at(self, n_past: int) -> np.ndarray:
-        return (self.pos_base + self.pos_step * n_past).astype(np.int32)
+        positions: np.ndarray = (self.pos_base + self.pos_step * n_past).astype(np.int32)
+        return positions
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ class MtmdContext:
         params.image_min_tokens = options.image_min_tokens
         params.image_max_tokens = options.image_max_tokens
         self._llama_model = llama_model
-        self._ctx = mtmd_cpp.mtmd_init_from_file(mmproj_path.encode(), llama_model, params)
+        self._ctx: ctypes.c_void_p | None = mtmd_cpp.mtmd_init_from_file(
+            mmproj_path.encode(), llama_model, params
+        )
         if not self._ctx:
             raise BadInputError(
                 f"{mmproj_path}: llama.cpp could not open this vision projector for the model "
@@ -142,7 +145,7 @@ class MtmdContext:
     def _bitmap(self, image: RgbImage, index: int) -> ctypes.c_void_p:
         """The id names the occurrence (every tile of a sliced image gets the same one)."""
         data = (ctypes.c_uint8 * len(image.pixels)).from_buffer_copy(image.pixels)
-        bitmap = mtmd_cpp.mtmd_bitmap_init(image.width, image.height, data)
+        bitmap: ctypes.c_void_p = mtmd_cpp.mtmd_bitmap_init(image.width, image.height, data)
         if not bitmap:
             raise BadInputError(f"{image.name}: llama.cpp could not take the image")
         mtmd_cpp.mtmd_bitmap_set_id(bitmap, f"{index}:{image.digest}".encode())

@@ -22,6 +22,11 @@ Identity = int | tuple[str, int]  # a text token's id, or (image digest, index i
 _MAX_POSITIONS = 4  # llama.cpp's M-RoPE sections
 
 
+def _inside_image(identity: Identity) -> bool:
+    """An image token after the image's first one."""
+    return isinstance(identity, tuple) and identity[1] > 0
+
+
 class DecodeError(RuntimeError):
     """llama_decode failed (or was aborted) on the prompt."""
 
@@ -94,7 +99,7 @@ class PromptDecoder:
                 break
             keep += 1
         keep = min(keep, len(wanted) - 1)
-        while keep > 0 and isinstance(wanted[keep], tuple) and wanted[keep][1] > 0:
+        while keep > 0 and _inside_image(wanted[keep]):
             keep -= 1  # inside an image: back to its first token
         return max(keep, 0)
 

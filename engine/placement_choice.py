@@ -90,7 +90,7 @@ class PlacementChoice:
     def __str__(self) -> str:
         if self.kind in (PlacementKind.LAYERS, PlacementKind.CPU_MOE):
             return f"{self.kind.value}:{self.count}"
-        return self.kind.value
+        return str(self.kind.value)
 
 
 AUTO = PlacementChoice()

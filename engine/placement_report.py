@@ -35,7 +35,7 @@ from engine.inventory import ModelInventory, SubLayerKind
 from engine.plan import Plan
 from engine.plan_execution import StepLog, StepRecord, load_params_for
 from engine.profile import Profile
-from engine.runtime import load_model
+from engine.runtime import LoadedModel, load_model
 
 # llama-model-loader.cpp: "tensor %s (%zu MiB %s) buffer type overridden to %s"
 _OVERRIDDEN = re.compile(r"tensor (\S+) \(\d+ MiB (\w+)\) buffer type overridden to (\S+)")
@@ -164,12 +164,12 @@ def _greedy(llm: Any, prompt: list[int], n: int) -> tuple[tuple[int, ...], np.nd
 
 
 def _scheduled(
-    model: object, plan: Plan, profile: Profile, batches: Sequence[int]
+    model: LoadedModel, plan: Plan, profile: Profile, batches: Sequence[int]
 ) -> tuple[dict[int, list[tuple[str, str]]], tuple[StepRecord, ...]]:
     if not batches:
         return {}, ()
-    log = StepLog(model, plan, profile).attach()  # type: ignore[arg-type]
-    llm = model.llm  # type: ignore[attr-defined]
+    log = StepLog(model, plan, profile).attach()
+    llm = model.llm
     found: dict[int, list[tuple[str, str]]] = {}
     for n_tokens in batches:
         llm.reset()

@@ -59,20 +59,19 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
     # with every weight resident nothing streams: whatever boundary is in force will do
     asks = streams and not everything
     boundary = offload_boundary.request(plan.op_offload_min_batch) if asks else None
-    common = {
-        "model_path": model_path,
-        "n_ctx": plan.request.n_ctx,
-        "n_batch": max(plan.n_ubatch, 512),
-        "n_ubatch": plan.n_ubatch,
-        "n_threads": plan.n_threads,
-        "n_threads_batch": plan.n_threads_batch,
+    on_cpu = LoadParams(
+        model_path=model_path,
+        n_ctx=plan.request.n_ctx,
+        n_batch=max(plan.n_ubatch, 512),
+        n_ubatch=plan.n_ubatch,
+        n_threads=plan.n_threads,
+        n_threads_batch=plan.n_threads_batch,
         # a plan that never streams must not let llama.cpp offload host ops anyway
-        "op_offload": streams,
-    }
+        op_offload=streams,
+    )
     if plan.n_gpu_layers == 0 and not plan.resident:
-        return LoadParams(**common)
-    return LoadParams(
-        **common,
+        return on_cpu
+    return on_cpu.with_changes(
         n_gpu_layers=llama_gpu_layers(plan.n_gpu_layers),
         tensor_overrides=tuple(_overrides(plan, inventory)),
         op_offload_min_batch=boundary,
@@ -113,7 +112,8 @@ def _overrides(plan: Plan, inventory: ModelInventory) -> list[tuple[str, str]]:
     gpu = _gpu_buffer_type()
     offloaded = {b.index for b in inventory.blocks[len(inventory.blocks) - plan.n_gpu_layers :]}
     resident = set(plan.resident)
-    to_host, to_gpu = [], []
+    to_host: list[str] = []
+    to_gpu: list[str] = []
     for sub in inventory.all_sublayers():
         on_gpu_by_default = _on_gpu_by_default(sub, offloaded, inventory.tied_output)
         wanted_on_gpu = (sub.block, sub.kind) in resident
@@ -178,7 +178,8 @@ class StepLog:
             original(batch)
             self._record(batch, time.perf_counter() - started)
 
-        context.decode = timed_decode
+        # timing by wrapping: the decode loop belongs to llama-cpp-python's Llama here
+        context.decode = timed_decode  # type: ignore[method-assign]
         return self
 
     def use_plan(self, plan: Plan) -> None:

@@ -193,7 +193,8 @@ class Profile:
         data["mode"] = self.mode.value
         for name in ("cpu_call_overhead_s", "cpu_layer_overhead_s"):
             data[name] = {str(k): v for k, v in getattr(self, name).items()}
-        return json.loads(json.dumps(data, default=_enum_value))
+        plain: dict[str, Any] = json.loads(json.dumps(data, default=_enum_value))
+        return plain
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)

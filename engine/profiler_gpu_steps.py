@@ -182,7 +182,8 @@ def _per_layer(
     try:
         for timer in timers:
             timer.time_step(n_tokens, 0, 1, 1)
-        return per_layer_seconds(*timers, extra, n_tokens, repeats)
+        single, several = timers
+        return per_layer_seconds(single, several, extra, n_tokens, repeats)
     finally:
         for timer in timers:
             timer.close()

@@ -315,7 +315,7 @@ def _attention_tensors(spec: SyntheticSpec, bid: int) -> list[tuple[str, tuple[i
 
 
 def _ffn_tensors(spec: SyntheticSpec, bid: int) -> list[tuple[str, tuple[int, ...]]]:
-    tensors = [(_name(_T.FFN_NORM, bid), (spec.n_embd,))]
+    tensors: list[tuple[str, tuple[int, ...]]] = [(_name(_T.FFN_NORM, bid), (spec.n_embd,))]
     if spec.is_moe:
         n_exp, n_ff = spec.n_expert, spec.n_ff_expert
         tensors += [
@@ -370,7 +370,9 @@ def _write_gguf(
         _add_metadata(writer, spec, quant)
         for tensor in tensors:
             shape = quant_shape_to_byte_shape(tensor.shape, tensor.qtype)
-            writer.add_tensor_info(tensor.name, shape, np.uint8, tensor.nbytes, tensor.qtype)
+            writer.add_tensor_info(
+                tensor.name, shape, np.dtype(np.uint8), tensor.nbytes, tensor.qtype
+            )
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -379,12 +381,15 @@ def _write_gguf(
             return
         rng = np.random.default_rng(spec.seed)
         for tensor in tensors:
+            # a _RepeatedRows writes itself as an ndarray would (tofile), without the memory
             writer.write_tensor_data(_tensor_data(tensor, rng))  # type: ignore[arg-type]
     finally:
         writer.close()
 
 
 def _leave_a_hole_for_the_data(writer: gguf.GGUFWriter, tensors: list[_Tensor]) -> None:
+    if not writer.fout:
+        raise RuntimeError("the GGUF writer has no open file to leave room in")
     fout = writer.fout[0]
     fout.flush()
     align = writer.data_alignment

@@ -39,6 +39,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -214,14 +215,14 @@ def write_synthetic_projector(path: Path, spec: ProjectorSpec) -> Path:
     return path
 
 
-def language_model_for(projector_type: str = _GEMMA3, **overrides: object) -> SyntheticSpec:
+def language_model_for(projector_type: str = _GEMMA3, **overrides: Any) -> SyntheticSpec:
     """A tiny language model of the family `projector_type` comes with (64 wide unless
     `overrides` say otherwise), its tokenizer holding the family's image tokens."""
     if projector_type not in PROJECTOR_TYPES:
         raise ValueError(f"unknown projector type {projector_type!r}")
     if IMAGE_TOKENS[projector_type]:
         overrides = {"extra_tokens": IMAGE_TOKENS[projector_type], **overrides}
-    return SyntheticSpec(LANGUAGE_ARCHITECTURES[projector_type], **overrides)  # type: ignore[arg-type]
+    return SyntheticSpec(LANGUAGE_ARCHITECTURES[projector_type], **overrides)
 
 
 def write_synthetic_vlm(
@@ -369,7 +370,7 @@ def _write_gguf(part: Path, spec: ProjectorSpec, tensors: list[_Tensor]) -> None
     try:
         _add_metadata(writer, spec)
         for tensor in tensors:
-            writer.add_tensor_info(tensor.name, tensor.shape, tensor.dtype, tensor.nbytes)
+            writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(tensor.dtype), tensor.nbytes)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()

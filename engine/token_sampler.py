@@ -69,4 +69,5 @@ def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
 
 def _softmax(scores: np.ndarray) -> np.ndarray:
     shifted = np.exp(scores - scores.max())
-    return shifted / shifted.sum()
+    probabilities: np.ndarray = shifted / shifted.sum()
+    return probabilities

@@ -163,7 +163,7 @@ def qwen_vl_tensors(
     """A Qwen2-VL-layout projector's tensors as an F16 mmproj holds them (numpy order)."""
     f16, f32 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
     merged = width * merge * merge
-    tensors = [
+    tensors: list[tuple[str, tuple[int, ...], gguf.GGMLQuantizationType]] = [
         ("v.patch_embd.weight", (width, 3, patch, patch), f16),  # the temporal conv, split
         ("v.patch_embd.weight.1", (width, 3, patch, patch), f16),
     ]
@@ -223,7 +223,11 @@ def projector_facts(path: str | os.PathLike[str]) -> ProjectorFacts:
 
         def number(key: str, default: int = 0) -> int:
             value = field_value(reader, f"clip.vision.{key}")
-            return default if value is None else int(value)  # type: ignore[arg-type]
+            if value is None:
+                return default
+            if not isinstance(value, (int, float)):
+                raise ModelFileError(f"{path}: clip.vision.{key} is not a number")
+            return int(value)
 
         merge_key = "spatial_merge_size" if kind in QWEN_VL_TYPES else "projector.scale_factor"
         facts = ProjectorFacts(
@@ -289,6 +293,8 @@ def write_shape_only_projector(path: str | os.PathLike[str], facts: ProjectorFac
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
+        if not writer.fout:
+            raise RuntimeError("the GGUF writer has no open file to leave room in")
         out = writer.fout[0]
         out.flush()
         align = writer.data_alignment
@@ -641,7 +647,9 @@ def _on_gpu(c: _Common, answer_tokens: int, can_step_aside: bool) -> _Choice:
     vision = vision_memory(c.facts, image.patches_per_pass, flash)
     restore = _restore_choice(c, image, vision, flash, alone)
     shrink = _shrink_choice(c, image, vision, flash, answer_tokens)
-    if can_step_aside and (shrink is None or restore.restore_s <= shrink.shrink_s):
+    if can_step_aside and (
+        shrink is None or _seconds(restore.restore_s) <= _seconds(shrink.shrink_s)
+    ):
         chosen = restore
     elif shrink is not None:
         chosen = shrink
@@ -677,6 +685,11 @@ def _together(c: _Common, image: ImageGeometry, flash: bool, limit: int, languag
         _tokens_line(c, image, _limit_cause(c, image, limit, "beside the language model")),
     ]
     return _Choice(options, image, vision, ResidentSet.KEPT, c.plan, peak, peak, reasons)
+
+
+def _seconds(weighed: float | None) -> float:
+    """A weighed choice's time; one never weighed loses every comparison."""
+    return math.inf if weighed is None else weighed
 
 
 def _restore_choice(
@@ -791,8 +804,8 @@ def _largest_tokens(c: _Common, room: int, flash: bool, cap: int) -> int | None:
     facts = c.facts
     low, high = facts.token_limits
     if facts.resolution is not Resolution.DYNAMIC:
-        fits = vision_memory(facts, facts.patches_per_tile, flash).total_bytes <= room
-        return high if fits else None
+        one_tile_fits = vision_memory(facts, facts.patches_per_tile, flash).total_bytes <= room
+        return high if one_tile_fits else None
     high = min(high, max(cap, low))
 
     def fits(tokens: int) -> bool:

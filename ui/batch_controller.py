@@ -145,6 +145,7 @@ class BatchController(QObject):
 
     def _submit(self, settings: SummarySettings) -> None:
         view = self.view
+        assert view.folder is not None  # can_start needs one; a paused job's folder holds still
         self._request = self.worker.summarize(view.folder, view.output_folder, settings)
         self._ours.add(self._request)
         self._show(started(view))

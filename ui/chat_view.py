@@ -63,10 +63,11 @@ class ChatView(QTextBrowser):
     def open_image(self, index: int) -> None:
         self.image_opened.emit(self._images[index])
 
-    def loadResource(self, kind: int, name: QUrl) -> object:  # noqa: N802 - Qt's name
+    def loadResource(self, kind: int, name: QUrl | str) -> object:  # noqa: N802 - Qt's name
         """Thumbnails are made here, when the document first draws them."""
-        if kind == QTextDocument.ResourceType.ImageResource and name.scheme() == THUMB_SCHEME:
-            index = int(name.path()) if name.path().isdigit() else -1
+        url = name if isinstance(name, QUrl) else QUrl(name)
+        if kind == QTextDocument.ResourceType.ImageResource and url.scheme() == THUMB_SCHEME:
+            index = int(url.path()) if url.path().isdigit() else -1
             if 0 <= index < len(self._images):
                 return self._thumbnail(index)
         return super().loadResource(kind, name)

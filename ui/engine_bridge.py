@@ -28,7 +28,7 @@ from app.events import (
 class EngineBridge(QObject):
     """Callable from any thread; re-emits each engine event as the matching signal."""
 
-    event = Signal(object)  # every event, for logs and status bars
+    any_event = Signal(object)  # every event, for logs and status bars
     model_loaded = Signal(object)  # ModelLoaded
     model_unloaded = Signal(object)  # ModelUnloaded
     conversation_started = Signal(object)  # ConversationStarted
@@ -41,7 +41,7 @@ class EngineBridge(QObject):
     request_failed = Signal(object)  # RequestFailed
 
     def __call__(self, event: EngineEvent) -> None:
-        self.event.emit(event)
+        self.any_event.emit(event)
         if isinstance(event, TokenStreamed):
             self.token_streamed.emit(event.request_id, event.text)
             return

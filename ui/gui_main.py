@@ -30,6 +30,8 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     chooses is used unless one was named on the command line (`model_chosen`).
     """
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    if not isinstance(app, QApplication):  # widgets cannot run under a bare QCoreApplication
+        raise RuntimeError("the desktop app needs a QApplication, not a QCoreApplication")
     app.setApplicationName("ShardChat")
     app.setDesktopFileName("shardchat")
     hardware = probe_hardware()
@@ -37,7 +39,12 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     if needs_profiling(hardware):
         wizard = ProfileWizard(hardware)
         if exit_when_ready:
-            QTimer.singleShot(0, lambda: (_say_ready("wizard shown"), wizard.reject()))
+
+            def skip_wizard() -> None:
+                _say_ready("wizard shown")
+                wizard.reject()
+
+            QTimer.singleShot(0, skip_wizard)
         if wizard.exec() == QDialog.DialogCode.Accepted and not model_chosen:
             model_path = remember_default_model(wizard.chosen_model() or model_path)
     loop = qasync.QEventLoop(app)

@@ -131,7 +131,8 @@ def _attachment(image: QImage, name: str, source_path: Path | None) -> ImageAtta
 def _encode_png(image: QImage) -> bytes:
     buffer = QBuffer()
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not image.save(buffer, "PNG"):
+    # PySide6 6.11's stubs type `format` as bytes, but the binding raises on bytes and takes str
+    if not image.save(buffer, "PNG"):  # type: ignore[call-overload]  # stubs: bytes, binding: str
         raise BadInputError("the image could not be converted to PNG")
     return bytes(buffer.data().data())
 
@@ -171,7 +172,8 @@ class AttachmentStrip(QWidget):
     def _thumbnail(self, attachment: ImageAttachment) -> QPixmap:
         if attachment in self._thumbnails:
             return self._thumbnails[attachment]
-        image = QImage.fromData(attachment.png_bytes, "PNG")
+        # as in _encode_png: the stubs want bytes for `format`, the binding takes only str
+        image = QImage.fromData(attachment.png_bytes, "PNG")  # type: ignore[arg-type]  # stubs wrong
         small = image.scaled(
             THUMBNAIL_PX,
             THUMBNAIL_PX,

@@ -172,7 +172,9 @@ def _named(widget, name: str):  # noqa: ANN001, ANN202 - any widget, returned as
     return widget
 
 
-def _action(window: QMainWindow, text: str, shortcut: object) -> QAction:
+def _action(
+    window: QMainWindow, text: str, shortcut: QKeySequence.StandardKey | str | None
+) -> QAction:
     action = QAction(text, window)
     if shortcut is not None:
         action.setShortcut(QKeySequence(shortcut))

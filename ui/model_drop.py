@@ -53,10 +53,10 @@ class GgufDropFilter(QObject):
         widget.installEventFilter(self)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() in _DRAG_EVENTS:
-            return self._on_drag(event)  # type: ignore[arg-type]
-        if event.type() == QEvent.Type.Drop:
-            return self.handle_drop(event.mimeData(), event)  # type: ignore[attr-defined]
+        if event.type() in _DRAG_EVENTS and isinstance(event, QDragMoveEvent):
+            return self._on_drag(event)  # QDragEnterEvent is a QDragMoveEvent
+        if event.type() == QEvent.Type.Drop and isinstance(event, QDropEvent):
+            return self.handle_drop(event.mimeData(), event)
         return super().eventFilter(watched, event)
 
     def handle_drop(self, mime: QMimeData, event: QDropEvent | None = None) -> bool:

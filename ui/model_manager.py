@@ -13,7 +13,7 @@ details pane and for checking an imported file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -191,9 +191,11 @@ class ModelManager(QDialog):
     def _enable_buttons(self, entry: ModelEntry | None) -> None:
         stored = entry is not None and not entry.builtin
         present = entry is not None and entry.exists
+        paired = entry is not None and entry.mmproj_path is not None
+        is_default = entry is not None and entry.is_default
         self.pair_button.setEnabled(stored and present)
-        self.unpair_button.setEnabled(stored and entry.mmproj_path is not None)
-        self.default_button.setEnabled(present and not entry.is_default)
+        self.unpair_button.setEnabled(stored and paired)
+        self.default_button.setEnabled(present and not is_default)
         self.load_button.setEnabled(present)
         self.remove_button.setEnabled(stored)
 
@@ -392,7 +394,7 @@ def _table(headers: tuple[str, ...], stretch_column: int) -> QTableWidget:
     return table
 
 
-def _fill(table: QTableWidget, rows: list[tuple[str, ...]]) -> None:
+def _fill(table: QTableWidget, rows: Sequence[tuple[str, ...]]) -> None:
     table.setRowCount(len(rows))
     for row, texts in enumerate(rows):
         for column, text in enumerate(texts):

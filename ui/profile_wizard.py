@@ -223,7 +223,7 @@ class ProfilingPage(QWizardPage):
         self._show_time()
 
     def cancel(self) -> None:
-        if self.is_running:
+        if self.job is not None and self.job.is_running:  # is_running, narrowed for the checker
             self.job.cancel()
             self.cancel_button.setEnabled(False)
             self.step_label.setText("Cancelling…")

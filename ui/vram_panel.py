@@ -216,8 +216,8 @@ class VramPanel(QWidget):
         for widget in (self.placement, self.apply_placement):
             widget.setEnabled(usable)
         reason = "" if view.has_gpu else f"{view.no_gpu_reason}: the model runs on the CPU."
-        for widget in (self.placement, self.placement_count, self.apply_placement):
-            widget.setToolTip(reason)
+        for control in (self.placement, self.placement_count, self.apply_placement):
+            control.setToolTip(reason)
         self.comparison.setText(view.placement_comparison if view.has_gpu else reason)
         shown = (view.placement, view.is_moe, view.n_layer)
         if shown != self._shown_placement:

@@ -363,7 +363,7 @@ def test_a_chat_reply_is_served_while_the_batch_runs(qtbot, engine, tmp_path: Pa
     controller.choose_folder(write_documents(tmp_path / "docs", 4))  # 2 in flight, 2 waiting
     panel.max_words.setValue(10)
     order: list[tuple[object, int]] = []
-    bridge.event.connect(lambda event: order.append((event, controller.view.files_done)))
+    bridge.any_event.connect(lambda event: order.append((event, controller.view.files_done)))
     chat: list[int] = []
 
     def ask_once(event: JobProgressed) -> None:

@@ -69,7 +69,7 @@ def test_gui_thread_keeps_running_while_the_engine_works(qtbot, default_model_fi
 def test_errors_arrive_as_request_failed(qtbot, tmp_path: Path) -> None:
     bridge = EngineBridge()
     seen: list[object] = []
-    bridge.event.connect(seen.append)
+    bridge.any_event.connect(seen.append)
     worker = EngineWorker(bridge).start()
     try:
         with qtbot.waitSignal(bridge.request_failed, timeout=TIMEOUT_MS) as failed:
