@@ -65,26 +65,39 @@ class LoadRequest:
         )  # fmt: skip
         if self.mmproj_path is None:
             return load
-        try:
-            vision = planned_vision(
-                inventory, self.mmproj_path, load.plan, load.profile, self.budget_bytes
+        return with_vision(load, inventory, self.mmproj_path, self.budget_bytes, self.choice)
+
+
+def with_vision(
+    load: PlannedLoad,
+    inventory: ModelInventory | None,
+    mmproj_path: str,
+    budget_bytes: int | None,
+    choice: PlacementChoice,
+) -> PlannedLoad:
+    """`load` with its projector planned in: VLMOpt's options and, when the encoder needs
+    room the plan's resident set takes, the smaller resident set VLMOpt chose instead.
+
+    The one way a plan gets its projector: a first load and every re-plan of a loaded
+    model (a new budget, a new placement) come through here, so the language model and
+    the encoder together stay within the budget after a change as after a load.
+    """
+    try:
+        vision = planned_vision(inventory, mmproj_path, load.plan, load.profile, budget_bytes)
+    except ShardChatError as exc:  # a bad projector leaves a working text model
+        return replace(load, mmproj_path=mmproj_path, vision_problem=str(exc))
+    if vision.language_plan is not None and inventory is not None:  # a smaller resident set
+        if choice.is_manual:  # the user's placement stands; VLMOpt's needs it smaller
+            problem = (
+                f"the vision encoder needs a smaller resident set than placement "
+                f"{choice} leaves (choose fewer layers, or auto)"
             )
-        except ShardChatError as exc:  # a bad projector leaves a working text model
-            return replace(load, mmproj_path=self.mmproj_path, vision_problem=str(exc))
-        if vision.language_plan is not None and inventory is not None:  # a smaller resident set
-            if self.choice.is_manual:  # the user's placement stands; VLMOpt's needs it smaller
-                problem = (
-                    f"the vision encoder needs a smaller resident set than placement "
-                    f"{self.choice} leaves (choose fewer layers, or auto)"
-                )
-                return replace(load, mmproj_path=self.mmproj_path, vision_problem=problem)
-            extras = load.plan.extras if load.plan is not None else {}
-            language = replace(
-                vision.language_plan, extras={**extras, **vision.language_plan.extras}
-            )
-            params = load_params_for_plan(language, inventory, self.model_path)
-            load = replace(load, params=params, plan=language)
-        return replace(load, mmproj_path=self.mmproj_path, vision=vision)
+            return replace(load, mmproj_path=mmproj_path, vision_problem=problem)
+        extras = load.plan.extras if load.plan is not None else {}
+        language = replace(vision.language_plan, extras={**extras, **vision.language_plan.extras})
+        params = load_params_for_plan(language, inventory, load.params.model_path)
+        load = replace(load, params=params, plan=language)
+    return replace(load, mmproj_path=mmproj_path, vision=vision)
 
 
 def stored_profile() -> Profile | None:

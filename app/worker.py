@@ -33,9 +33,8 @@ from app.events import (
     TokenStreamed,
 )
 from app.job_store import JobStore
-from app.load_planning import LoadRequest, PlannedLoad
+from app.load_planning import LoadRequest, PlannedLoad, with_vision
 from app.summary_job import SummaryJob, SummarySettings
-from app.vision_planning import planned_vision
 from engine.cancel import CancelToken
 from engine.chat import ChatSession
 from engine.chat_template import ChatMessage
@@ -330,16 +329,17 @@ class EngineWorker:
             )
         )
 
-    def _replan_projector(self, plan: Plan, profile: Profile, budget_bytes: int) -> None:
-        """A new budget: the projector (kept across a reload) runs under VLMOpt's new choice."""
+    def _reattach_projector(self, load: PlannedLoad) -> None:
+        """After a re-plan, the projector (kept across a reload) runs under VLMOpt's new choice."""
         if self._mmproj is None:
             return
-        model = self._require_model()
+        if load.vision is None:
+            log.warning("the projector could not follow the new plan: %s", load.vision_problem)
+            return
         try:
-            vision = planned_vision(model.inventory, self._mmproj, plan, profile, budget_bytes)
-            attach_projector(model, self._mmproj, vision.options)
+            attach_projector(self._require_model(), self._mmproj, load.vision.options)
         except BadInputError as exc:
-            log.warning("the projector could not follow the new budget: %s", exc)
+            log.warning("the projector could not follow the new plan: %s", exc)
 
     def _attach_projector(self, planned: PlannedLoad | None) -> tuple[str | None, str | None]:
         """Give the new model its projector; a bad one leaves a working text model."""
@@ -411,6 +411,11 @@ class EngineWorker:
             wanted = str(new_plan.extras.get("requested_placement", ""))
             self._emit(PlacementFellBack(request_id, wanted, fell_back))
         params = load_params_for_plan(new_plan, inventory, model.params.model_path)
+        load = PlannedLoad(params, new_plan, profile)
+        if self._mmproj is not None:  # the encoder's room comes out of the same budget
+            placed = PlacementChoice.parse(str(new_plan.extras.get("placement", AUTO)))
+            load = with_vision(load, inventory, self._mmproj, budget_bytes, placed)
+            new_plan, params = load.plan or new_plan, load.params
         reload = params != model.params
         if reload:
             self._replace_model(params, new_plan, profile)
@@ -418,7 +423,7 @@ class EngineWorker:
             self._plan = new_plan
             if self._steps is not None:
                 self._steps.use_plan(new_plan)
-        self._replan_projector(new_plan, profile, budget_bytes)
+        self._reattach_projector(load)
         self._emit(
             PlanChanged(
                 request_id, budget_bytes, reload, new_plan.reason,

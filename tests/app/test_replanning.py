@@ -34,7 +34,9 @@ from engine.plan_execution import load_params_for
 from engine.planner import make_plan
 from engine.profile import Profile
 from engine.sampling import GREEDY
+from engine.synthetic import SyntheticSpec, write_shape_only_model
 from engine.synthetic_vision import write_synthetic_vlm
+from engine.vision_plan import QWEN25_VL_7B, write_shape_only_projector
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=8)
@@ -265,3 +267,31 @@ def test_set_placement_needs_a_planned_model(engine, default_model_file: Path) -
     engine.call(engine.worker.load_model(LoadParams(str(default_model_file), n_ctx=512)))
     failed = engine.call(engine.worker.set_placement(PlacementChoice.parse("cpu")))
     assert isinstance(failed, RequestFailed) and failed.bad_input
+
+
+# --- a projector's encoder and a budget change (issue 14) ---
+
+QWEN25_VL_7B_TEXT = SyntheticSpec(
+    "llama", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, vocab_size=152064,
+    context_length=128000,
+)  # fmt: skip
+
+
+def test_a_budget_change_with_a_projector_leaves_the_encoder_its_room(
+    engine, on_a_laptop_gpu, tmp_path: Path
+) -> None:
+    """At 4 GiB a 7B model's plan leaves the encoder no room: VLMOpt shrinks the resident set
+    at a load, and a budget change to 4 GiB must get the same smaller set, not the plain plan
+    (shape-only files: llama.cpp maps them without reading, nothing is computed)."""
+    profile, _planned_at = on_a_laptop_gpu
+    model = write_shape_only_model(tmp_path / "qwen25vl-7b.gguf", QWEN25_VL_7B_TEXT, "Q4_K")
+    mmproj = str(write_shape_only_projector(tmp_path / "mmproj.gguf", QWEN25_VL_7B))
+    loaded = engine.call(engine.worker.load_planned(LoadRequest(str(model), 2048, profile,
+                                                                8 << 30, mmproj)))  # fmt: skip
+    assert isinstance(loaded, ModelLoaded) and loaded.vision is not None, loaded
+    changed = engine.call(engine.worker.set_budget(4 << 30))
+    assert isinstance(changed, PlanChanged), changed
+    fresh = LoadRequest(str(model), 2048, profile, 4 << 30, mmproj).planned()
+    plain = make_plan(read_inventory(model), profile, PlanRequest(4 << 30, n_ctx=2048))
+    assert fresh.plan is not None and len(fresh.plan.resident) < len(plain.resident)
+    assert changed.plan.resident == fresh.plan.resident and changed.reloaded
