@@ -31,6 +31,7 @@ from engine.cancel import CancelToken
 from engine.errors import BadInputError
 from engine.model_params import CONTEXT_GRANULE, make_llama_kwargs
 from engine.runtime import LoadedModel
+from engine.token_sampler import TokenSampler
 
 log = logging.getLogger(__name__)
 MAX_SEQUENCES = 64
@@ -106,6 +107,10 @@ class BatchContext:
             return int(llama_cpp.llama_decode(self._require_open(), self._batch))
         finally:
             self._set_abort(None)
+
+    def sample(self, sampler: TokenSampler, index: int) -> int:
+        """The next token from the logits at batch `index`, drawn by `sampler`."""
+        return sampler.sample(self._require_open(), index)
 
     def logits(self, index: int) -> np.ndarray:
         """The logits of the token at batch `index` from the last decode (a view, not a copy)."""

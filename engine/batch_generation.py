@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import llama_cpp
-import numpy as np
 
 from engine.batch_context import BatchContext
 from engine.batch_results import BatchRequest, BatchResult, BatchStats, BatchStep
@@ -32,7 +31,7 @@ from engine.errors import BadInputError
 from engine.plan import Plan
 from engine.runtime import LoadedModel
 from engine.sampling import GREEDY, SamplingSettings
-from engine.token_sampler import make_token_sampler
+from engine.token_sampler import TokenSampler
 
 __all__ = [
     "BatchGenerator",
@@ -79,10 +78,17 @@ class BatchGenerator:
         self.share_prefix = share_prefix
         n_sequences = n_parallel + 1 if share_prefix else n_parallel
         self.context = BatchContext(model, n_sequences, n_ctx_per_sequence)
-        seed = model.params.seed
-        rng = np.random.default_rng(None if seed == llama_cpp.LLAMA_DEFAULT_SEED else seed)
-        self.sample = make_token_sampler(settings, rng)
         self.runs_started = 0
+        self._sequences_started = 0
+
+    def sampler(self) -> TokenSampler:
+        """A new sequence's own sampler chain. With a fixed seed each sequence draws from
+        its own stream (seed + its admission number), so a run is reproducible."""
+        seed = self.model.params.seed
+        if seed != llama_cpp.LLAMA_DEFAULT_SEED:  # the default means a random seed each
+            seed = (seed + self._sequences_started) % llama_cpp.LLAMA_DEFAULT_SEED
+        self._sequences_started += 1
+        return TokenSampler(self.settings, self.context.n_vocab, seed)
 
     @property
     def n_ctx_per_sequence(self) -> int:

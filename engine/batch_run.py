@@ -136,7 +136,7 @@ class BatchRun:
             self._ctx.forget(slot, reused)  # the holder may hold more than this prompt shares
         else:
             self._ctx.forget(slot)
-        self._slots[slot] = ActiveSequence(request, slot, tokens, stop, reused)
+        self._slots[slot] = ActiveSequence(request, slot, tokens, stop, reused, self._gen.sampler())
 
     def _establish_prefix(self, prompts: list[list[int]]) -> None:
         """Evaluate the prompts' common opening once, in the holder sequence."""
@@ -241,8 +241,7 @@ class BatchRun:
 
     def _sample_next(self, sequence: ActiveSequence) -> None:
         assert sequence.output_index is not None
-        logits = self._ctx.logits(sequence.output_index)
-        token = self._gen.sample(logits, sequence.history)
+        token = self._ctx.sample(sequence.sampler, sequence.output_index)
         finish = sequence.accept(token, self._vocab, self._gen.n_ctx_per_sequence)
         if finish is not None:
             self._finish(sequence, finish)
@@ -257,6 +256,7 @@ class BatchRun:
     ) -> None:
         self._slots[sequence.seq_id] = None
         self._ctx.forget(sequence.seq_id)
+        sequence.sampler.close()
         self._emit(sequence.result(finish, error))
 
     def _refuse(self, request: BatchRequest, prompt_tokens: int, reason: str) -> None:

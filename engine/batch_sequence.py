@@ -14,6 +14,7 @@ import llama_cpp
 
 from engine.batch_results import BatchFinish, BatchRequest, BatchResult
 from engine.generation import TextAssembler, token_bytes
+from engine.token_sampler import TokenSampler
 
 
 class ActiveSequence:
@@ -26,6 +27,7 @@ class ActiveSequence:
         prompt: Sequence[int],
         stop: Sequence[str],
         reused: int,
+        sampler: TokenSampler,
     ) -> None:
         self.request = request
         self.seq_id = seq_id
@@ -33,7 +35,7 @@ class ActiveSequence:
         self.reused = reused
         self.n_past = reused
         self.generated: list[int] = []
-        self._history = list(prompt)  # prompt and reply so far, for a repeat penalty
+        self.sampler = sampler  # this sequence's own chain (its penalty window, its draws)
         self.pending_token: int | None = None  # sampled, not yet fed to llama_decode
         self.output_index: int | None = None  # where this step's logits are, if any
         self._text = TextAssembler(stop)
@@ -51,15 +53,9 @@ class ActiveSequence:
     def prompt_chunk(self, limit: int) -> list[int]:
         return self.prompt[self.n_past : self.n_past + limit]
 
-    @property
-    def history(self) -> Sequence[int]:
-        """Prompt and reply so far: what a repeat penalty looks back on."""
-        return self._history
-
     def accept(self, token: int, vocab: llama_cpp.llama_vocab_p, n_ctx: int) -> BatchFinish | None:
         """Take a sampled token; the finish reason when the reply ends with it, else None."""
         self.generated.append(token)
-        self._history.append(token)
         self.pending_token = None
         if llama_cpp.llama_vocab_is_eog(vocab, token):
             return "stop"

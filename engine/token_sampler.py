@@ -1,73 +1,72 @@
-"""Choosing the next token from one sequence's logits, for the batched engine.
+"""Choosing each sequence's next token: llama.cpp's sampler chain, one per sequence.
 
-The batched engine reads each sequence's logits row itself, so it samples in
-numpy instead of through llama-cpp-python's single-sequence `Llama.generate`.
-Greedy (temperature 0) is an argmax, and reproducible; otherwise the steps
-follow llama-cpp-python's order: repeat penalty, top-k, top-p, min-p,
-temperature, then a draw from the per-generator random stream.
+The text chat samples through llama-cpp-python's `Llama.generate`, which builds
+llama.cpp's sampler chain from the same settings; vision turns and batch jobs
+read the logits of their own sequences, so they build the chain here, in the
+same order - repeat penalty (over the last 64 sampled tokens), then greedy at
+temperature 0, else top-k, typical (off), top-p, min-p, temperature and a draw
+seeded like the model's context. The same settings therefore sample alike
+whether or not an image joined the conversation or a document is summarised.
+
+A chain keeps state (the penalty's recent tokens, the random stream), so each
+sequence gets its own and frees it when it ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import ctypes
 
-import numpy as np
+import llama_cpp
 
 from engine.sampling import SamplingSettings
 
-PENALTY_WINDOW = 64  # llama.cpp's default penalty_last_n
-
-TokenSampler = Callable[[np.ndarray, Sequence[int]], int]
-
-
-def make_token_sampler(settings: SamplingSettings, rng: np.random.Generator) -> TokenSampler:
-    """A function (logits, tokens so far) -> next token for these settings."""
-    if settings.is_greedy and settings.repeat_penalty == 1.0:
-        return lambda logits, _history: int(np.argmax(logits))
-
-    def sample(logits: np.ndarray, history: Sequence[int]) -> int:
-        scores = _penalised(logits, history, settings.repeat_penalty)
-        if settings.is_greedy:
-            return int(np.argmax(scores))
-        candidates = _top_k(scores, settings.top_k)
-        probs = _softmax(scores[candidates])
-        keep = _top_p(probs, settings.top_p) & (probs >= settings.min_p * probs.max())
-        candidates = candidates[keep]
-        probs = _softmax(scores[candidates] / settings.temperature)
-        return int(rng.choice(candidates, p=probs))
-
-    return sample
+PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size, llama.cpp's penalty_last_n
+_MIN_KEEP = 1
 
 
-def _penalised(logits: np.ndarray, history: Sequence[int], penalty: float) -> np.ndarray:
-    """llama.cpp's repeat penalty: recent tokens' positive logits shrink, negative ones grow."""
-    if penalty == 1.0 or not history:
-        return logits
-    scores = np.array(logits, dtype=np.float32)
-    recent = np.unique(np.asarray(history[-PENALTY_WINDOW:], dtype=np.int64))
-    values = scores[recent]
-    scores[recent] = np.where(values > 0, values / penalty, values * penalty)
-    return scores
+class TokenSampler:
+    """llama.cpp's sampler chain for one sequence; close() frees it."""
+
+    def __init__(self, settings: SamplingSettings, n_vocab: int, seed: int) -> None:
+        params = llama_cpp.llama_sampler_chain_default_params()
+        self._chain: llama_cpp.llama_sampler_p | None = llama_cpp.llama_sampler_chain_init(params)
+        for stage in _stages(settings, n_vocab, seed):
+            llama_cpp.llama_sampler_chain_add(self._chain, stage)  # the chain owns the stage
+
+    def sample(self, ctx: ctypes.c_void_p, index: int) -> int:
+        """The next token from the logits of batch `index` (-1: the last) of `ctx`'s last
+        decode; the chain takes it into its history (the penalty's window)."""
+        if self._chain is None:
+            raise RuntimeError("the sampler is closed")
+        return int(llama_cpp.llama_sampler_sample(self._chain, ctx, index))
+
+    def close(self) -> None:
+        if self._chain is not None:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __enter__(self) -> TokenSampler:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best scores, best first (all of them when k <= 0)."""
-    if 0 < k < scores.size:
-        best = np.argpartition(scores, -k)[-k:]
-        return best[np.argsort(-scores[best], kind="stable")]
-    return np.argsort(-scores, kind="stable")
-
-
-def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """The smallest best-first prefix whose probability reaches top_p (at least one token)."""
-    reached = np.cumsum(probs) >= top_p
-    last = int(np.argmax(reached)) if reached.any() else probs.size - 1
-    keep = np.zeros(probs.size, dtype=bool)
-    keep[: last + 1] = True
-    return keep
-
-
-def _softmax(scores: np.ndarray) -> np.ndarray:
-    shifted = np.exp(scores - scores.max())
-    probabilities: np.ndarray = shifted / shifted.sum()
-    return probabilities
+def _stages(settings: SamplingSettings, n_vocab: int, seed: int) -> list[llama_cpp.llama_sampler_p]:
+    """The chain's samplers in llama-cpp-python's order (Llama._init_sampler)."""
+    stages = [
+        llama_cpp.llama_sampler_init_penalties(
+            n_vocab, PENALTY_WINDOW, settings.repeat_penalty, 0.0, 0.0
+        )
+    ]
+    if settings.is_greedy:
+        return [*stages, llama_cpp.llama_sampler_init_greedy()]
+    return [
+        *stages,
+        llama_cpp.llama_sampler_init_top_k(settings.top_k),
+        llama_cpp.llama_sampler_init_typical(1.0, _MIN_KEEP),
+        llama_cpp.llama_sampler_init_top_p(settings.top_p, _MIN_KEEP),
+        llama_cpp.llama_sampler_init_min_p(settings.min_p, _MIN_KEEP),
+        llama_cpp.llama_sampler_init_temp(settings.temperature),
+        llama_cpp.llama_sampler_init_dist(seed),
+    ]

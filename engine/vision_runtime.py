@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import llama_cpp
-import numpy as np
 
 from engine.cancel import CancelToken
 from engine.chat_template import RenderedPrompt
@@ -28,7 +27,7 @@ from engine.mtmd_context import TILE_MARK, EncodedImage, MtmdContext, Piece
 from engine.multimodal_decode import DecodeError, PromptDecoder
 from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
-from engine.token_sampler import make_token_sampler
+from engine.token_sampler import TokenSampler
 from engine.vision_options import VisionOptions
 from engine.vision_plan import projector_facts
 
@@ -210,22 +209,28 @@ class VisionRuntime:
         llm = self.model.llm
         vocab = llm._model.vocab
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
-        seed = self.model.params.seed
-        rng = np.random.default_rng(None if seed == llama_cpp.LLAMA_DEFAULT_SEED else seed)
-        sample = make_token_sampler(settings, rng)
+        with TokenSampler(settings, n_vocab, self.model.params.seed) as sampler:
+            yield from self._sampled(sampler, clock, stop, settings, cancel, n_ctx)
+
+    def _sampled(
+        self,
+        sampler: TokenSampler,
+        clock: TurnClock,
+        stop: Sequence[str],
+        settings: SamplingSettings,
+        cancel: CancelToken,
+        n_ctx: int,
+    ) -> Iterator[GenerationResponse]:
+        llm = self.model.llm
+        vocab = llm._model.vocab
         text = TextAssembler(stop)
-        history: list[int] = []
         finish = FinishReason.CANCELLED
         while not cancel.cancelled:
-            logits = np.ctypeslib.as_array(
-                llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(n_vocab,)
-            )
-            token = sample(logits, history)
+            token = sampler.sample(llm._ctx.ctx, -1)
             clock.token()
             if llama_cpp.llama_vocab_is_eog(vocab, token):
                 finish = FinishReason.STOP
                 break
-            history.append(token)
             piece = text.feed(token_bytes(vocab, token))
             if text.stopped:
                 finish = FinishReason.STOP

@@ -1,4 +1,4 @@
-"""The batched engine's plain parts: prefix sharing, token sampling, run totals, parallelism."""
+"""The batched engine's plain parts: prefix sharing, run totals, parallelism."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from engine.batch_parallelism import PARALLEL_CHOICES, choose_parallelism
@@ -18,9 +17,7 @@ from engine.inventory import read_inventory
 from engine.plan import Objective, PlanRequest
 from engine.planner import make_plan
 from engine.profile import Profile
-from engine.sampling import GREEDY, SamplingSettings
 from engine.shared_prefix import SharedPrefix, common_prefix_length
-from engine.token_sampler import make_token_sampler
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "profile-epyc-2core-fast.json"
@@ -56,41 +53,6 @@ def test_prompts_sharing_too_little_get_no_prefix() -> None:
     assert prefix.candidate([HEADER[:4] + [1] * 10, HEADER[:4] + [2] * 10]) == ()
     assert not prefix.established
     assert prefix.reusable(HEADER) == 0
-
-
-# --- token sampler ---
-
-
-def logits(values: list[float]) -> np.ndarray:
-    return np.asarray(values, dtype=np.float32)
-
-
-def test_greedy_takes_the_best_token() -> None:
-    sample = make_token_sampler(GREEDY, np.random.default_rng(0))
-    assert sample(logits([0.1, 3.0, 2.9, -1.0]), [1, 1]) == 1
-
-
-def test_repeat_penalty_moves_greedy_off_a_recent_token() -> None:
-    sample = make_token_sampler(GREEDY.with_changes(repeat_penalty=1.5), np.random.default_rng(0))
-    assert sample(logits([0.0, 3.0, 2.5]), [1]) == 2
-    assert sample(logits([0.0, 3.0, 2.5]), [0]) == 1
-
-
-def test_sampling_stays_within_top_k_and_top_p() -> None:
-    scores = logits([5.0, 4.9, 4.8, 0.0, -1.0, 4.7])
-    top2 = make_token_sampler(SamplingSettings(temperature=5.0, top_k=2, top_p=1.0, min_p=0.0),
-                              np.random.default_rng(1))  # fmt: skip
-    assert {top2(scores, []) for _ in range(200)} == {0, 1}
-    nucleus = make_token_sampler(SamplingSettings(temperature=1.0, top_k=0, top_p=0.01, min_p=0.0),
-                                 np.random.default_rng(2))  # fmt: skip
-    assert {nucleus(scores, []) for _ in range(50)} == {0}
-
-
-def test_sampling_follows_the_temperature_scaled_distribution() -> None:
-    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-    sample = make_token_sampler(settings, np.random.default_rng(3))
-    draws = np.bincount([sample(logits([np.log(3.0), 0.0]), []) for _ in range(4000)], minlength=2)
-    assert draws[0] / draws.sum() == pytest.approx(0.75, abs=0.03)
 
 
 # --- run totals ---
