@@ -29,6 +29,7 @@ from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult
 from engine.batch_parallelism import choose_parallelism
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage
+from engine.generation_stats import FinishReason
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.runtime import LoadedModel
@@ -322,9 +323,9 @@ class SummaryJob:
             doc.tokens_out += result.generated_tokens
             doc.seconds += result.seconds
             self._generated += result.generated_tokens
-            if result.finish_reason == "cancelled":
+            if result.finish_reason is FinishReason.CANCELLED:
                 self._in_flight.pop(relative, None)  # stays pending: the next run redoes it
-            elif result.finish_reason == "error":
+            elif result.finish_reason is FinishReason.ERROR:
                 self._fail(job_id, doc, result.error or "the model could not summarise it")
             elif part == "merge":
                 keys = sorted(doc.summaries)
@@ -398,7 +399,7 @@ class SummaryJob:
 def _whole_sentences(result: BatchResult) -> str:
     """A summary cut off at the token limit ends at its last full sentence, if it has one."""
     text = result.text.strip()
-    if result.finish_reason != "length":
+    if not result.finish_reason.cut_short:
         return text
     end = max(text.rfind(mark) for mark in (". ", "! ", "? ", ".\n", "!\n", "?\n"))
     if text.endswith((".", "!", "?")):

@@ -8,12 +8,12 @@ inference library.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from engine.generation_stats import FinishReason
 
 if TYPE_CHECKING:
     from engine.chat_template import ChatMessage
-
-BatchFinish = Literal["stop", "length", "cancelled", "error"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class BatchResult:
     prompt_tokens: int
     generated_tokens: int
     seconds: float  # from the request's admission to its end
-    finish_reason: BatchFinish
+    finish_reason: FinishReason
     error: str | None = None
     reused_prompt_tokens: int = 0  # copied from the shared prefix instead of evaluated
     token_ids: tuple[int, ...] = ()  # the generated tokens, end-of-generation included
@@ -102,9 +102,9 @@ class BatchStats:
 
     def add_result(self, result: BatchResult) -> None:
         self.n_results += 1
-        if result.finish_reason != "error":  # a refused prompt was never evaluated
+        if result.finish_reason is not FinishReason.ERROR:  # a refused prompt never ran
             self.prompt_tokens += result.prompt_tokens
         self.reused_prompt_tokens += result.reused_prompt_tokens
         self.generated_tokens += result.generated_tokens
-        reason = result.finish_reason
+        reason = result.finish_reason.value
         self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from engine.batch_context import DECODE_ABORTED, DECODE_OK
-from engine.batch_results import BatchFinish, BatchRequest, BatchResult, BatchStats, BatchStep
+from engine.batch_results import BatchRequest, BatchResult, BatchStats, BatchStep
 from engine.batch_sequence import ActiveSequence
 from engine.cancel import CancelToken
+from engine.generation_stats import FinishReason
 from engine.shared_prefix import SharedPrefix
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class BatchRun:
 
     def _end(self) -> None:
         for sequence in self._active():  # cancelled: what is in flight ends here
-            self._finish(sequence, "cancelled")
+            self._finish(sequence, FinishReason.CANCELLED)
         self.stats.wall_seconds = time.perf_counter() - self._started
         self.done = True
 
@@ -197,7 +198,7 @@ class BatchRun:
             return
         if code != DECODE_OK:
             for sequence in active:
-                self._finish(sequence, "error", f"llama_decode failed with code {code}")
+                self._finish(sequence, FinishReason.ERROR, f"llama_decode failed with code {code}")
             return
         for sequence in active:
             fed = len(chunks.get(sequence.seq_id, ())) + (1 if sequence.is_decoding else 0)
@@ -252,7 +253,7 @@ class BatchRun:
         return [s for s in self._slots if s is not None]
 
     def _finish(
-        self, sequence: ActiveSequence, finish: BatchFinish, error: str | None = None
+        self, sequence: ActiveSequence, finish: FinishReason, error: str | None = None
     ) -> None:
         self._slots[sequence.seq_id] = None
         self._ctx.forget(sequence.seq_id)
@@ -260,7 +261,8 @@ class BatchRun:
         self._emit(sequence.result(finish, error))
 
     def _refuse(self, request: BatchRequest, prompt_tokens: int, reason: str) -> None:
-        self._emit(BatchResult(request.key, "", prompt_tokens, 0, 0.0, "error", reason))
+        failed = FinishReason.ERROR
+        self._emit(BatchResult(request.key, "", prompt_tokens, 0, 0.0, failed, reason))
 
     def _emit(self, result: BatchResult) -> None:
         self.stats.add_result(result)

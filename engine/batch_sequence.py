@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 import llama_cpp
 
-from engine.batch_results import BatchFinish, BatchRequest, BatchResult
+from engine.batch_results import BatchRequest, BatchResult
 from engine.generation import TextAssembler, token_bytes
+from engine.generation_stats import FinishReason
 from engine.token_sampler import TokenSampler
 
 
@@ -53,21 +54,23 @@ class ActiveSequence:
     def prompt_chunk(self, limit: int) -> list[int]:
         return self.prompt[self.n_past : self.n_past + limit]
 
-    def accept(self, token: int, vocab: llama_cpp.llama_vocab_p, n_ctx: int) -> BatchFinish | None:
+    def accept(self, token: int, vocab: llama_cpp.llama_vocab_p, n_ctx: int) -> FinishReason | None:
         """Take a sampled token; the finish reason when the reply ends with it, else None."""
         self.generated.append(token)
         self.pending_token = None
         if llama_cpp.llama_vocab_is_eog(vocab, token):
-            return "stop"
+            return FinishReason.STOP
         self._pieces.append(self._text.feed(token_bytes(vocab, token)))
         if self._text.stopped:
-            return "stop"
-        if len(self.generated) >= self.request.max_tokens or self.n_past >= n_ctx:
-            return "length"
+            return FinishReason.STOP
+        if len(self.generated) >= self.request.max_tokens:
+            return FinishReason.LENGTH
+        if self.n_past >= n_ctx:
+            return FinishReason.CONTEXT
         self.pending_token = token
         return None
 
-    def result(self, finish: BatchFinish, error: str | None = None) -> BatchResult:
+    def result(self, finish: FinishReason, error: str | None = None) -> BatchResult:
         text = "" if error else "".join(self._pieces) + self._text.flush()
         return BatchResult(
             key=self.request.key,

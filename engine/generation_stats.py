@@ -14,8 +14,14 @@ from typing import Any
 class FinishReason(str, Enum):
     STOP = "stop"  # the model ended its turn (end-of-generation token or stop string)
     LENGTH = "length"  # max_tokens reached
-    CONTEXT = "context"  # the context window is full
+    CONTEXT = "context"  # the context window (a batch sequence's share of it) is full
     CANCELLED = "cancelled"
+    ERROR = "error"  # a batch request that failed alone (its result says why)
+
+    @property
+    def cut_short(self) -> bool:
+        """The reply ran out of room, not of things to say."""
+        return self in (FinishReason.LENGTH, FinishReason.CONTEXT)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from engine.batch_parallelism import PARALLEL_CHOICES, choose_parallelism
 from engine.batch_results import BatchRequest, BatchResult, BatchStats, BatchStep
 from engine.chat_template import ChatMessage
 from engine.described_machines import load_described
+from engine.generation_stats import FinishReason
 from engine.inventory import read_inventory
 from engine.plan import Objective, PlanRequest
 from engine.planner import make_plan
@@ -67,8 +68,8 @@ def test_stats_split_mixed_steps_by_token_share_and_count_results() -> None:
     assert stats.prompt_seconds == pytest.approx(0.96)
     assert stats.decode_seconds == pytest.approx(0.54)
     assert stats.evaluated_prompt_tokens == 96 and stats.steps == 2
-    stats.add_result(BatchResult("a", "x", 50, 8, 1.0, "stop", reused_prompt_tokens=20))
-    stats.add_result(BatchResult("b", "", 900, 0, 0.0, "error", "too long"))
+    stats.add_result(BatchResult("a", "x", 50, 8, 1.0, FinishReason.STOP, reused_prompt_tokens=20))
+    stats.add_result(BatchResult("b", "", 900, 0, 0.0, FinishReason.ERROR, "too long"))
     assert (stats.n_results, stats.prompt_tokens, stats.reused_prompt_tokens) == (2, 50, 20)
     assert stats.finish_reasons == {"stop": 1, "error": 1}
     assert stats.generated_tokens_per_s == pytest.approx(8 / 0.54)
