@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.cancel import CancelToken
-from engine.chat_template import ChatMessage
+from engine.chat_template import ChatMessage, RenderedPrompt
 from engine.context_window import fit_messages
 from engine.errors import BadInputError
 from engine.generation import stream_generate
@@ -77,9 +77,8 @@ class ChatSession:
             for image in images:
                 vision.decoded(image)  # a bad image is refused before it joins the history
         seen = candidate if vision is not None else [replace(m, images=()) for m in candidate]
-        count = self.model.count_tokens if vision is None else self._count_with_images
-        fitted = fit_messages(seen, count, self.model.n_ctx, settings.max_tokens)
-        rendered = self.model.chat_template.render(fitted.messages)
+        fitted = fit_messages(seen, self._prompt_of, self.model.n_ctx, settings.max_tokens)
+        rendered, tokens = fitted.prompt
         shown = [image for message in fitted.messages for image in message.images]
         if shown:
             assert vision is not None
@@ -87,7 +86,6 @@ class ChatSession:
         else:
             if vision is not None:
                 vision.forget_cache()
-            tokens = self.model.tokenize_prompt(rendered)
             stream = stream_generate(
                 self.model.llm, tokens, settings, cancel, rendered.stop, self._continues_in_cache
             )
@@ -134,10 +132,14 @@ class ChatSession:
             )
         return vision
 
-    def _count_with_images(self, messages: Sequence[ChatMessage]) -> int:
-        """Text tokens plus each image's tokens (known once encoded, estimated before)."""
-        assert self.model.vision is not None
+    def _prompt_of(
+        self, messages: Sequence[ChatMessage]
+    ) -> tuple[int, tuple[RenderedPrompt, list[int]]]:
+        """The rendered prompt and its text tokens, and how many tokens it takes with its
+        images (known once encoded, estimated before)."""
+        rendered = self.model.chat_template.render(messages)
+        tokens = self.model.tokenize_prompt(rendered)
         images = [image for message in messages for image in message.images]
-        return self.model.count_tokens(messages) + sum(
-            self.model.vision.tokens_for(image) for image in images
-        )
+        vision = self.model.vision
+        image_tokens = sum(vision.tokens_for(image) for image in images) if vision else 0
+        return len(tokens) + image_tokens, (rendered, tokens)

@@ -9,32 +9,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from engine.chat_template import ChatMessage
 from engine.errors import ContextOverflowError
 
 MIN_REPLY_TOKENS = 16
+Prompt = TypeVar("Prompt")
 
 
 @dataclass(frozen=True)
-class FittedPrompt:
-    """The messages that fit, their token count, and how many old messages were left out."""
+class FittedPrompt(Generic[Prompt]):
+    """The messages that fit, their token count, how many old messages were left out,
+    and the prompt `measure` made of them (kept, so the turn does not make it twice)."""
 
     messages: tuple[ChatMessage, ...]
     n_tokens: int
     dropped_messages: int
+    prompt: Prompt
 
 
 def fit_messages(
     messages: Sequence[ChatMessage],
-    count_tokens: Callable[[Sequence[ChatMessage]], int],
+    measure: Callable[[Sequence[ChatMessage]], tuple[int, Prompt]],
     n_ctx: int,
     reply_tokens: int,
-) -> FittedPrompt:
+) -> FittedPrompt[Prompt]:
     """Drop the oldest non-system turns until the prompt leaves room for a reply.
 
-    `reply_tokens` is the room we would like to keep for the answer; if even
-    the last message alone leaves less than that, we settle for
+    `measure` makes the prompt of some messages (rendered and tokenized) and says how
+    many tokens it takes. `reply_tokens` is the room we would like to keep for the
+    answer; if even the last message alone leaves less than that, we settle for
     MIN_REPLY_TOKENS, and refuse only when that does not fit either.
     """
     system = [m for m in messages[:1] if m.role == "system"]
@@ -43,9 +48,9 @@ def fit_messages(
     dropped = 0
     while True:
         candidate = (*system, *turns)
-        n_tokens = count_tokens(candidate)
+        n_tokens, prompt = measure(candidate)
         if n_tokens <= budget or (len(turns) == 1 and n_tokens <= n_ctx - MIN_REPLY_TOKENS):
-            return FittedPrompt(candidate, n_tokens, dropped)
+            return FittedPrompt(candidate, n_tokens, dropped, prompt)
         if len(turns) <= 1:
             raise ContextOverflowError(
                 f"the message is too long for the context window ({n_tokens} tokens, window "

@@ -11,9 +11,11 @@ from engine.context_window import MIN_REPLY_TOKENS, fit_messages
 from engine.errors import ContextOverflowError
 
 
-def count_words(messages) -> int:
-    """A stand-in tokenizer: one token per word plus 4 per message of template overhead."""
-    return sum(len(m.content.split()) + 4 for m in messages)
+def count_words(messages) -> tuple[int, int]:
+    """A stand-in tokenizer: one token per word plus 4 per message of template overhead
+    (the count is its prompt, too)."""
+    n_tokens = sum(len(m.content.split()) + 4 for m in messages)
+    return n_tokens, n_tokens
 
 
 def conversation(lengths: list[int], system: bool) -> list[ChatMessage]:
@@ -40,9 +42,9 @@ def test_fitted_prompt_fits_and_keeps_what_matters(
         fitted = fit_messages(messages, count_words, n_ctx, reply)
     except ContextOverflowError:
         alone = [m for m in messages[:1] if m.role == "system"] + [messages[-1]]
-        assert count_words(alone) > n_ctx - MIN_REPLY_TOKENS
+        assert count_words(alone)[0] > n_ctx - MIN_REPLY_TOKENS
         return
-    assert fitted.n_tokens == count_words(fitted.messages)
+    assert fitted.n_tokens == count_words(fitted.messages)[0]
     assert fitted.n_tokens <= n_ctx - min(reply, MIN_REPLY_TOKENS)
     assert fitted.messages[-1] == messages[-1]
     if system:
@@ -65,6 +67,7 @@ def test_oldest_exchange_goes_first() -> None:
     fitted = fit_messages(messages, count_words, 80, 16)
     assert [m.content for m in fitted.messages] == ["be brief", " ".join(["w"] * 5)]
     assert fitted.dropped_messages == 2
+    assert fitted.prompt == count_words(fitted.messages)[1]  # the prompt of what was kept
 
 
 def test_a_single_message_too_long_for_the_window_is_refused() -> None:
