@@ -31,17 +31,17 @@ from enum import Enum
 from engine.cost_model import CostModel, Placement, Where
 from engine.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.plan import Plan, PlanRequest, SubLayerKey, VramAccount
-from engine.planner import (
-    _assemble,
-    _chunked_ttft,
-    _cpu_plan,
-    _families,
-    _key,
-    _margin_floor,
-    _sort_key,
-    _tier_plan,
-)
 from engine.profile import Profile
+from engine.tier_costing import (
+    assemble_plan,
+    chunked_ttft,
+    cpu_plan,
+    family_estimates,
+    margin_floor,
+    sort_key,
+    sublayer_key,
+    tier_plan,
+)
 from engine.vram_account import MIB, MIN_MARGIN_BYTES, fixed_vram, margin_bytes
 
 LLAMA_CPP_DEFAULT_OFFLOAD_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH when unset
@@ -69,15 +69,15 @@ def layer_offload_baseline(
     GPU, the CPU-only plan.
     """
     if profile.gpu is None or not inventory.blocks:
-        return _cpu_plan(inventory, CostModel(profile), request, "no GPU: CPU only")
-    n, floor = len(inventory.blocks), _margin_floor(profile)
+        return cpu_plan(inventory, CostModel(profile), request, "no GPU: CPU only")
+    n, floor = len(inventory.blocks), margin_floor(profile)
     best = None
     for layers in range(n + 2):  # memory grows with every layer: stop at the first misfit
         if _account(inventory, request, _layer_keys(inventory, layers), floor) is None:
             break
         best = layers
     if best is None:
-        return _cpu_plan(
+        return cpu_plan(
             inventory, CostModel(profile), request, "below the GPU's working memory: CPU only"
         )
     which = {0: "none", n + 1: "all of them"}.get(
@@ -115,8 +115,8 @@ def _layer_keys(inventory: ModelInventory, n_gpu_layers: int) -> set[SubLayerKey
     if n_gpu_layers <= 0:
         return set()
     start = max(n + 1 - n_gpu_layers, 0)  # i_gpu_start
-    keys = {_key(s) for b in inventory.blocks[start:] for s in b.sublayers}
-    return keys | {_key(s) for s in output_layer(inventory)}
+    keys = {sublayer_key(s) for b in inventory.blocks[start:] for s in b.sublayers}
+    return keys | {sublayer_key(s) for s in output_layer(inventory)}
 
 
 def output_layer(inventory: ModelInventory) -> list[SubLayer]:
@@ -149,7 +149,7 @@ def n_cpu_moe_baseline(
     """
     if not inventory.is_moe or profile.gpu is None or not inventory.blocks:
         return None
-    n, floor = len(inventory.blocks), _margin_floor(profile)
+    n, floor = len(inventory.blocks), margin_floor(profile)
     for n_cpu in range(n + 1):
         keys = n_cpu_moe_keys(inventory, n_cpu)
         if _account(inventory, request, keys, floor) is not None:
@@ -243,8 +243,8 @@ def fit_baseline(inventory: ModelInventory, profile: Profile, request: PlanReque
     copy of the op-offloaded host weights, which the account leaves out.
     """
     if profile.gpu is None or not inventory.blocks:
-        return _cpu_plan(inventory, CostModel(profile), request, "no GPU: CPU only")
-    floor = _margin_floor(profile)
+        return cpu_plan(inventory, CostModel(profile), request, "no GPU: CPU only")
+    floor = margin_floor(profile)
     layers, note = fit_layers(inventory, request, floor)
     n = len(inventory.blocks)
     keys = fit_keys(inventory, layers)
@@ -261,7 +261,7 @@ def fit_baseline(inventory: ModelInventory, profile: Profile, request: PlanReque
         detail += f", experts of blocks {_ranges(experts_out)} in host memory"
     reason = f"llama.cpp fit: {note}; {detail}"
     if _account(inventory, request, keys, floor) is None:
-        return _cpu_plan(
+        return cpu_plan(
             inventory, CostModel(profile), request, f"{reason}: below the GPU's working memory"
         )
     return _costed(inventory, profile, request, keys, plan_blocks(layers.n_layer), reason)
@@ -386,7 +386,7 @@ def _kv(inventory: ModelInventory, keys: Iterable[SubLayerKey], request: PlanReq
 
 
 def _weights(inventory: ModelInventory, keys: set[SubLayerKey]) -> int:
-    return sum(s.n_bytes for s in inventory.all_sublayers() if _key(s) in keys)
+    return sum(s.n_bytes for s in inventory.all_sublayers() if sublayer_key(s) in keys)
 
 
 def _projected(inventory: ModelInventory, request: PlanRequest, keys: set[SubLayerKey]) -> int:
@@ -429,26 +429,30 @@ def _costed(
     reason: str,
 ) -> Plan:
     """The placement costed as a llama.cpp user runs it: ubatch 512, op offload from 32."""
-    account = _account(inventory, request, keys, _margin_floor(profile))
+    account = _account(inventory, request, keys, margin_floor(profile))
     if account is None:
         raise ValueError(f"{reason}: does not fit the budget")
     model = CostModel(profile)
-    ordered = tuple(sorted(keys, key=_sort_key))
+    ordered = tuple(sorted(keys, key=sort_key))
     static = Placement(Where.CPU, {k: Where.GPU for k in ordered})
     streamed = Placement(Where.STREAMED, {k: Where.GPU for k in ordered})
     threads = max(profile.thread_counts or (profile.physical_cores,))
     boundary = LLAMA_CPP_DEFAULT_OFFLOAD_BATCH
     tiers = tuple(
-        _tier_plan(t, _families(inventory, model, static, streamed, t, threads, request), boundary)
+        tier_plan(
+            t, family_estimates(inventory, model, static, streamed, t, threads, request), boundary
+        )
         for t in request.tiers
     )
-    names = tuple(n for s in inventory.all_sublayers() if _key(s) in keys for n in s.tensor_names)
-    plan = _assemble(
+    names = tuple(
+        n for s in inventory.all_sublayers() if sublayer_key(s) in keys for n in s.tensor_names
+    )
+    plan = assemble_plan(
         inventory, request, ordered, account, tiers, n_gpu_layers, threads, threads,
         LLAMA_CPP_DEFAULT_UBATCH, boundary, reason, names,
     )  # fmt: skip
     prompt = streamed if boundary <= LLAMA_CPP_DEFAULT_UBATCH else static
-    return replace(plan, predicted_ttft_s=_chunked_ttft(inventory, model, prompt, threads, plan))
+    return replace(plan, predicted_ttft_s=chunked_ttft(inventory, model, prompt, threads, plan))
 
 
 def _ranges(blocks: list[int]) -> str:

@@ -34,8 +34,9 @@ from engine.llama_placements import (
 )
 from engine.model_params import LoadParams
 from engine.plan import Plan, PlanRequest, VramAccount
-from engine.planner import _cpu_plan, _margin_floor, _run_our_way, make_plan
+from engine.planner import make_plan, run_our_way
 from engine.profile import Profile
+from engine.tier_costing import cpu_plan, margin_floor
 from engine.vram_account import margin_floor_for
 
 GIB = 1 << 30
@@ -186,7 +187,7 @@ def plan_for_choice(
     if choice.kind is PlacementKind.AUTO:
         plan = make_plan(inventory, profile, request)
     elif choice.kind is PlacementKind.CPU:
-        plan = _cpu_plan(inventory, CostModel(profile), request, "CPU only, as asked")
+        plan = cpu_plan(inventory, CostModel(profile), request, "CPU only, as asked")
         plan = replace(plan, vram=VramAccount(request.vram_budget_bytes, 0, 0, 0, 0))
     else:
         plan = _manual_plan(inventory, profile, request, choice)
@@ -229,7 +230,7 @@ def _manual_plan(
             f"manual placement {choice}: experts of the first {n_cpu} of {n} blocks in host "
             "memory, everything else on the GPU"
         )
-    account = vram_account_of(inventory, request, keys, _margin_floor(profile))
+    account = vram_account_of(inventory, request, keys, margin_floor(profile))
     if account.total_bytes > request.vram_budget_bytes:
         raise PlacementDoesNotFit(
             f"placement {choice} needs {_gib(account.total_bytes)} of VRAM (weights "
@@ -238,7 +239,7 @@ def _manual_plan(
             f"the {_gib(request.vram_budget_bytes)} budget"
         )
     plan = costed_placement(inventory, profile, request, keys, blocks, reason)
-    return _run_our_way(plan, inventory, CostModel(profile))
+    return run_our_way(plan, inventory, CostModel(profile))
 
 
 def replan(

@@ -29,9 +29,9 @@ from engine.hardware import HardwareInfo
 from engine.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.model_params import LoadParams
 from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily
-from engine.planner import with_offload_boundary
 from engine.profile import Profile
 from engine.runtime import LoadedModel
+from engine.tier_costing import with_offload_boundary
 
 log = logging.getLogger("shardchat.steps")
 

@@ -30,25 +30,32 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.cost_model import CostModel, Placement, StepPrediction, Where
+from engine.cost_model import CostModel, Placement, Where
 from engine.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.plan import (
-    EXECUTABLE_FAMILIES,
     NEVER_OFFLOAD,
-    FamilyEstimate,
     Objective,
     Plan,
-    PlanFamily,
     PlanRequest,
-    SubLayerKey,
-    TierPlan,
     VramAccount,
 )
 from engine.profile import Profile
-from engine.vram_account import MIN_MARGIN_BYTES
+from engine.tier_costing import (
+    DEFAULT_UBATCH,
+    assemble_plan,
+    best_threads,
+    chunked_ttft,
+    cpu_plan,
+    family_estimates,
+    margin_floor,
+    offload_boundary_of,
+    sort_key,
+    sublayer_key,
+    tier_plan,
+)
 from engine.vram_account import fixed_vram as _fixed_vram
 
-UBATCH_CHOICES = (512, 1024, 2048, 4096)
+UBATCH_CHOICES = (DEFAULT_UBATCH, 1024, 2048, 4096)
 
 _PRIORITY = {
     SubLayerKind.ATTENTION: 0,
@@ -64,7 +71,7 @@ def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest)
     """The best executable plan for this model, machine and budget."""
     model = CostModel(profile)
     if profile.gpu is None:
-        return _cpu_plan(inventory, model, request, "no GPU in the profile: CPU-only plan")
+        return cpu_plan(inventory, model, request, "no GPU in the profile: CPU-only plan")
     if request.vram_budget_bytes > profile.gpu.vram_total_bytes:
         raise ValueError(
             f"the budget ({request.vram_budget_bytes / 2**30:.1f} GiB) exceeds the GPU's memory "
@@ -72,20 +79,16 @@ def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest)
         )
     plans = []
     for ubatch in UBATCH_CHOICES:
-        fixed = _fixed_vram(inventory, request, ubatch, _margin_floor(profile))
+        fixed = _fixed_vram(inventory, request, ubatch, margin_floor(profile))
         room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
         if room > 0 and ubatch <= max(request.prompt_tokens, UBATCH_CHOICES[0]):
             plans.append(_gpu_plan(inventory, model, request, fixed, room, ubatch))
     if not plans:
-        fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0], _margin_floor(profile))
+        fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0], margin_floor(profile))
         need = sum(fixed.values()) / 2**30
         reason = f"the budget is below the GPU's working memory ({need:.2f} GiB): CPU-only plan"
-        return _cpu_plan(inventory, model, request, reason)
+        return cpu_plan(inventory, model, request, reason)
     return _not_worse_than_llama_cpp(plans, inventory, model, request)
-
-
-def _margin_floor(profile: Profile) -> int:
-    return profile.gpu.margin_floor_bytes if profile.gpu else MIN_MARGIN_BYTES
 
 
 def _not_worse_than_llama_cpp(
@@ -104,7 +107,7 @@ def _not_worse_than_llama_cpp(
     rivals = []
     for plan in llama_placements.llama_cpp_baselines(inventory, model.profile, request):
         if plan.resident:  # not the CPU-only fallback: ours has a GPU plan here
-            rivals += [plan, _run_our_way(plan, inventory, model)]
+            rivals += [plan, run_our_way(plan, inventory, model)]
     floor = max((p.predicted_decode_tokens_per_s for p in rivals), default=0.0)
     best = _best_of([*plans, *rivals], floor)
     if any(best is p for p in plans):
@@ -112,25 +115,25 @@ def _not_worse_than_llama_cpp(
     return replace(best, reason=f"{best.reason}: llama.cpp's own placement predicts faster")
 
 
-def _run_our_way(plan: Plan, inventory: ModelInventory, model: CostModel) -> Plan:
+def run_our_way(plan: Plan, inventory: ModelInventory, model: CostModel) -> Plan:
     """A llama.cpp placement with our threads, op-offload boundary and prompt family."""
     request = plan.request
     static = Placement(Where.CPU, {k: Where.GPU for k in plan.resident})
     streamed = Placement(Where.STREAMED, {k: Where.GPU for k in plan.resident})
-    threads = _best_threads(inventory, model, static, 1, request)
-    threads_batch = _best_threads(inventory, model, static, request.tiers[-1], request)
+    threads = best_threads(inventory, model, static, 1, request)
+    threads_batch = best_threads(inventory, model, static, request.tiers[-1], request)
     if threads == threads_batch == plan.n_threads == plan.n_threads_batch:  # costed already
         estimates = {t.tier: {e.family: e for e in (t.chosen, *t.others)} for t in plan.tiers}
     else:
         estimates = {
-            t: _families(
+            t: family_estimates(
                 inventory, model, static, streamed, t, threads if t == 1 else threads_batch,
                 request,
             )
             for t in request.tiers
         }  # fmt: skip
-    boundary = _offload_boundary(estimates, request.tiers)
-    tiers = tuple(_tier_plan(t, estimates[t], boundary) for t in request.tiers)
+    boundary = offload_boundary_of(estimates, request.tiers)
+    tiers = tuple(tier_plan(t, estimates[t], boundary) for t in request.tiers)
     ours = replace(
         plan,
         tiers=tiers,
@@ -158,32 +161,6 @@ def _best_of(plans: list[Plan], floor: float = 0.0) -> Plan:
 # --- CPU-only ---
 
 
-def _cpu_plan(
-    inventory: ModelInventory, model: CostModel, request: PlanRequest, reason: str
-) -> Plan:
-    placement = Placement()
-    threads = _best_threads(inventory, model, placement, 1, request)
-    threads_batch = _best_threads(inventory, model, placement, request.tiers[-1], request)
-    tiers = tuple(
-        TierPlan(
-            t,
-            _estimate(
-                inventory, model, placement, PlanFamily.CPU_ONLY, t,
-                threads if t == 1 else threads_batch, request,
-            ),
-            (),
-        )
-        for t in request.tiers
-    )  # fmt: skip
-    account = VramAccount(request.vram_budget_bytes, 0, 0, 0, 0)
-    plan = _assemble(
-        inventory, request, (), account, tiers, 0, threads, threads_batch, UBATCH_CHOICES[0],
-        NEVER_OFFLOAD, reason,
-    )  # fmt: skip
-    ttft = _chunked_ttft(inventory, model, placement, threads_batch, plan)
-    return replace(plan, predicted_ttft_s=ttft)
-
-
 # --- GPU ---
 
 
@@ -205,25 +182,25 @@ def _gpu_plan(
             break  # a prefix of the order: more budget only ever adds
         resident.append(sub)
         used, kv = used + cost, kv + _kv_bytes(inventory, sub, request)
-    keys = tuple(sorted((_key(s) for s in resident), key=_sort_key))
+    keys = tuple(sorted((sublayer_key(s) for s in resident), key=sort_key))
     static = Placement(Where.CPU, {k: Where.GPU for k in keys})
     streamed = Placement(Where.STREAMED, {k: Where.GPU for k in keys})
-    threads = _best_threads(inventory, model, static, 1, request)
-    threads_batch = _best_threads(inventory, model, static, request.tiers[-1], request)
+    threads = best_threads(inventory, model, static, 1, request)
+    threads_batch = best_threads(inventory, model, static, request.tiers[-1], request)
     estimates = {
-        t: _families(
+        t: family_estimates(
             inventory, model, static, streamed, t, threads if t == 1 else threads_batch, request
         )
         for t in request.tiers
     }
     everything = len(resident) == len(order)
-    boundary = 1 if everything else _offload_boundary(estimates, request.tiers)
-    tiers = tuple(_tier_plan(t, estimates[t], boundary) for t in request.tiers)
+    boundary = 1 if everything else offload_boundary_of(estimates, request.tiers)
+    tiers = tuple(tier_plan(t, estimates[t], boundary) for t in request.tiers)
     account = VramAccount(
         request.vram_budget_bytes, used - kv, kv, fixed["compute"], fixed["margin"]
     )
     gpu_layers = sum(1 for k in keys if k[1] is SubLayerKind.ATTENTION)
-    plan = _assemble(
+    plan = assemble_plan(
         inventory,
         request,
         keys,
@@ -254,14 +231,14 @@ def _with_prompt_family(
     where it loses at every smaller tier; the op-offload boundary then moves down to
     the chunk size (a threshold: tiers from there on stream too).
     """
-    on_cpu = _chunked_ttft(inventory, model, static, threads, plan)
-    on_gpu = _chunked_ttft(inventory, model, streamed, threads, plan)
+    on_cpu = chunked_ttft(inventory, model, static, threads, plan)
+    on_gpu = chunked_ttft(inventory, model, streamed, threads, plan)
     if plan.op_offload_min_batch <= plan.n_ubatch or on_cpu <= on_gpu:
         chosen = on_gpu if plan.op_offload_min_batch <= plan.n_ubatch else on_cpu
         return replace(plan, predicted_ttft_s=chosen)
     boundary = plan.n_ubatch
     tiers = tuple(
-        _tier_plan(t.tier, {e.family: e for e in (t.chosen, *t.others)}, boundary)
+        tier_plan(t.tier, {e.family: e for e in (t.chosen, *t.others)}, boundary)
         for t in plan.tiers
     )
     return replace(plan, predicted_ttft_s=on_gpu, op_offload_min_batch=boundary, tiers=tiers)
@@ -272,21 +249,6 @@ def _kv_bytes(inventory: ModelInventory, sub: SubLayer, request: PlanRequest) ->
     if sub.kind is not SubLayerKind.ATTENTION or sub.block is None:
         return 0
     return inventory.blocks[sub.block].kv_cache_bytes(request.n_ctx)
-
-
-def _chunked_ttft(
-    inventory: ModelInventory, model: CostModel, placement: Placement, threads: int, plan: Plan
-) -> float:
-    """The prompt in n_ubatch chunks: each chunk is one step (and streams the weights once)."""
-    request = plan.request
-    full, rest = divmod(request.prompt_tokens, plan.n_ubatch)
-    past = _past(request)
-    seconds = (
-        full * model.predict_step(inventory, plan.n_ubatch, threads, 1, past, placement).seconds
-    )
-    if rest:
-        seconds += model.predict_step(inventory, rest, threads, 1, past, placement).seconds
-    return seconds
 
 
 def _gpu_reason(n_resident: int, n_total: int, boundary: int) -> str:
@@ -320,7 +282,7 @@ def _priority_order(
         return (cpu - gpu) / max(sub.n_bytes, 1)
 
     ranked = [s for s in subs if s.kind in _BY_BENEFIT and benefit_per_byte(s) > 0]
-    ranked.sort(key=lambda s: (-round(benefit_per_byte(s), 18), _sort_key(_key(s))))
+    ranked.sort(key=lambda s: (-round(benefit_per_byte(s), 18), sort_key(sublayer_key(s))))
     return fixed + ranked
 
 
@@ -328,172 +290,3 @@ def _priority(sub: SubLayer) -> int | None:
     if sub.kind is SubLayerKind.TOKEN_EMBEDDING:
         return _PRIORITY[SubLayerKind.OUTPUT_HEAD]
     return _PRIORITY.get(sub.kind)
-
-
-def _families(
-    inventory: ModelInventory,
-    model: CostModel,
-    static: Placement,
-    streamed: Placement,
-    tier: int,
-    threads: int,
-    request: PlanRequest,
-) -> dict[PlanFamily, FamilyEstimate]:
-    """Static, GPU-only and dynamic costs of one tier under one resident set."""
-    outputs, past = _outputs(tier, request), _past(request)
-    on_cpu = model.predict_step(inventory, tier, threads, outputs, past, static)
-    on_gpu = model.predict_step(inventory, tier, threads, outputs, past, streamed)
-    streamed_bytes = _streamed_bytes(inventory, streamed)
-    return {
-        PlanFamily.STATIC: FamilyEstimate(PlanFamily.STATIC, on_cpu.seconds, 0, True),
-        PlanFamily.GPU_ONLY: FamilyEstimate(
-            PlanFamily.GPU_ONLY, on_gpu.seconds, streamed_bytes, True
-        ),
-        PlanFamily.DYNAMIC: _dynamic(on_cpu, on_gpu, streamed_bytes),
-    }
-
-
-def _dynamic(on_cpu: StepPrediction, on_gpu: StepPrediction, streamed_bytes: int) -> FamilyEstimate:
-    """Overlap: split the non-resident work so the CPU and copy-then-GPU finish together."""
-    cpu_part = on_cpu.by_device.get(Where.CPU, 0.0)
-    copy_part = on_gpu.by_device.get(Where.STREAMED, 0.0)
-    common = on_cpu.seconds - cpu_part
-    if cpu_part <= 0 or copy_part <= 0:
-        return FamilyEstimate(PlanFamily.DYNAMIC, on_cpu.seconds, 0, False)
-    overlapped = cpu_part * copy_part / (cpu_part + copy_part)
-    share_streamed = cpu_part / (cpu_part + copy_part)
-    seconds = common + overlapped
-    return FamilyEstimate(PlanFamily.DYNAMIC, seconds, int(streamed_bytes * share_streamed), False)
-
-
-def _offload_boundary(
-    estimates: dict[int, dict[PlanFamily, FamilyEstimate]], tiers: tuple[int, ...]
-) -> int:
-    """The first tier from which streaming beats the CPU: llama.cpp's op-offload batch size."""
-    for tier in tiers:
-        family = estimates[tier]
-        if family[PlanFamily.GPU_ONLY].seconds < family[PlanFamily.STATIC].seconds:
-            return tier
-    return NEVER_OFFLOAD
-
-
-def _tier_plan(tier: int, families: dict[PlanFamily, FamilyEstimate], boundary: int) -> TierPlan:
-    chosen_family = PlanFamily.GPU_ONLY if tier >= boundary else PlanFamily.STATIC
-    chosen = families[chosen_family]
-    others = tuple(e for f, e in sorted(families.items()) if f is not chosen_family)
-    return TierPlan(tier, chosen, others)
-
-
-def _estimate(
-    inventory: ModelInventory,
-    model: CostModel,
-    placement: Placement,
-    family: PlanFamily,
-    tier: int,
-    threads: int,
-    request: PlanRequest,
-) -> FamilyEstimate:
-    outputs, past = _outputs(tier, request), _past(request)
-    step = model.predict_step(inventory, tier, threads, outputs, past, placement)
-    streamed = _streamed_bytes(inventory, placement)
-    return FamilyEstimate(family, step.seconds, streamed, family in EXECUTABLE_FAMILIES)
-
-
-def _streamed_bytes(inventory: ModelInventory, placement: Placement) -> int:
-    return sum(
-        s.n_bytes
-        for s in inventory.all_sublayers()
-        if placement.where(s) is Where.STREAMED and s.kind is not SubLayerKind.TOKEN_EMBEDDING
-    )
-
-
-def _past(request: PlanRequest) -> int:
-    """Steps are costed in the middle of a prompt's worth of context."""
-    return min(request.prompt_tokens, request.n_ctx) // 2
-
-
-def _outputs(tier: int, request: PlanRequest) -> int:
-    """Decode tiers want logits for every token; a prompt chunk only for its last."""
-    return tier if tier <= max(request.n_parallel, 1) else 1
-
-
-def _best_threads(
-    inventory: ModelInventory,
-    model: CostModel,
-    placement: Placement,
-    tier: int,
-    request: PlanRequest,
-) -> int:
-    counts = model.profile.thread_counts or (model.profile.physical_cores,)
-    return min(
-        counts,
-        key=lambda t: (
-            round(
-                model.predict_step(
-                    inventory, tier, t, _outputs(tier, request), _past(request), placement
-                ).seconds,
-                12,
-            ),
-            t,
-        ),
-    )
-
-
-def _assemble(
-    inventory: ModelInventory,
-    request: PlanRequest,
-    keys: tuple[SubLayerKey, ...],
-    account: VramAccount,
-    tiers: tuple[TierPlan, ...],
-    n_gpu_layers: int,
-    threads: int,
-    threads_batch: int,
-    n_ubatch: int,
-    boundary: int,
-    reason: str,
-    names: tuple[str, ...] = (),
-) -> Plan:
-    by_tier = {t.tier: t for t in tiers}
-    decode = by_tier[request.tiers[0]]
-    return Plan(
-        model_name=inventory.name,
-        request=request,
-        resident=keys,
-        resident_tensor_names=names,
-        vram=account,
-        tiers=tiers,
-        n_gpu_layers=n_gpu_layers,
-        n_threads=threads,
-        n_threads_batch=threads_batch,
-        n_ubatch=n_ubatch,
-        op_offload_min_batch=boundary,
-        reason=reason,
-        predicted_ttft_s=0.0,  # set by the caller, which knows how prompts run
-        predicted_decode_tokens_per_s=decode.tokens_per_s,
-    )
-
-
-def _key(sub: SubLayer) -> SubLayerKey:
-    return (sub.block, sub.kind)
-
-
-def _sort_key(key: SubLayerKey) -> tuple[int, str]:
-    block, kind = key
-    return (-1 if block is None else block, kind.value)
-
-
-def with_offload_boundary(plan: Plan, boundary: int) -> Plan:
-    """The same placement with llama.cpp streaming from `boundary` tokens per step.
-
-    Every tier's families are already costed; only which one runs changes.
-    """
-    tiers = tuple(
-        _tier_plan(t.tier, {e.family: e for e in (t.chosen, *t.others)}, boundary)
-        for t in plan.tiers
-    )
-    return replace(
-        plan,
-        tiers=tiers,
-        op_offload_min_batch=boundary,
-        predicted_decode_tokens_per_s=tiers[0].tokens_per_s,
-    )
