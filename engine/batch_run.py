@@ -11,21 +11,42 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import jinja2
 
-from engine.batch_context import DECODE_ABORTED, DECODE_OK
+from engine.batch_context import DECODE_ABORTED, DECODE_OK, BatchContext
 from engine.batch_results import BatchRequest, BatchResult, BatchStats, BatchStep
 from engine.batch_sequence import ActiveSequence
 from engine.cancel import CancelToken
 from engine.generation_stats import FinishReason
+from engine.plan import Plan
+from engine.runtime import LoadedModel
 from engine.shared_prefix import SharedPrefix
-
-if TYPE_CHECKING:
-    from engine.batch_generation import BatchGenerator
+from engine.token_sampler import TokenSampler
 
 log = logging.getLogger(__name__)
+
+
+class RunOwner(Protocol):
+    """What a run needs of the generator that starts it (engine.batch_generation's
+    BatchGenerator): a protocol, so that the two modules do not depend on each other."""
+
+    model: LoadedModel
+    context: BatchContext
+    n_parallel: int
+    share_prefix: bool
+    plan: Plan | None
+    runs_started: int
+
+    @property
+    def n_ctx_per_sequence(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def sampler(self) -> TokenSampler: ...
+
 
 ResultCallback = Callable[[BatchResult], None]
 StepCallback = Callable[[BatchStep], None]
@@ -36,7 +57,7 @@ class BatchRun:
 
     def __init__(
         self,
-        generator: BatchGenerator,
+        generator: RunOwner,
         requests: Iterator[BatchRequest],
         on_result: ResultCallback,
         cancel: CancelToken,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage, RenderedPrompt
@@ -19,11 +18,8 @@ from engine.errors import BadInputError
 from engine.generation import stream_generate
 from engine.generation_stats import FinishReason, GenerationResponse, GenerationStats
 from engine.image_input import ImageFile
-from engine.runtime import LoadedModel
+from engine.runtime import LoadedModel, ModelVision
 from engine.sampling import SamplingSettings
-
-if TYPE_CHECKING:
-    from engine.vision_runtime import VisionRuntime
 
 
 @dataclass(frozen=True)
@@ -121,7 +117,7 @@ class ChatSession:
         assert stats is not None  # stream_generate always ends with the statistics
         return ChatReply("".join(pieces), stats, dropped)
 
-    def _vision_for(self, images: Sequence[ImageFile]) -> VisionRuntime | None:
+    def _vision_for(self, images: Sequence[ImageFile]) -> ModelVision | None:
         """The model's vision runtime; refuses new images when the model has none."""
         vision = self.model.vision
         if vision is None and images:

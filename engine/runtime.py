@@ -13,24 +13,48 @@ import io
 import logging
 import os
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import llama_cpp
 
 from engine import llama_log, offload_boundary
 from engine.buffer_overrides import TensorOverrides, loading_with_overrides
+from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
 from engine.errors import ModelFileError
 from engine.generation import context_window
+from engine.generation_stats import GenerationResponse
 from engine.gguf_file import check_model_path
+from engine.image_input import ImageFile, RgbImage
 from engine.inventory import ModelInventory, read_inventory
 from engine.model_params import LoadParams, make_llama_kwargs
-
-if TYPE_CHECKING:
-    from engine.vision_runtime import VisionRuntime
+from engine.sampling import SamplingSettings
 
 log = logging.getLogger(__name__)
+
+
+class ModelVision(Protocol):
+    """What a loaded model's vision half (engine.vision_runtime) offers a conversation.
+
+    A protocol, so that the runtime does not depend on the vision runtime that
+    depends on it."""
+
+    def decoded(self, image: ImageFile) -> RgbImage: ...
+
+    def tokens_for(self, image: ImageFile) -> int: ...
+
+    def stream_reply(
+        self,
+        prompt: RenderedPrompt,
+        images: Sequence[ImageFile],
+        settings: SamplingSettings,
+        cancel: CancelToken,
+    ) -> Iterator[GenerationResponse]: ...
+
+    def forget_cache(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class LoadedModel:
@@ -41,7 +65,7 @@ class LoadedModel:
         self.llm = llm
         self.inventory = inventory
         self.chat_template = _chat_template_of(llm)
-        self.vision: VisionRuntime | None = None  # set by vision_runtime.attach_projector
+        self.vision: ModelVision | None = None  # set by vision_runtime.attach_projector
 
     @property
     def n_ctx(self) -> int:

@@ -59,3 +59,81 @@ def test_module_detector_sees_imports(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("import PySide6.QtCore\nfrom llama_cpp import Llama\nfrom . import x\n")
     assert imported_modules(probe) == {"PySide6", "llama_cpp"}
+
+
+# --- no import cycles, type-only (TYPE_CHECKING) imports included (issue 14) ---
+
+OURS = ("engine", "app", "ui")
+
+
+def our_imports(source: Path) -> set[str]:
+    """Our modules `source` imports anywhere in it, under TYPE_CHECKING too: a module
+    named by `from package import module` counts as that module."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] in OURS)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in OURS:
+                continue
+            found.add(node.module)
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                if (ROOT / Path(*submodule.split("."))).with_suffix(".py").exists():
+                    found.add(submodule)
+    return found
+
+
+def module_graph() -> dict[str, set[str]]:
+    graph = {}
+    for package in OURS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            graph[name.removesuffix(".__init__")] = our_imports(path)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (or one importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1 or node in graph.get(node, ()):
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    graph = module_graph()
+    assert "engine.batch_run" in graph["engine.batch_generation"]  # the graph sees imports
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_type_only_cycle(tmp_path: Path) -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from engine.plan import Plan\n"
+        "from engine import offload_boundary\n"
+    )
+    assert our_imports(probe) == {"engine.plan", "engine", "engine.offload_boundary"}
