@@ -11,10 +11,12 @@ without ggml devices, with a one-line reason, like a machine without a driver.
 
 Listing initialises each backend (the Vulkan backend creates its instance, the
 CUDA backend its runtime) the way loading a model would; that is why it lives
-behind a call and not at import. It also fixes the op-offload boundary for the
-process (engine.offload_boundary): so that the first model load can still set
-its plan's boundary, a process where ggml has not started lists the devices in
-a child process, once, and answers from that list until ggml starts here.
+behind a call and not at import. On a build with a GPU backend it also fixes
+the op-offload boundary for the process (engine.offload_boundary): so that the
+first model load can still set its plan's boundary, such a process lists the
+devices in a child process, once, and answers from that list until ggml starts
+here. A CPU-only build lists them in-process (no boundary to fix, no child's
+second of start-up).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 from engine import offload_boundary
 from engine.child_process import run_in_child
-from engine.ggml_library import device_name, device_pointers, typed_function
+from engine.ggml_library import device_name, device_pointers, has_gpu_backend, typed_function
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +147,7 @@ def probe_devices() -> DeviceList:
     Before ggml starts in this process the list (memory figures included) is the one
     a child process read at the first call.
     """
-    if offload_boundary.in_force() is not None:
+    if _here():
         return probe_devices_here()
     return _child_probe()[0]
 
@@ -156,9 +158,15 @@ def system_info() -> str:
     Listing the backends starts ggml too, so before it has started here this is the
     child's answer (see probe_devices).
     """
-    if offload_boundary.in_force() is not None:
+    if _here():
         return system_info_here()
     return _child_probe()[1]
+
+
+def _here() -> bool:
+    """Whether listing in this process is harmless: ggml started here already, or the
+    build has no GPU backend whose op-offload boundary a listing would fix."""
+    return offload_boundary.in_force() is not None or not has_gpu_backend()
 
 
 def _child_probe() -> tuple[DeviceList, str]:
@@ -211,7 +219,7 @@ def device_memory(name: str) -> tuple[int, int]:
     its whole heap as free, so "free" is an upper bound there. Before ggml starts in
     this process, the figures of the child's list (see probe_devices).
     """
-    if offload_boundary.in_force() is None:
+    if not _here():
         listed = [d for d in probe_devices()[0] if d.name == name]
         return (listed[0].memory_free_bytes, listed[0].memory_total_bytes) if listed else (0, 0)
     try:

@@ -31,6 +31,23 @@ def is_library_file(name: str, stem: str) -> bool:
     return re.fullmatch(pattern, name) is not None
 
 
+# ggml's GPU backends: each reads GGML_OP_OFFLOAD_MIN_BATCH when it lists its devices
+GPU_BACKEND_LIBRARIES = ("ggml-cuda", "ggml-vulkan", "ggml-metal", "ggml-sycl", "ggml-hip")
+
+
+@functools.cache
+def has_gpu_backend() -> bool:
+    """Whether this llama.cpp build ships a GPU backend, judged by its library files, so
+    that asking does not start ggml (a CPU-only build has nothing to offload to)."""
+    try:
+        import llama_cpp
+    except Exception:  # a broken native library: no backend of any kind
+        return False
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    names = [path.name for path in folder.iterdir()] if folder.is_dir() else []
+    return any(is_library_file(n, stem) for n in names for stem in GPU_BACKEND_LIBRARIES)
+
+
 @functools.cache
 def loaded_library(stem: str) -> ctypes.CDLL:
     """The copy of `stem` that llama.cpp itself runs on.
