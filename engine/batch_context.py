@@ -25,7 +25,6 @@ import logging
 from typing import Any
 
 import llama_cpp
-import numpy as np
 
 from engine.cancel import CancelToken
 from engine.errors import BadInputError
@@ -111,13 +110,6 @@ class BatchContext:
     def sample(self, sampler: TokenSampler, index: int) -> int:
         """The next token from the logits at batch `index`, drawn by `sampler`."""
         return sampler.sample(self._require_open(), index)
-
-    def logits(self, index: int) -> np.ndarray:
-        """The logits of the token at batch `index` from the last decode (a view, not a copy)."""
-        pointer = llama_cpp.llama_get_logits_ith(self._require_open(), index)
-        if not pointer:
-            raise ValueError(f"no logits were computed for batch index {index}")
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
     def forget(self, sequence: int, from_position: int = 0) -> None:
         """Drop a sequence's cells from `from_position` on (all of them by default)."""

@@ -196,19 +196,7 @@ class VisionRuntime:
                 return
             raise BadInputError(f"llama.cpp could not evaluate the prompt ({exc})") from exc
         log.info("prompt: %d tokens, %d reused from the cache", total, clock.reused)
-        yield from self._sample_reply(clock, stop, settings, cancel, n_ctx)
-
-    def _sample_reply(
-        self,
-        clock: TurnClock,
-        stop: Sequence[str],
-        settings: SamplingSettings,
-        cancel: CancelToken,
-        n_ctx: int,
-    ) -> Iterator[GenerationResponse]:
-        llm = self.model.llm
-        vocab = llm._model.vocab
-        n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        n_vocab = llama_cpp.llama_vocab_n_tokens(self.model.llm._model.vocab)
         with TokenSampler(settings, n_vocab, self.model.params.seed) as sampler:
             yield from self._sampled(sampler, clock, stop, settings, cancel, n_ctx)
 
