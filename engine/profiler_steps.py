@@ -201,8 +201,9 @@ def per_layer_seconds(
 
 
 def repeats_for(n_tokens: int, repeats: int) -> int:
-    """Small steps are noisy and cheap: repeat them more."""
-    return repeats if n_tokens <= 16 else max(2, repeats // 2)
+    """Small steps are noisy and cheap: repeat them more (a median of three at least, so one
+    step slowed by another process on a shared machine cannot make a figure)."""
+    return max(3, repeats) if n_tokens <= 16 else max(2, repeats // 2)
 
 
 def _timer(
