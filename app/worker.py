@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.events import (
@@ -33,7 +33,8 @@ from app.events import (
     TokenStreamed,
 )
 from app.job_store import JobStore
-from app.load_planning import LoadRequest, PlannedLoad, with_vision
+from app.load_planning import LoadRequest, PlannedLoad
+from app.resident_model import ResidentModel
 from app.summary_job import SummaryJob, SummarySettings
 from engine.cancel import CancelToken
 from engine.chat import ChatSession
@@ -42,18 +43,11 @@ from engine.errors import BadInputError
 from engine.image_input import ImageFile
 from engine.model_params import LoadParams
 from engine.placement_choice import (
-    AUTO,
     PlacementChoice,
-    load_params_for_plan,
-    plan_for_choice,
-    replan,
 )
 from engine.plan import Plan
-from engine.plan_execution import StepLog
 from engine.profile import Profile
-from engine.runtime import LoadedModel, inspect_model, load_model
 from engine.sampling import SamplingSettings
-from engine.vision_runtime import attach_projector
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +124,8 @@ class EngineWorker:
         self._pending: dict[int, _Queued] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._model: LoadedModel | None = None
+        self._resident = ResidentModel()
         self._session: ChatSession | None = None
-        self._steps: StepLog | None = None
         self._handlers: dict[type, Callable[[_Queued], None]] = {
             _LoadModel: self._load,
             _LoadPlanned: self._load_planned,
@@ -143,9 +136,6 @@ class EngineWorker:
             _SetPlacement: self._set_placement,
             _Summarize: self._summarize,
         }
-        self._plan: Plan | None = None
-        self._profile: Profile | None = None
-        self._mmproj: str | None = None  # the loaded model's projector, while it sees images
 
     # --- the caller's side (any thread) ---
 
@@ -252,7 +242,7 @@ class EngineWorker:
             while not isinstance((entry := self._next()).request, _Stop):
                 self._execute(entry)
         finally:
-            self._close_model()
+            self._resident.close()
 
     def _next(self) -> _Queued:
         return self._deferred.popleft() if self._deferred else self._queue.get()
@@ -308,10 +298,10 @@ class EngineWorker:
         planned: PlannedLoad | None = None,
     ) -> None:
         started = time.perf_counter()
-        inspect_model(params.model_path)  # refuse a bad file before giving up the current model
-        self._replace_model(params, plan, profile)
-        vision, problem = self._attach_projector(planned)
-        model = self._require_model()
+        history = self._session.messages if self._session else []
+        attached = self._resident.load(params, plan, profile, planned)
+        model = self._resident.require()
+        self._session = ChatSession(model, history=history)  # the conversation carries over
         inventory = model.inventory
         self._emit(
             ModelLoaded(
@@ -324,50 +314,10 @@ class EngineWorker:
                 load_seconds=time.perf_counter() - started,
                 load_params=model.params.to_dict(),
                 plan=plan,
-                vision=vision,
-                vision_problem=problem,
+                vision=attached.vision,
+                vision_problem=attached.problem,
             )
         )
-
-    def _reattach_projector(self, load: PlannedLoad) -> None:
-        """After a re-plan, the projector (kept across a reload) runs under VLMOpt's new choice."""
-        if self._mmproj is None:
-            return
-        if load.vision is None:
-            log.warning("the projector could not follow the new plan: %s", load.vision_problem)
-            return
-        try:
-            attach_projector(self._require_model(), self._mmproj, load.vision.options)
-        except BadInputError as exc:
-            log.warning("the projector could not follow the new plan: %s", exc)
-
-    def _attach_projector(self, planned: PlannedLoad | None) -> tuple[str | None, str | None]:
-        """Give the new model its projector; a bad one leaves a working text model."""
-        self._mmproj = None
-        if planned is None or planned.mmproj_path is None:
-            return None, None
-        if planned.vision is None:
-            log.warning("loaded without vision: %s", planned.vision_problem)
-            return None, planned.vision_problem
-        try:
-            attach_projector(self._require_model(), planned.mmproj_path, planned.vision.options)
-        except BadInputError as exc:
-            log.warning("loaded without vision: %s", exc)
-            return None, str(exc)
-        self._mmproj = planned.mmproj_path
-        return planned.vision.summary, None
-
-    def _replace_model(
-        self, params: LoadParams, plan: Plan | None, profile: Profile | None
-    ) -> None:
-        """Free the resident model, load the new one, carry the conversation over."""
-        history = self._session.messages if self._session else []
-        self._close_model()
-        self._model = load_model(params)
-        self._session = ChatSession(self._model, history=history)
-        self._plan, self._profile = plan, profile
-        if plan is not None and profile is not None:
-            self._steps = StepLog(self._model, plan, profile).attach()
 
     def _set_budget(self, entry: _Queued) -> None:
         request: _SetBudget = entry.request  # type: ignore[assignment]
@@ -376,88 +326,58 @@ class EngineWorker:
 
     def _set_placement(self, entry: _Queued) -> None:
         request: _SetPlacement = entry.request  # type: ignore[assignment]
-        plan = self._plan
+        plan = self._resident.plan
         budget = plan.request.vram_budget_bytes if plan is not None else 0
         self._replan_loaded(entry.request_id, budget, request.choice)
 
     def _replan_loaded(
         self, request_id: int, budget_bytes: int, choice: PlacementChoice | None
     ) -> None:
-        """Re-plan the loaded model for a budget under `choice` (None: the plan's own).
-
-        Shared by set_budget and set_placement: both reload only when the placement
-        moves, and both say what the planner would have chosen when a manual placement
-        runs, so the panel can compare the two without planning on the GUI thread.
-        Nothing changes before the new plan is made, so a refused choice leaves the
-        loaded model and its plan as they were.
-        """
-        model, plan, profile = self._require_model(), self._plan, self._profile
-        if plan is None or profile is None:
-            raise BadInputError("the loaded model runs without a plan; load it with a budget")
-        inventory, gpu = model.inventory, int(plan.extras.get("gpu", 0))
-        new_request = replace(plan.request, vram_budget_bytes=budget_bytes)
-        try:
-            if choice is None:
-                new_plan, fell_back = replan(inventory, profile, new_request, plan)
-            else:
-                new_plan = plan_for_choice(inventory, profile, new_request, choice, gpu)
-                fell_back = None
-            planner_plan = None
-            if new_plan.extras.get("placement", "auto") != str(AUTO):
-                planner_plan = plan_for_choice(inventory, profile, new_request, AUTO, gpu)
-        except ValueError as exc:
-            raise BadInputError(str(exc)) from exc
-        if fell_back is not None:
-            wanted = str(new_plan.extras.get("requested_placement", ""))
-            self._emit(PlacementFellBack(request_id, wanted, fell_back))
-        params = load_params_for_plan(new_plan, inventory, model.params.model_path)
-        load = PlannedLoad(params, new_plan, profile)
-        if self._mmproj is not None:  # the encoder's room comes out of the same budget
-            placed = PlacementChoice.parse(str(new_plan.extras.get("placement", AUTO)))
-            load = with_vision(load, inventory, self._mmproj, budget_bytes, placed)
-            new_plan, params = load.plan or new_plan, load.params
-        reload = params != model.params
-        if reload:
-            self._replace_model(params, new_plan, profile)
-        else:
-            self._plan = new_plan
-            if self._steps is not None:
-                self._steps.use_plan(new_plan)
-        self._reattach_projector(load)
+        """Re-plan the loaded model (ResidentModel.replan); the conversation follows a reload."""
+        history = self._session.messages if self._session else []
+        outcome = self._resident.replan(budget_bytes, choice)
+        if outcome.reloaded:
+            self._session = ChatSession(self._resident.require(), history=history)
+        if outcome.fell_back is not None:
+            self._emit(PlacementFellBack(request_id, outcome.wanted, outcome.fell_back))
+        plan = outcome.plan
         self._emit(
             PlanChanged(
-                request_id, budget_bytes, reload, new_plan.reason,
-                new_plan.predicted_decode_tokens_per_s, new_plan.predicted_ttft_s,
-                new_plan.n_gpu_layers, new_plan, planner_plan,
+                request_id, budget_bytes, outcome.reloaded, plan.reason,
+                plan.predicted_decode_tokens_per_s, plan.predicted_ttft_s,
+                plan.n_gpu_layers, plan, outcome.planner_plan,
             )
         )  # fmt: skip
 
     def _summarize(self, entry: _Queued) -> None:
         request: _Summarize = entry.request  # type: ignore[assignment]
-        model = self._require_model()
+        model = self._resident.require()
         with JobStore() as store:
             job = SummaryJob(
                 model, request.input_folder, request.output_folder, request.settings, store,
                 progress=lambda progress: self._emit(JobProgressed(entry.request_id, progress)),
                 cancel=entry.cancel, between_steps=self._serve_chat_waiting,
-                plan=self._plan, profile=self._profile,
+                plan=self._resident.plan, profile=self._resident.profile,
             )  # fmt: skip
             outcome = job.run()
         self._emit(JobFinished(entry.request_id, outcome))
 
     def _unload(self, entry: _Queued) -> None:
-        path = self._model.params.model_path if self._model else None
-        self._close_model()
+        model = self._resident.model
+        path = model.params.model_path if model else None
+        self._resident.close()  # the conversation stays, for the next model
         self._emit(ModelUnloaded(entry.request_id, path))
 
     def _start_conversation(self, entry: _Queued) -> None:
         request: _StartConversation = entry.request  # type: ignore[assignment]
-        self._session = ChatSession(self._require_model(), request.system_prompt, request.history)
+        self._session = ChatSession(
+            self._resident.require(), request.system_prompt, request.history
+        )
         self._emit(ConversationStarted(entry.request_id, len(self._session.messages)))
 
     def _send(self, entry: _Queued) -> None:
         request: _SendMessage = entry.request  # type: ignore[assignment]
-        model = self._require_model()
+        model = self._resident.require()
         if self._session is None:
             self._session = ChatSession(model)
         reply = self._session.reply(
@@ -467,19 +387,7 @@ class EngineWorker:
             on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
             images=request.images,
         )
-        steps = tuple(self._steps.drain()) if self._steps else ()
+        steps = self._resident.drain_steps()
         self._emit(
             ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps)
         )
-
-    def _require_model(self) -> LoadedModel:
-        if self._model is None:
-            raise BadInputError("no model is loaded; load one first")
-        return self._model
-
-    def _close_model(self) -> None:
-        self._steps = None
-        self._plan = self._profile = None
-        if self._model is not None:
-            self._model.close()
-            self._model = None

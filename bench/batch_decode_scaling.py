@@ -21,8 +21,8 @@ from contextlib import contextmanager
 
 import llama_cpp
 
-import engine.batch_context as batch_context
-from engine.batch_context import BatchContext
+import engine.decode_context as batch_context
+from engine.decode_context import DecodeContext
 from engine.default_model import default_model_path
 from engine.model_params import LoadParams
 from engine.runtime import LoadedModel, load_model
@@ -55,7 +55,8 @@ def context_settings(kv_type: int, flash: int) -> Iterator[None]:
 
 def tokens_per_s(model: LoadedModel, n_sequences: int, context: int, steps: int) -> float:
     """Aggregate decode speed of N sequences whose caches hold `context` tokens each."""
-    with BatchContext(model, n_sequences, context + steps + 64) as ctx:
+    shape = (n_sequences, context + steps + 64)
+    with DecodeContext.for_sequences(model.handle, model.params, *shape) as ctx:
         for sequence in range(n_sequences):
             for start in range(0, context, FILL_CHUNK):
                 ctx.clear()

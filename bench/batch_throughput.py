@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.plan_command import load_profile_for_planning
-from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult, BatchStats, BatchStep
+from engine.batch_generation import (
+    BatchGenerator,
+    BatchRequest,
+    BatchResult,
+    BatchStats,
+    DecodeStep,
+)
 from engine.batch_parallelism import ParallelismChoice, choose_parallelism
 from engine.chat_template import ChatMessage
 from engine.default_model import default_model_path
@@ -114,7 +120,7 @@ class Run:
     name: str
     n_parallel: int
     stats: BatchStats
-    steps: list[BatchStep] = field(default_factory=list)
+    steps: list[DecodeStep] = field(default_factory=list)
     results: dict[str, BatchResult] = field(default_factory=dict)
 
     def decode_step_cost(self) -> dict[int, float]:
@@ -169,7 +175,7 @@ def run_once(
     share_prefix: bool,
 ) -> Run:
     with BatchGenerator(model, n_parallel, n_ctx, plan=plan, share_prefix=share_prefix) as gen:
-        steps: list[BatchStep] = []
+        steps: list[DecodeStep] = []
         results: dict[str, BatchResult] = {}
         stats = gen.run(requests, lambda r: results.__setitem__(r.key, r), on_step=steps.append)
     print(f"  {name}: {stats.wall_seconds:.1f} s", file=sys.stderr, flush=True)

@@ -23,15 +23,16 @@ from collections.abc import Iterable
 
 import llama_cpp
 
-from engine.batch_context import BatchContext
-from engine.batch_results import BatchRequest, BatchResult, BatchStats, BatchStep
+from engine.batch_results import BatchRequest, BatchResult, BatchStats
 from engine.batch_run import BatchRun, ResultCallback, StepCallback
 from engine.cancel import CancelToken
+from engine.decode_context import DecodeContext
+from engine.decode_step import DecodeStep
 from engine.errors import BadInputError
 from engine.plan import Plan
 from engine.runtime import LoadedModel
 from engine.sampling import GREEDY, SamplingSettings
-from engine.token_sampler import TokenSampler
+from engine.scheduler import Scheduler
 
 __all__ = [
     "BatchGenerator",
@@ -39,7 +40,7 @@ __all__ = [
     "BatchRequest",
     "BatchResult",
     "BatchStats",
-    "BatchStep",
+    "DecodeStep",
 ]
 
 
@@ -74,29 +75,35 @@ class BatchGenerator:
         self.model = model
         self.n_parallel = n_parallel
         self.settings = settings
-        self.plan = plan
         self.share_prefix = share_prefix
         n_sequences = n_parallel + 1 if share_prefix else n_parallel
-        self.context = BatchContext(model, n_sequences, n_ctx_per_sequence)
+        context = DecodeContext.for_sequences(
+            model.handle, model.params, n_sequences, n_ctx_per_sequence
+        )
+        self.scheduler = Scheduler(context, plan)
         self.runs_started = 0
         self._sequences_started = 0
 
-    def sampler(self) -> TokenSampler:
-        """A new sequence's own sampler chain. With a fixed seed each sequence draws from
-        its own stream (seed + its admission number), so a run is reproducible."""
+    def next_seed(self) -> int:
+        """A new sequence's sampler seed. With a fixed seed each sequence draws from its own
+        stream (seed + its admission number), so a run is reproducible."""
         seed = self.model.params.seed
         if seed != llama_cpp.LLAMA_DEFAULT_SEED:  # the default means a random seed each
             seed = (seed + self._sequences_started) % llama_cpp.LLAMA_DEFAULT_SEED
         self._sequences_started += 1
-        return TokenSampler(self.settings, self.context.n_vocab, seed)
+        return int(seed)
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.scheduler.plan
 
     @property
     def n_ctx_per_sequence(self) -> int:
-        return self.context.n_ctx_per_sequence
+        return self.scheduler.n_ctx_per_sequence
 
     @property
     def closed(self) -> bool:
-        return self.context.closed
+        return self.scheduler.context.closed
 
     def run(
         self,
@@ -125,7 +132,7 @@ class BatchGenerator:
         return BatchRun(self, iter(requests), on_result, cancel or CancelToken(), on_step)
 
     def close(self) -> None:
-        self.context.close()
+        self.scheduler.context.close()
 
     def __enter__(self) -> BatchGenerator:
         return self

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.decode_step import DecodeStep
 from engine.generation_stats import FinishReason
 
 if TYPE_CHECKING:
@@ -46,18 +47,6 @@ class BatchResult:
     token_ids: tuple[int, ...] = ()  # the generated tokens, end-of-generation included
 
 
-@dataclass(frozen=True)
-class BatchStep:
-    """One llama_decode call: its size, how many sequences it carried, its plan tier."""
-
-    n_tokens: int
-    n_sequences: int
-    tier: int | None  # plan.tier_for(n_tokens) when the generator has a plan
-    seconds: float
-    n_prompt_tokens: int = 0  # of n_tokens, how many were prompt (prefill) tokens
-    aborted: bool = False  # a cancel stopped llama.cpp inside this step
-
-
 @dataclass
 class BatchStats:
     """Totals of one run.
@@ -92,7 +81,7 @@ class BatchStats:
     def results_per_minute(self) -> float:
         return 60.0 * self.n_results / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
-    def add_step(self, step: BatchStep) -> None:
+    def add_step(self, step: DecodeStep) -> None:
         self.steps += 1
         if not step.aborted:
             self.evaluated_prompt_tokens += step.n_prompt_tokens

@@ -15,11 +15,12 @@ from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage, RenderedPrompt
 from engine.context_window import fit_messages
 from engine.errors import BadInputError
-from engine.generation import stream_generate
+from engine.generation import generate
 from engine.generation_stats import FinishReason, GenerationResponse, GenerationStats
 from engine.image_input import ImageFile
 from engine.runtime import LoadedModel, ModelVision
 from engine.sampling import SamplingSettings
+from engine.stream import StreamRequest
 
 
 @dataclass(frozen=True)
@@ -78,16 +79,17 @@ class ChatSession:
         shown = [image for message in fitted.messages for image in message.images]
         if shown:
             assert vision is not None
-            stream = vision.stream_reply(rendered, shown, settings, cancel)
-        else:
-            if vision is not None:
-                vision.forget_cache()
-            stream = stream_generate(
-                self.model.llm, tokens, settings, cancel, rendered.stop, self._continues_in_cache
+            stream = vision.stream_reply(
+                rendered, shown, settings, cancel, self._continues_in_cache
             )
+        else:
+            request = StreamRequest.of_tokens(
+                tokens, settings, rendered.stop, cancel, self._continues_in_cache
+            )
+            stream = generate(self.model.scheduler, request, self.model.params.seed)
         self.messages = candidate
         pieces: list[str] = []
-        self._continues_in_cache = not shown
+        self._continues_in_cache = True
         for response in stream:
             pieces.append(response.text)
             yield response, fitted.dropped_messages
@@ -114,7 +116,7 @@ class ChatSession:
                 if on_text is not None:
                     on_text(response.text)
             stats = response.stats or stats
-        assert stats is not None  # stream_generate always ends with the statistics
+        assert stats is not None  # generate always ends with the statistics
         return ChatReply("".join(pieces), stats, dropped)
 
     def _vision_for(self, images: Sequence[ImageFile]) -> ModelVision | None:

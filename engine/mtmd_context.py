@@ -75,7 +75,7 @@ class MtmdContext:
 
     def __init__(
         self,
-        llama_model: ctypes.c_void_p,
+        llama_model: llama_cpp.llama_model_p,
         mmproj_path: str,
         options: VisionOptions,
         n_threads: int,

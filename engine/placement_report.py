@@ -169,12 +169,11 @@ def _scheduled(
     if not batches:
         return {}, ()
     log = StepLog(model, plan, profile).attach()
-    llm = model.llm
     found: dict[int, list[tuple[str, str]]] = {}
     for n_tokens in batches:
-        llm.reset()
         with llama_log_lines() as lines:
-            llm.eval([1 + i % 50 for i in range(n_tokens)])
+            tokens = tuple(1 + i % 50 for i in range(n_tokens))
+            model.scheduler.prefill(0, tokens, abort=lambda: False)  # on an empty cache
         found[n_tokens] = node_backends(lines)
     return found, tuple(log.drain())
 

@@ -15,15 +15,13 @@ logged as n_tokens -> tier -> family -> predicted vs measured milliseconds.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from engine import offload_boundary
 from engine.buffer_overrides import buffer_types, override_patterns_for
 from engine.cost_model import CostModel, Placement, Where
+from engine.decode_step import DecodeStep
 from engine.errors import BadInputError
 from engine.hardware import HardwareInfo
 from engine.inventory import ModelInventory, SubLayer, SubLayerKind
@@ -169,18 +167,13 @@ class StepLog:
         self._placements = {f: placement_for(plan, f) for f in PlanFamily}
 
     def attach(self) -> StepLog:
-        """Wrap the llama context's decode (an instance attribute shadows the method)."""
-        context = self._model.llm._ctx
-        original: Callable[[Any], None] = context.decode
-
-        def timed_decode(batch: Any) -> None:
-            started = time.perf_counter()
-            original(batch)
-            self._record(batch, time.perf_counter() - started)
-
-        # timing by wrapping: the decode loop belongs to llama-cpp-python's Llama here
-        context.decode = timed_decode  # type: ignore[method-assign]
+        """Watch the steps of the model's scheduler (the chat and vision turns)."""
+        self._model.scheduler.observers.append(self.record)
         return self
+
+    def detach(self) -> None:
+        if self.record in self._model.scheduler.observers:
+            self._model.scheduler.observers.remove(self.record)
 
     def use_plan(self, plan: Plan) -> None:
         """The budget changed without moving any weight: predict with the new plan."""
@@ -192,11 +185,9 @@ class StepLog:
         self.records.clear()
         return records
 
-    def _record(self, batch: Any, seconds: float) -> None:
-        raw = batch.batch
-        n_tokens = int(raw.n_tokens)
-        n_past = int(raw.pos[0]) if n_tokens else 0
-        outputs = sum(1 for i in range(n_tokens) if raw.logits[i])
+    def record(self, step: DecodeStep) -> None:
+        """One step of the scheduler, set beside what the plan predicted for it."""
+        n_tokens, n_past, outputs = step.n_tokens, step.n_past, step.n_outputs
         family = self._plan.family_for(n_tokens)
         threads = self._plan.n_threads if n_tokens == 1 else self._plan.n_threads_batch
         predicted = self._cost.predict_step(
@@ -204,7 +195,12 @@ class StepLog:
             self._placements[family],
         ).seconds  # fmt: skip
         record = StepRecord(
-            n_tokens, n_past, self._plan.tier_for(n_tokens), family, 1e3 * predicted, 1e3 * seconds
+            n_tokens,
+            n_past,
+            self._plan.tier_for(n_tokens),
+            family,
+            1e3 * predicted,
+            1e3 * step.seconds,
         )
         self.records.append(record)
         log.debug(

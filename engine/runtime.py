@@ -22,14 +22,16 @@ from engine import llama_log, offload_boundary
 from engine.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
+from engine.decode_context import DecodeContext
 from engine.errors import ModelFileError
-from engine.generation import context_window
 from engine.generation_stats import GenerationResponse
 from engine.gguf_file import check_model_path
 from engine.image_input import ImageFile, RgbImage
 from engine.inventory import ModelInventory, read_inventory
+from engine.llama_handle import LlamaHandle
 from engine.model_params import LoadParams, make_llama_kwargs
 from engine.sampling import SamplingSettings
+from engine.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +52,30 @@ class ModelVision(Protocol):
         images: Sequence[ImageFile],
         settings: SamplingSettings,
         cancel: CancelToken,
+        reuse_cache: bool = True,
     ) -> Iterator[GenerationResponse]: ...
-
-    def forget_cache(self) -> None: ...
 
     def close(self) -> None: ...
 
 
 class LoadedModel:
-    """A llama.cpp model and context plus what we know about them; close() frees both."""
+    """A llama.cpp model and context plus what we know about them; close() frees both.
+
+    Its scheduler runs the conversation's streams (text and vision turns) in the
+    model's own context, one sequence of the whole window."""
 
     def __init__(self, params: LoadParams, llm: llama_cpp.Llama, inventory: ModelInventory):
         self.params = params
         self.llm = llm
+        self.handle = LlamaHandle.of(llm)
         self.inventory = inventory
-        self.chat_template = _chat_template_of(llm)
+        self.chat_template = _chat_template_of(llm, self.handle)
+        self.scheduler = Scheduler(DecodeContext.of_model(self.handle, params))
         self.vision: ModelVision | None = None  # set by vision_runtime.attach_projector
 
     @property
     def n_ctx(self) -> int:
-        return context_window(self.llm)
+        return self.scheduler.n_ctx_per_sequence
 
     def tokenize_prompt(self, prompt: RenderedPrompt) -> list[int]:
         """Tokens of a rendered prompt; BOS is added unless the template wrote it."""
@@ -83,11 +89,11 @@ class LoadedModel:
         if self.vision is not None:
             self.vision.close()
             self.vision = None
+        self.scheduler.context.close()
         self.llm.close()
 
     def wants_bos(self) -> bool:
-        """The vocabulary asks for a BOS token at the start of a prompt."""
-        return bool(llama_cpp.llama_vocab_get_add_bos(self.llm._model.vocab))
+        return self.handle.wants_bos()
 
 
 def load_model(params: LoadParams) -> LoadedModel:
@@ -139,14 +145,9 @@ def _within_trained_context(params: LoadParams, inventory: ModelInventory) -> Lo
     return params
 
 
-def _chat_template_of(llm: llama_cpp.Llama) -> ChatTemplate:
-    vocab = llm._model.vocab
-
-    def text_of(token: int) -> str:
-        return "" if token < 0 else llama_cpp.llama_vocab_get_text(vocab, token).decode("utf-8")
-
+def _chat_template_of(llm: llama_cpp.Llama, handle: LlamaHandle) -> ChatTemplate:
     return ChatTemplate(
         template=llm.metadata.get("tokenizer.chat_template"),
-        bos_token=text_of(llama_cpp.llama_vocab_bos(vocab)),
-        eos_token=text_of(llama_cpp.llama_vocab_eos(vocab)),
+        bos_token=handle.token_text(llama_cpp.llama_vocab_bos(handle.vocab)),
+        eos_token=handle.token_text(llama_cpp.llama_vocab_eos(handle.vocab)),
     )

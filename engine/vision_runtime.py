@@ -15,19 +15,16 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-import llama_cpp
-
 from engine.cancel import CancelToken
 from engine.chat_template import RenderedPrompt
 from engine.errors import BadInputError
-from engine.generation import TextAssembler, TurnClock, abort_prompt_on, token_bytes
-from engine.generation_stats import FinishReason, GenerationResponse
+from engine.generation import generate
+from engine.generation_stats import GenerationResponse
 from engine.image_input import ImageFile, RgbImage, decode_image
 from engine.mtmd_context import TILE_MARK, EncodedImage, MtmdContext, Piece
-from engine.multimodal_decode import DecodeError, PromptDecoder
 from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
-from engine.token_sampler import TokenSampler
+from engine.stream import StreamRequest
 from engine.vision_options import VisionOptions
 from engine.vision_plan import projector_facts
 
@@ -58,7 +55,6 @@ class VisionRuntime:
         self._decoded: OrderedDict[str, RgbImage] = OrderedDict()  # by ImageFile.key
         self._image_tokens: dict[str, int] = {}  # by pixel digest: tokens of all its tiles
         self._cache_bytes = cache_bytes
-        self._decoder = PromptDecoder(model.llm._ctx.ctx, model.params.n_batch)
         self.images_encoded = 0
 
     @property
@@ -95,13 +91,18 @@ class VisionRuntime:
         images: Sequence[ImageFile],
         settings: SamplingSettings,
         cancel: CancelToken,
+        reuse_cache: bool = True,
     ) -> Iterator[GenerationResponse]:
         """Stream the reply to a rendered prompt whose image markers stand for `images`."""
         add_bos = not prompt.template_adds_bos and self.model.wants_bos()
         pieces = self.prepare(prompt.text, [self.decoded(image) for image in images], add_bos)
         if self.options.free_after_encode:
             self.close_encoder()
-        yield from self._generate(pieces, prompt.stop, settings, cancel)
+        request = StreamRequest(
+            tuple(pieces), settings, prompt.stop, cancel, reuse_cache=reuse_cache
+        )
+        self.events.append("language decode started")
+        yield from generate(self.model.scheduler, request, self.model.params.seed)
 
     def prepare(self, text: str, images: Sequence[RgbImage], add_bos: bool = False) -> list[Piece]:
         """Text runs and encoded images, encoding (and caching) only new images.
@@ -140,14 +141,9 @@ class VisionRuntime:
             self.events.append("vision context freed")
             log.info("vision context freed before decoding")
 
-    def forget_cache(self) -> None:
-        """The model's context was used by the text path: its KV cache is not ours any more."""
-        self._decoder.forget()
-
     def close(self) -> None:
-        """Free the encoder and the decoder's batch; call before the model's context goes."""
+        """Free the encoder; call before the model's context goes."""
         self.close_encoder()
-        self._decoder.close()
         self._cache.clear()
 
     def _open_encoder(self, on_gpu: bool) -> MtmdContext:
@@ -155,9 +151,9 @@ class VisionRuntime:
             self.close_encoder()  # a CPU-only context that now has images to encode
         if self._encoder is None:
             options = replace(self.options, encoder_on_gpu=on_gpu)
-            threads = llama_cpp.llama_n_threads_batch(self.model.llm._ctx.ctx)
+            handle = self.model.handle
             self._encoder = MtmdContext(
-                self.model.llm._model.model, self.mmproj_path, options, threads
+                handle.model, self.mmproj_path, options, handle.n_threads_batch
             )
             self.events.append(f"vision context opened on the {'GPU' if on_gpu else 'CPU'}")
         return self._encoder
@@ -168,73 +164,6 @@ class VisionRuntime:
             self._cache_bytes
         ):
             self._cache.popitem(last=False)
-
-    def _generate(
-        self,
-        pieces: list[Piece],
-        stop: Sequence[str],
-        settings: SamplingSettings,
-        cancel: CancelToken,
-    ) -> Iterator[GenerationResponse]:
-        llm = self.model.llm
-        llm.reset()  # the text path must not trust its own record of this context any more
-        n_ctx = llm.n_ctx()
-        total = sum(_size(p) for p in pieces)
-        if total + 1 >= n_ctx:
-            raise BadInputError(
-                f"the prompt with its images takes {total} tokens; the context holds {n_ctx}"
-            )
-        self.events.append("language decode started")
-        clock = TurnClock(prompt_tokens=total, reused=0)
-        try:
-            with abort_prompt_on(llm, cancel):
-                _, clock.reused = self._decoder.decode(pieces)
-        except DecodeError as exc:
-            if cancel.cancelled:
-                stats = clock.stats(FinishReason.CANCELLED)
-                yield GenerationResponse("", 0, FinishReason.CANCELLED, stats)
-                return
-            raise BadInputError(f"llama.cpp could not evaluate the prompt ({exc})") from exc
-        log.info("prompt: %d tokens, %d reused from the cache", total, clock.reused)
-        n_vocab = llama_cpp.llama_vocab_n_tokens(self.model.llm._model.vocab)
-        with TokenSampler(settings, n_vocab, self.model.params.seed) as sampler:
-            yield from self._sampled(sampler, clock, stop, settings, cancel, n_ctx)
-
-    def _sampled(
-        self,
-        sampler: TokenSampler,
-        clock: TurnClock,
-        stop: Sequence[str],
-        settings: SamplingSettings,
-        cancel: CancelToken,
-        n_ctx: int,
-    ) -> Iterator[GenerationResponse]:
-        llm = self.model.llm
-        vocab = llm._model.vocab
-        text = TextAssembler(stop)
-        finish = FinishReason.CANCELLED
-        while not cancel.cancelled:
-            token = sampler.sample(llm._ctx.ctx, -1)
-            clock.token()
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                finish = FinishReason.STOP
-                break
-            piece = text.feed(token_bytes(vocab, token))
-            if text.stopped:
-                finish = FinishReason.STOP
-            elif clock.generated >= settings.max_tokens:
-                finish = FinishReason.LENGTH
-            elif self._decoder.n_past + 1 >= n_ctx:
-                finish = FinishReason.CONTEXT
-            if piece:
-                yield GenerationResponse(piece, clock.generated)
-            if finish is not FinishReason.CANCELLED:
-                break
-            try:
-                self._decoder.add_token(token)
-            except DecodeError as exc:
-                raise BadInputError(f"llama.cpp failed while generating ({exc})") from exc
-        yield GenerationResponse(text.flush(), clock.generated, finish, clock.stats(finish))
 
 
 def attach_projector(
@@ -252,13 +181,9 @@ def check_projector_matches(mmproj_path: str, model: LoadedModel) -> None:
     """Refuse a projector that is not one, or whose output width is not the model's input
     (before mtmd, which leaks the loaded encoder when it refuses a pair)."""
     width = projector_facts(mmproj_path).out_dim  # ModelFileError: not a projector
-    wanted = llama_cpp.llama_model_n_embd_inp(model.llm._model.model)
-    if width and width != int(wanted):
+    wanted = model.handle.n_embd_inp
+    if width and width != wanted:
         raise BadInputError(
             f"{mmproj_path}: this projector was made for another model (it outputs "
             f"{width}-wide embeddings; {model.inventory.name or 'the model'} takes {wanted})"
         )
-
-
-def _size(piece: Piece) -> int:
-    return piece.n_tokens if isinstance(piece, EncodedImage) else len(piece.tokens)

@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult, BatchStep
+from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult, DecodeStep
 from engine.cancel import CancelToken
 from engine.chat_template import ChatMessage
 from engine.default_model import default_model_path
 from engine.errors import BadInputError
-from engine.generation import generate_step
+from engine.generation import generate
 from engine.inventory import read_inventory
 from engine.model_params import LoadParams
 from engine.plan import Objective, Plan, PlanRequest
@@ -31,6 +31,7 @@ from engine.planner import make_plan
 from engine.profile import Profile
 from engine.runtime import LoadedModel, load_model
 from engine.sampling import GREEDY
+from engine.stream import StreamRequest
 
 SYSTEM = ChatMessage("system", "You are a concise assistant. Answer in plain English.")
 TOPICS = ("the sea", "a mountain village", "baking bread", "a lost cat", "trains", "the moon")
@@ -138,7 +139,7 @@ def test_a_sequence_moved_into_a_freed_slot_keeps_its_reply(
     alone, _ = run_all(default_model, [long], 1, share_prefix=False)
     with caplog.at_level(logging.DEBUG, logger="engine.batch_run"):
         together, _ = run_all(default_model, [short, long], 2, share_prefix=False)
-    assert any("moved to slot 0" in r.getMessage() for r in caplog.records)
+    assert any("moved to sequence 0" in r.getMessage() for r in caplog.records)
     assert together["s1"].token_ids == alone["s1"].token_ids
     assert together["s1"].text == alone["s1"].text
 
@@ -199,10 +200,10 @@ def test_a_prompt_the_template_cannot_render_fails_alone(default_model: LoadedMo
 
 def test_cancel_between_steps_ends_what_is_in_flight(default_model: LoadedModel) -> None:
     cancel = CancelToken()
-    steps: list[BatchStep] = []
+    steps: list[DecodeStep] = []
     pulled: list[str] = []
 
-    def on_step(step: BatchStep) -> None:
+    def on_step(step: DecodeStep) -> None:
         steps.append(step)
         if len(steps) == 6:
             cancel.cancel()
@@ -233,7 +234,7 @@ def test_cancel_during_a_long_prompt_step_aborts_llama_decode(
         threading.Timer(0.1, cancel.cancel).start()  # the step starts right after this
         yield request("long", long_text, 8)
 
-    steps: list[BatchStep] = []
+    steps: list[DecodeStep] = []
     results: list[BatchResult] = []
     with BatchGenerator(default_model, 1, N_CTX, share_prefix=False) as generator:
         stats = generator.run(cancel_soon(), results.append, cancel, steps.append)
@@ -249,17 +250,18 @@ def test_a_chat_can_run_between_batch_steps(default_model: LoadedModel) -> None:
     prompt = default_model.tokenize_prompt(
         default_model.chat_template.render([ChatMessage("user", "Hello!")])
     )
-    chats: list[list[int]] = []
+    chats: list[str] = []
+    five = GREEDY.with_changes(max_tokens=5)
 
-    def chat_now(_step: BatchStep) -> None:
+    def chat_now(_step: DecodeStep) -> None:
         if len(chats) < 3:
-            tokens = generate_step(default_model.llm, prompt, GREEDY, CancelToken(), False)
-            chats.append([t for t, _ in zip(tokens, range(5), strict=False)])
+            request = StreamRequest.of_tokens(prompt, five, reuse_cache=False)
+            chats.append("".join(r.text for r in generate(default_model.scheduler, request, 0)))
 
     results: list[BatchResult] = []
     with BatchGenerator(default_model, 3, N_CTX, share_prefix=False) as generator:
         generator.run(questions(), results.append, on_step=chat_now)
-    assert len(chats) == 3 and chats[0] == chats[1] == chats[2]
+    assert len(chats) == 3 and chats[0] and chats[0] == chats[1] == chats[2]
     assert {r.key: r.token_ids for r in results} == {k: r.token_ids for k, r in undisturbed.items()}
 
 
@@ -276,7 +278,7 @@ def test_top_k_one_sampling_is_greedy(
 def test_steps_report_size_sequences_and_plan_tier(
     default_model: LoadedModel, cpu_plan: Plan
 ) -> None:
-    steps: list[BatchStep] = []
+    steps: list[DecodeStep] = []
     with BatchGenerator(default_model, 4, N_CTX, plan=cpu_plan) as generator:
         stats = generator.run(questions(max_tokens=8), lambda _r: None, on_step=steps.append)
     assert len(steps) == stats.steps > 8

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.batch_parallelism import PARALLEL_CHOICES, choose_parallelism
-from engine.batch_results import BatchRequest, BatchResult, BatchStats, BatchStep
+from engine.batch_results import BatchRequest, BatchResult, BatchStats, DecodeStep
 from engine.chat_template import ChatMessage
 from engine.described_machines import load_described
 from engine.generation_stats import FinishReason
@@ -62,9 +62,9 @@ def test_prompts_sharing_too_little_get_no_prefix() -> None:
 def test_stats_split_mixed_steps_by_token_share_and_count_results() -> None:
     stats = BatchStats()
     stats.add_step(
-        BatchStep(n_tokens=100, n_sequences=4, tier=None, seconds=1.0, n_prompt_tokens=96)
+        DecodeStep(n_tokens=100, n_sequences=4, tier=None, seconds=1.0, n_prompt_tokens=96)
     )
-    stats.add_step(BatchStep(n_tokens=4, n_sequences=4, tier=None, seconds=0.5))
+    stats.add_step(DecodeStep(n_tokens=4, n_sequences=4, tier=None, seconds=0.5))
     assert stats.prompt_seconds == pytest.approx(0.96)
     assert stats.decode_seconds == pytest.approx(0.54)
     assert stats.evaluated_prompt_tokens == 96 and stats.steps == 2

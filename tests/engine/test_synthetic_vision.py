@@ -13,6 +13,7 @@ import pytest
 from llama_cpp import mtmd_cpp
 
 from engine.inventory import read_inventory
+from engine.llama_handle import LlamaHandle
 from engine.model_params import LoadParams
 from engine.runtime import LoadedModel, load_model
 from engine.synthetic import SyntheticSpec, mrope_sections, write_synthetic_model
@@ -171,8 +172,8 @@ def test_mtmd_encodes_an_image_into_lm_width_embeddings(
 def test_language_model_decodes_the_image_and_samples(
     vision: int, language_model: LoadedModel
 ) -> None:
-    lctx = language_model.llm._ctx.ctx
-    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(lctx), True)
+    lctx = language_model.handle.context
+    language_model.scheduler.forget_all()  # mtmd's helper writes into the context directly
     chunks = _tokenize(vision, nx=1, ny=1)  # any size is resized to the projector's square
     try:
         n_past = llama_cpp.llama_pos(0)
@@ -183,7 +184,7 @@ def test_language_model_decodes_the_image_and_samples(
         assert n_past.value == mtmd_cpp.mtmd_helper_get_n_pos(chunks)
     finally:
         mtmd_cpp.mtmd_input_chunks_free(chunks)
-    n_vocab = llama_cpp.llama_vocab_n_tokens(language_model.llm._model.vocab)
+    n_vocab = language_model.handle.n_vocab
     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(lctx, -1), shape=(n_vocab,))
     assert np.isfinite(logits).all()
     assert 0 <= int(logits.argmax()) < n_vocab
@@ -204,13 +205,13 @@ def test_mtmd_refuses_a_projector_of_another_width(
 
 def _mtmd_init(projector: Path, model: LoadedModel | llama_cpp.Llama) -> int | None:
     """No warmup: Qwen's warms up on a 46x46-token image, seconds on a CPU."""
-    llm = model if isinstance(model, llama_cpp.Llama) else model.llm
+    handle = LlamaHandle.of(model) if isinstance(model, llama_cpp.Llama) else model.handle
     params = mtmd_cpp.mtmd_context_params_default()
     params.use_gpu = False
     params.n_threads = THREADS
     params.print_timings = False
     params.warmup = False
-    return mtmd_cpp.mtmd_init_from_file(str(projector).encode(), llm._model.model, params)
+    return mtmd_cpp.mtmd_init_from_file(str(projector).encode(), handle.model, params)
 
 
 def _tokenize(ctx: int, nx: int, ny: int) -> int:
@@ -319,7 +320,7 @@ def test_language_models_of_the_families(family_files: dict[str, tuple[Path, Pat
         marker = llm.tokenize(b"<fake_token_around_image><global-img>", False, special=True)
         ids = [49152 + extra.index(t) for t in ("<fake_token_around_image>", "<global-img>")]
         assert marker == ids
-        vocab = llm._model.vocab
+        vocab = LlamaHandle.of(llm).vocab
         assert llama_cpp.llama_vocab_is_control(vocab, marker[0])
     finally:
         llm.close()

@@ -9,6 +9,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from engine.llama_handle import LlamaHandle
 from engine.sampling import GREEDY, SamplingSettings
 from engine.token_sampler import TokenSampler
 
@@ -22,7 +23,7 @@ def evaluated(default_model_file: Path) -> Iterator[tuple[llama_cpp.Llama, np.nd
     llm = llama_cpp.Llama(str(default_model_file), n_ctx=256, n_threads=2, verbose=False)
     llm.eval(llm.tokenize(PROMPT))
     logits = np.ctypeslib.as_array(
-        llama_cpp.llama_get_logits_ith(llm._ctx.ctx, LAST), shape=(llm.n_vocab(),)
+        llama_cpp.llama_get_logits_ith(LlamaHandle.of(llm).context, LAST), shape=(llm.n_vocab(),)
     ).copy()
     yield llm, logits
     llm.close()
@@ -31,7 +32,7 @@ def evaluated(default_model_file: Path) -> Iterator[tuple[llama_cpp.Llama, np.nd
 def draws(llm: llama_cpp.Llama, settings: SamplingSettings, n: int, seed: int = 1) -> list[int]:
     """n tokens drawn from the same logits by one sampler (its history grows with each)."""
     with TokenSampler(settings, llm.n_vocab(), seed) as sampler:
-        return [sampler.sample(llm._ctx.ctx, LAST) for _ in range(n)]
+        return [sampler.sample(LlamaHandle.of(llm).context, LAST) for _ in range(n)]
 
 
 def test_greedy_takes_the_best_token(evaluated) -> None:
@@ -76,4 +77,4 @@ def test_a_closed_sampler_refuses_to_sample(evaluated) -> None:
     sampler = TokenSampler(GREEDY, llm.n_vocab(), 0)
     sampler.close()
     with pytest.raises(RuntimeError, match="closed"):
-        sampler.sample(llm._ctx.ctx, LAST)
+        sampler.sample(LlamaHandle.of(llm).context, LAST)

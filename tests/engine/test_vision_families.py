@@ -26,9 +26,9 @@ from engine.chat_template import MEDIA_MARKER
 from engine.image_input import ImageFile, RgbImage, decode_image
 from engine.model_params import LoadParams
 from engine.mtmd_context import EncodedImage, Piece, TextRun
-from engine.multimodal_decode import PromptDecoder
 from engine.runtime import LoadedModel, load_model
 from engine.sampling import SamplingSettings
+from engine.stream import StreamRequest
 from engine.synthetic import SyntheticSpec
 from engine.synthetic_vision import (
     ProjectorSpec,
@@ -116,7 +116,7 @@ def loaded(request: pytest.FixtureRequest, pairs: Callable[[Family], Loaded]) ->
 def vision(loaded: Loaded) -> Iterator[VisionRuntime]:
     runtime = attach_projector(loaded.model, str(loaded.mmproj), loaded.family.options)
     yield runtime
-    runtime.forget_cache()  # the tests below also use the model's context directly
+    loaded.model.scheduler.forget_all()  # the tests below also use the model's context directly
 
 
 def picture(colour: str, size: tuple[int, int], name: str) -> ImageFile:
@@ -241,20 +241,23 @@ def test_cached_tiles_keep_their_own_embeddings(loaded: Loaded, vision: VisionRu
 
 
 def _logits(model: LoadedModel) -> np.ndarray:
-    n_vocab = llama_cpp.llama_vocab_n_tokens(model.llm._model.vocab)
-    row = llama_cpp.llama_get_logits_ith(model.llm._ctx.ctx, -1)
-    return np.ctypeslib.as_array(row, shape=(n_vocab,)).copy()
+    row = llama_cpp.llama_get_logits_ith(model.handle.context, -1)
+    return np.ctypeslib.as_array(row, shape=(model.handle.n_vocab,)).copy()
 
 
 def _clear(model: LoadedModel) -> None:
-    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(model.llm._ctx.ctx), True)
+    model.scheduler.forget_all()
 
 
 def _runtime_logits(loaded: Loaded, pieces: list[Piece]) -> tuple[np.ndarray, int]:
+    """The scheduler's evaluation of the prompt: the logits its first token is drawn from."""
     _clear(loaded.model)
-    decoder = PromptDecoder(loaded.model.llm._ctx.ctx, loaded.model.params.n_batch)
-    decoder.decode(pieces)
-    return _logits(loaded.model), decoder.n_past
+    one_token = GREEDY.with_changes(max_tokens=1)
+    request = StreamRequest(tuple(pieces), one_token, reuse_cache=False)
+    stream = loaded.model.scheduler.admit(request, 0, seed=0)
+    while not stream.done:
+        loaded.model.scheduler.step()
+    return _logits(loaded.model), stream.n_past
 
 
 def _helper_logits(loaded: Loaded, text: str, images: list[RgbImage]) -> tuple[np.ndarray, int]:
@@ -264,7 +267,7 @@ def _helper_logits(loaded: Loaded, text: str, images: list[RgbImage]) -> tuple[n
     params.use_gpu, params.n_threads, params.warmup = False, THREADS, False
     params.print_timings = False
     params.image_max_tokens = loaded.family.options.image_max_tokens
-    ctx = mtmd_cpp.mtmd_init_from_file(str(loaded.mmproj).encode(), model.llm._model.model, params)
+    ctx = mtmd_cpp.mtmd_init_from_file(str(loaded.mmproj).encode(), model.handle.model, params)
     assert ctx
     chunks = mtmd_cpp.mtmd_input_chunks_init()
     bitmaps = [
@@ -275,7 +278,7 @@ def _helper_logits(loaded: Loaded, text: str, images: list[RgbImage]) -> tuple[n
     ]
     try:
         encoded = text.encode()
-        add_bos = bool(llama_cpp.llama_vocab_get_add_bos(model.llm._model.vocab))
+        add_bos = model.handle.wants_bos()
         prompt = mtmd_cpp.mtmd_input_text(
             text=encoded, text_len=len(encoded), add_special=add_bos, parse_special=True
         )
@@ -283,7 +286,7 @@ def _helper_logits(loaded: Loaded, text: str, images: list[RgbImage]) -> tuple[n
         assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(prompt), array, len(bitmaps)) == 0
         _clear(model)
         n_past = llama_cpp.llama_pos(0)
-        lctx, n_batch = model.llm._ctx.ctx, model.params.n_batch
+        lctx, n_batch = model.handle.context, model.params.n_batch
         code = mtmd_cpp.mtmd_helper_eval_chunks(
             ctx, lctx, chunks, 0, 0, n_batch, True, ctypes.byref(n_past)
         )

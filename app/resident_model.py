@@ -1,0 +1,178 @@
+"""The one resident model and what goes with it: its plan, projector, step log, budget changes.
+
+The engine worker is a queue; this is what its requests act on. Loading
+replaces the model (and its projector), re-planning for a new budget or a
+placement chosen by hand goes through one path that reloads only when the
+placement moves, and the step log sets every llama_decode beside the plan.
+Only the worker thread touches it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from app.load_planning import PlannedLoad, with_vision
+from engine.errors import BadInputError
+from engine.model_params import LoadParams
+from engine.placement_choice import (
+    AUTO,
+    PlacementChoice,
+    load_params_for_plan,
+    plan_for_choice,
+    replan,
+)
+from engine.plan import Plan
+from engine.plan_execution import StepLog, StepRecord
+from engine.profile import Profile
+from engine.runtime import LoadedModel, inspect_model, load_model
+from engine.vision_runtime import attach_projector
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Attached:
+    """What became of the projector a load asked for: its summary, or why it is not there."""
+
+    vision: str | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """A re-plan's outcome: the plan that runs, and what the panel shows about it."""
+
+    plan: Plan
+    reloaded: bool
+    planner_plan: Plan | None  # what the planner would choose, when a manual placement runs
+    fell_back: str | None  # why a manual placement gave way to the planner's, if it did
+    wanted: str  # the placement that was asked for
+
+
+class ResidentModel:
+    """The loaded model (or none), the plan and profile it runs under, its projector."""
+
+    def __init__(self) -> None:
+        self.model: LoadedModel | None = None
+        self.plan: Plan | None = None
+        self.profile: Profile | None = None
+        self.mmproj: str | None = None  # the loaded model's projector, while it sees images
+        self._steps: StepLog | None = None
+
+    def require(self) -> LoadedModel:
+        if self.model is None:
+            raise BadInputError("no model is loaded; load one first")
+        return self.model
+
+    def load(
+        self,
+        params: LoadParams,
+        plan: Plan | None,
+        profile: Profile | None,
+        planned: PlannedLoad | None = None,
+    ) -> Attached:
+        """Free the resident model and load this one (a bad file is refused first)."""
+        inspect_model(params.model_path)
+        self._replace(params, plan, profile)
+        return self._attach_projector(planned)
+
+    def replan(self, budget_bytes: int, choice: PlacementChoice | None) -> Replanned:
+        """Re-plan the loaded model for a budget under `choice` (None: the plan's own).
+
+        Used for budget and placement changes alike: both reload only when the
+        placement moves, and both say what the planner would have chosen when a
+        manual placement runs. The projector's room comes out of the same budget
+        (vision's smaller resident set). Nothing changes before the new plan is
+        made, so a refused choice leaves the model and its plan as they were.
+        """
+        model, plan, profile = self.require(), self.plan, self.profile
+        if plan is None or profile is None:
+            raise BadInputError("the loaded model runs without a plan; load it with a budget")
+        new_plan, planner_plan, fell_back = _new_plans(model, plan, profile, budget_bytes, choice)
+        wanted = str(new_plan.extras.get("requested_placement", ""))
+        params = load_params_for_plan(new_plan, model.inventory, model.params.model_path)
+        load = PlannedLoad(params, new_plan, profile)
+        if self.mmproj is not None:
+            placed = PlacementChoice.parse(str(new_plan.extras.get("placement", AUTO)))
+            load = with_vision(load, model.inventory, self.mmproj, budget_bytes, placed)
+            new_plan, params = load.plan or new_plan, load.params
+        reloaded = params != model.params
+        if reloaded:
+            self._replace(params, new_plan, profile)
+        else:
+            self.plan = new_plan
+            if self._steps is not None:
+                self._steps.use_plan(new_plan)
+        self._reattach_projector(load)
+        return Replanned(new_plan, reloaded, planner_plan, fell_back, wanted)
+
+    def drain_steps(self) -> tuple[StepRecord, ...]:
+        return tuple(self._steps.drain()) if self._steps else ()
+
+    def close(self) -> None:
+        self._steps = None
+        self.plan = self.profile = None
+        if self.model is not None:
+            self.model.close()
+            self.model = None
+
+    def _replace(self, params: LoadParams, plan: Plan | None, profile: Profile | None) -> None:
+        self.close()
+        self.model = load_model(params)
+        self.plan, self.profile = plan, profile
+        if plan is not None and profile is not None:
+            self._steps = StepLog(self.model, plan, profile).attach()
+
+    def _attach_projector(self, planned: PlannedLoad | None) -> Attached:
+        """Give the new model its projector; a bad one leaves a working text model."""
+        self.mmproj = None
+        if planned is None or planned.mmproj_path is None:
+            return Attached()
+        if planned.vision is None:
+            log.warning("loaded without vision: %s", planned.vision_problem)
+            return Attached(problem=planned.vision_problem)
+        try:
+            attach_projector(self.require(), planned.mmproj_path, planned.vision.options)
+        except BadInputError as exc:
+            log.warning("loaded without vision: %s", exc)
+            return Attached(problem=str(exc))
+        self.mmproj = planned.mmproj_path
+        return Attached(vision=planned.vision.summary)
+
+    def _reattach_projector(self, load: PlannedLoad) -> None:
+        """After a re-plan, the projector (kept across a reload) runs under VLMOpt's new choice."""
+        if self.mmproj is None:
+            return
+        if load.vision is None:
+            log.warning("the projector could not follow the new plan: %s", load.vision_problem)
+            return
+        try:
+            attach_projector(self.require(), self.mmproj, load.vision.options)
+        except BadInputError as exc:
+            log.warning("the projector could not follow the new plan: %s", exc)
+
+
+def _new_plans(
+    model: LoadedModel,
+    plan: Plan,
+    profile: Profile,
+    budget_bytes: int,
+    choice: PlacementChoice | None,
+) -> tuple[Plan, Plan | None, str | None]:
+    """The plan for the new budget, the planner's own when a manual placement runs, and why a
+    manual placement fell back (if it did); BadInputError for a choice that cannot run."""
+    inventory, gpu = model.inventory, int(plan.extras.get("gpu", 0))
+    request = replace(plan.request, vram_budget_bytes=budget_bytes)
+    try:
+        if choice is None:
+            new_plan, fell_back = replan(inventory, profile, request, plan)
+        else:
+            new_plan = plan_for_choice(inventory, profile, request, choice, gpu)
+            fell_back = None
+        planner_plan = None
+        if new_plan.extras.get("placement", "auto") != str(AUTO):
+            planner_plan = plan_for_choice(inventory, profile, request, AUTO, gpu)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from exc
+    return new_plan, planner_plan, fell_back

@@ -1,0 +1,154 @@
+"""The one token loop: the same stream gives the same tokens whichever way it arrives, and
+several streams share steps without changing each other's replies.
+
+A text chat turn, a vision turn without images and a one-document batch job
+all become one stream in a scheduler; greedy decoding of the same prompt
+must give the same tokens through each. Streams that share steps are
+compared with their solo runs on their first 16 tokens: batched matrix
+products may sum in another order, so not bit for bit beyond that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult
+from engine.cancel import CancelToken
+from engine.chat import ChatSession
+from engine.chat_template import ChatMessage
+from engine.decode_context import DecodeContext
+from engine.errors import BadInputError
+from engine.generation import generate
+from engine.generation_stats import FinishReason
+from engine.model_params import LoadParams
+from engine.runtime import LoadedModel, load_model
+from engine.sampling import GREEDY
+from engine.scheduler import Scheduler
+from engine.stream import Stream, StreamRequest
+from engine.synthetic_vision import write_synthetic_vlm
+from engine.vision_runtime import attach_projector
+
+N_CTX = 512
+REPLY = GREEDY.with_changes(max_tokens=24)
+QUESTIONS = (
+    "Name three colours of the sea.",
+    "What do bakers need to make bread?",
+    "Tell me about trains in one sentence.",
+)
+
+
+@pytest.fixture(scope="module")
+def model(default_model_file: Path) -> Iterator[LoadedModel]:
+    loaded = load_model(LoadParams(str(default_model_file), n_ctx=N_CTX, n_threads=1))
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoadedModel]:
+    language, projector = write_synthetic_vlm(tmp_path_factory.mktemp("vlm"))
+    loaded = load_model(LoadParams(str(language), n_ctx=N_CTX, n_threads=1))
+    attach_projector(loaded, str(projector))
+    yield loaded
+    loaded.close()
+
+
+def prompt_tokens(model: LoadedModel, question: str) -> list[int]:
+    return model.tokenize_prompt(model.chat_template.render([ChatMessage("user", question)]))
+
+
+def solo(model: LoadedModel, question: str) -> list[int]:
+    """The stream alone in the model's own scheduler, from an empty cache."""
+    request = StreamRequest.of_tokens(prompt_tokens(model, question), REPLY, reuse_cache=False)
+    stream = model.scheduler.admit(request, 0, seed=0)
+    run_until_done(model.scheduler, [stream])
+    return stream.generated
+
+
+def run_until_done(scheduler: Scheduler, streams: list[Stream]) -> None:
+    while not all(s.done for s in streams):
+        scheduler.step()
+
+
+def test_a_text_turn_a_vision_turn_and_a_batch_give_the_same_greedy_tokens(
+    vlm: LoadedModel,
+) -> None:
+    question = QUESTIONS[0]
+    tokens = solo(vlm, question)
+    text_turn = ChatSession(vlm).reply(question, REPLY)
+    assert vlm.vision is not None
+    rendered = vlm.chat_template.render([ChatMessage("user", question)])
+    vision_turn = "".join(
+        r.text for r in vlm.vision.stream_reply(rendered, [], REPLY, CancelToken(), False)
+    )
+    results: list[BatchResult] = []
+    with BatchGenerator(vlm, 1, N_CTX, share_prefix=False) as generator:
+        generator.run([BatchRequest("doc", (ChatMessage("user", question),), 24)], results.append)
+    assert len(tokens) >= 8
+    assert list(results[0].token_ids) == tokens
+    assert text_turn.text == vision_turn == results[0].text
+    assert text_turn.stats.generated_tokens == len(tokens)
+
+
+def test_streams_sharing_steps_agree_with_their_solo_runs(model: LoadedModel) -> None:
+    alone = [solo(model, q) for q in QUESTIONS]
+    context = DecodeContext.for_sequences(model.handle, model.params, len(QUESTIONS), N_CTX)
+    with context:
+        scheduler = Scheduler(context)
+        streams = [
+            scheduler.admit(StreamRequest.of_tokens(prompt_tokens(model, q), REPLY), i, seed=0)
+            for i, q in enumerate(QUESTIONS)
+        ]
+        run_until_done(scheduler, streams)
+        steps = scheduler.drain_steps()
+    assert [s.generated[:16] for s in streams] == [a[:16] for a in alone]
+    assert max(step.n_sequences for step in steps) == len(QUESTIONS)
+    assert len(steps) < sum(len(a) for a in alone)  # the streams shared their steps
+
+
+def test_a_cancelled_stream_ends_alone_and_the_others_go_on(model: LoadedModel) -> None:
+    alone = solo(model, QUESTIONS[1])
+    cancel = CancelToken()
+    with DecodeContext.for_sequences(model.handle, model.params, 2, N_CTX) as context:
+        scheduler = Scheduler(context)
+        first = StreamRequest.of_tokens(prompt_tokens(model, QUESTIONS[0]), REPLY, cancel=cancel)
+        second = StreamRequest.of_tokens(prompt_tokens(model, QUESTIONS[1]), REPLY)
+        cancelled, going_on = scheduler.admit(first, 0, 0), scheduler.admit(second, 1, 0)
+        while len(cancelled.generated) < 3:
+            scheduler.step()
+        cancel.cancel()
+        ended = scheduler.step()
+        assert ended[0] is cancelled and cancelled.finish is FinishReason.CANCELLED
+        run_until_done(scheduler, [going_on])
+    assert len(cancelled.generated) == 3
+    assert going_on.generated[:16] == alone[:16]
+
+
+def test_the_next_turn_of_a_conversation_evaluates_only_what_changed(model: LoadedModel) -> None:
+    session = ChatSession(model)
+    first = session.reply(QUESTIONS[0], REPLY)
+    second = session.reply(QUESTIONS[1], REPLY)
+    assert first.stats.reused_prompt_tokens == 0
+    assert second.stats.reused_prompt_tokens >= first.stats.prompt_tokens
+
+
+def test_a_consumer_that_stops_listening_frees_its_sequence(model: LoadedModel) -> None:
+    request = StreamRequest.of_tokens(prompt_tokens(model, QUESTIONS[2]), REPLY)
+    replies = generate(model.scheduler, request, seed=0)
+    next(replies)
+    assert model.scheduler.active()
+    replies.close()
+    assert model.scheduler.active() == []
+    assert solo(model, QUESTIONS[2])  # the sequence takes the next stream
+
+
+def test_a_prompt_that_does_not_fit_is_refused_before_it_takes_a_sequence(
+    model: LoadedModel,
+) -> None:
+    too_long = StreamRequest.of_tokens([1] * N_CTX, REPLY)
+    with pytest.raises(BadInputError, match="the context holds"):
+        model.scheduler.admit(too_long, 0, seed=0)
+    assert model.scheduler.active() == []
