@@ -81,7 +81,7 @@ class ReplyFinished:
     text: str
     stats: GenerationStats
     dropped_messages: int
-    steps: tuple[Any, ...] = ()  # engine.plan_execution.StepRecord per llama_decode, if planned
+    steps: tuple[Any, ...] = ()  # engine.step_log.StepRecord per llama_decode, if planned
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from engine.plan import Plan, PlanRequest
 from engine.plan_execution import llama_gpu_layers
 from engine.profile import Profile
 from engine.vision_options import NO_TOKEN_LIMIT
-from engine.vision_plan import VisionPlan, plan_vision, projector_facts
+from engine.vision_plan import VisionPlan, plan_vision
+from engine.vision_projector import projector_facts
 
 
 def add_plan_command(commands: argparse._SubParsersAction) -> None:

@@ -23,9 +23,9 @@ from engine.placement_choice import (
     replan,
 )
 from engine.plan import Plan
-from engine.plan_execution import StepLog, StepRecord
 from engine.profile import Profile
 from engine.runtime import LoadedModel, inspect_model, load_model
+from engine.step_log import StepLog, StepRecord
 from engine.vision_runtime import attach_projector
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,9 @@ from engine.inventory import ModelInventory
 from engine.plan import Plan
 from engine.profile import Profile
 from engine.vision_options import VisionOptions
-from engine.vision_plan import ResidentSet, plan_vision, projector_facts
+from engine.vision_plan import plan_vision
+from engine.vision_plan_choice import ResidentSet
+from engine.vision_projector import projector_facts
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from engine.inventory import read_inventory
 from engine.plan import PlanRequest
 from engine.planner import make_plan
 from engine.synthetic import SyntheticSpec, write_shape_only_model
-from engine.vision_plan import QWEN25_VL_7B, VisionPlan, plan_vision
+from engine.vision_plan import VisionPlan, plan_vision
+from engine.vision_projector import QWEN25_VL_7B
 
 GIB = 1 << 30
 BUDGETS_GIB = (8, 4, 2)

@@ -19,7 +19,7 @@ from engine.batch_results import BatchRequest, BatchResult, BatchStats
 from engine.cancel import CancelToken
 from engine.decode_step import DecodeStep
 from engine.generation_stats import FinishReason
-from engine.mtmd_context import TextRun
+from engine.prompt_pieces import TextRun
 from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
 from engine.scheduler import Scheduler

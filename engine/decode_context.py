@@ -34,7 +34,7 @@ import numpy as np
 from engine.errors import BadInputError
 from engine.llama_handle import LlamaHandle
 from engine.model_params import CONTEXT_GRANULE, LoadParams, make_llama_kwargs
-from engine.mtmd_context import EncodedImage
+from engine.prompt_pieces import EncodedImage
 from engine.token_sampler import TokenSampler
 
 log = logging.getLogger(__name__)

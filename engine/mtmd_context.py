@@ -16,7 +16,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import llama_cpp
 import numpy as np
@@ -26,48 +25,13 @@ from engine import llama_log
 from engine.chat_template import MEDIA_MARKER
 from engine.errors import BadInputError
 from engine.image_input import RgbImage
+from engine.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.vision_options import VisionOptions
 
 log = logging.getLogger(__name__)
 
 TILE_MARK = "#"  # digest#k: the k-th tile of a sliced image
 _FLASH_ATTN = {True: 1, False: 0}  # llama_flash_attn_type: ENABLED / DISABLED
-
-
-@dataclass(frozen=True)
-class EncodedImage:
-    """An image's embeddings in host memory and how they take their places in the sequence.
-
-    `positions_at(n_past)` gives each embedding's position(s): one per token, or
-    four (M-RoPE, Qwen2.5-VL) laid out section-major, as llama.cpp expects.
-    """
-
-    digest: str
-    embeddings: np.ndarray = field(repr=False)  # (n_tokens, n_embd) float32
-    n_pos: int  # positions the image advances the sequence by
-    non_causal: bool  # its tokens attend to each other both ways (Gemma 3)
-    pos_base: np.ndarray = field(repr=False)  # (n_pos_per_embd, n_tokens) at n_past = 0
-    pos_step: np.ndarray = field(repr=False)  # how positions move per unit of n_past
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.embeddings.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.embeddings.nbytes)
-
-    def positions_at(self, n_past: int) -> np.ndarray:
-        positions: np.ndarray = (self.pos_base + self.pos_step * n_past).astype(np.int32)
-        return positions
-
-
-@dataclass(frozen=True)
-class TextRun:
-    tokens: tuple[int, ...]
-
-
-Piece = TextRun | EncodedImage
 
 
 class MtmdContext:

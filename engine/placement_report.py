@@ -33,9 +33,10 @@ from engine.device_buffers import (
 )
 from engine.inventory import ModelInventory, SubLayerKind
 from engine.plan import Plan
-from engine.plan_execution import StepLog, StepRecord, load_params_for
+from engine.plan_execution import load_params_for
 from engine.profile import Profile
 from engine.runtime import LoadedModel, load_model
+from engine.step_log import StepLog, StepRecord
 
 # llama-model-loader.cpp: "tensor %s (%zu MiB %s) buffer type overridden to %s"
 _OVERRIDDEN = re.compile(r"tensor (\S+) \(\d+ MiB (\w+)\) buffer type overridden to (\S+)")

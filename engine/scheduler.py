@@ -33,8 +33,8 @@ from engine.decode_context import DECODE_ABORTED, DECODE_OK, DecodeContext
 from engine.decode_step import DecodeStep
 from engine.errors import BadInputError
 from engine.generation_stats import FinishReason
-from engine.mtmd_context import EncodedImage, TextRun
 from engine.plan import Plan
+from engine.prompt_pieces import EncodedImage, TextRun
 from engine.stream import Identity, Stream, StreamRequest, inside_image
 from engine.token_sampler import TokenSampler
 

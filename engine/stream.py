@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from engine.cancel import CancelToken
 from engine.generation_stats import FinishReason, GenerationStats
 from engine.llama_handle import LlamaHandle
-from engine.mtmd_context import EncodedImage, Piece, TextRun
+from engine.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.sampling import SamplingSettings
 from engine.text_assembly import TextAssembler, token_bytes
 from engine.token_sampler import TokenSampler

@@ -21,12 +21,13 @@ from engine.errors import BadInputError
 from engine.generation import generate
 from engine.generation_stats import GenerationResponse
 from engine.image_input import ImageFile, RgbImage, decode_image
-from engine.mtmd_context import TILE_MARK, EncodedImage, MtmdContext, Piece
+from engine.mtmd_context import TILE_MARK, MtmdContext
+from engine.prompt_pieces import EncodedImage, Piece
 from engine.runtime import LoadedModel
 from engine.sampling import SamplingSettings
 from engine.stream import StreamRequest
 from engine.vision_options import VisionOptions
-from engine.vision_plan import projector_facts
+from engine.vision_projector import projector_facts
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from engine.planner import make_plan
 from engine.profile import Profile
 from engine.sampling import GREEDY
 from engine.synthetic import SyntheticSpec, write_shape_only_model
-from engine.synthetic_vision import write_synthetic_vlm
-from engine.vision_plan import QWEN25_VL_7B, write_shape_only_projector
+from engine.synthetic_vision import write_shape_only_projector, write_synthetic_vlm
+from engine.vision_projector import QWEN25_VL_7B
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=8)

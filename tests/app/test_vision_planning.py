@@ -13,8 +13,8 @@ from engine.errors import BadInputError
 from engine.inventory import read_inventory
 from engine.plan import PlanRequest
 from engine.planner import make_plan
-from engine.synthetic_vision import write_synthetic_vlm
-from engine.vision_plan import QWEN25_VL_7B, write_shape_only_projector
+from engine.synthetic_vision import write_shape_only_projector, write_synthetic_vlm
+from engine.vision_projector import QWEN25_VL_7B
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 

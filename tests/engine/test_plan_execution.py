@@ -13,11 +13,12 @@ from engine.errors import BadInputError
 from engine.hardware import probe_hardware
 from engine.inventory import read_inventory
 from engine.plan import PlanFamily, PlanRequest
-from engine.plan_execution import StepLog, check_profile_is_this_machine, load_params_for
+from engine.plan_execution import check_profile_is_this_machine, load_params_for
 from engine.planner import make_plan
 from engine.profile import Profile
 from engine.runtime import load_model
 from engine.sampling import GREEDY
+from engine.step_log import StepLog
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 

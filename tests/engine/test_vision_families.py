@@ -25,7 +25,7 @@ from engine.chat import ChatSession
 from engine.chat_template import MEDIA_MARKER
 from engine.image_input import ImageFile, RgbImage, decode_image
 from engine.model_params import LoadParams
-from engine.mtmd_context import EncodedImage, Piece, TextRun
+from engine.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.runtime import LoadedModel, load_model
 from engine.sampling import SamplingSettings
 from engine.stream import StreamRequest

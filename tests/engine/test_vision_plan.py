@@ -25,19 +25,14 @@ from engine.plan import PlanRequest
 from engine.planner import make_plan
 from engine.profile import Profile
 from engine.synthetic import SyntheticSpec, write_shape_only_model
+from engine.synthetic_vision import write_shape_only_projector
+from engine.vision_geometry import image_geometry
+from engine.vision_memory import vision_memory
 from engine.vision_options import NO_TOKEN_LIMIT
-from engine.vision_plan import (
-    QWEN25_VL_7B,
-    ProjectorFacts,
-    ResidentSet,
-    Resolution,
-    image_geometry,
-    margin_bytes,
-    plan_vision,
-    projector_facts,
-    vision_memory,
-    write_shape_only_projector,
-)
+from engine.vision_plan import plan_vision
+from engine.vision_plan_choice import ResidentSet
+from engine.vision_projector import QWEN25_VL_7B, ProjectorFacts, Resolution, projector_facts
+from engine.vram_account import margin_bytes
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
