@@ -14,14 +14,14 @@ from pathlib import Path
 from app.arg_types import positive_int, size
 from app.load_planning import LoadRequest, stored_profile
 from app.model_library import projector_for
-from engine.chat import ChatSession
-from engine.default_model import default_model_path
 from engine.errors import BadInputError
-from engine.generation_stats import GenerationStats
-from engine.image_input import image_file
-from engine.runtime import inspect_model, load_model
-from engine.sampling import SamplingSettings
-from engine.vision_runtime import attach_projector
+from engine.generation.sampling import SamplingSettings
+from engine.generation.stats import GenerationStats
+from engine.model.default_model import default_model_path
+from engine.model.image_input import image_file
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import inspect_model, load_model
+from engine.vision.runtime import attach_projector
 
 
 def add_ask_image_command(commands: argparse._SubParsersAction) -> None:

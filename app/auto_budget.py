@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from engine.hardware import GpuInfo, probe_gpus
+from engine.machine.hardware import GpuInfo, probe_gpus
 
 log = logging.getLogger(__name__)
 

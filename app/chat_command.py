@@ -25,17 +25,17 @@ from app.events import (
 from app.load_planning import planned_load
 from app.plan_command import load_profile_for_planning
 from app.worker import EngineWorker
-from engine.default_model import default_model_path
 from engine.errors import BadInputError, ShardChatError
-from engine.generation_stats import GenerationStats
-from engine.hardware import probe_hardware
-from engine.model_params import LoadParams
-from engine.placement_choice import AUTO, CPU_ONLY, PlacementChoice
-from engine.plan import Plan
-from engine.plan_execution import check_profile_is_this_machine
-from engine.profile import Profile
-from engine.runtime import inspect_model
-from engine.sampling import SamplingSettings
+from engine.generation.sampling import SamplingSettings
+from engine.generation.stats import GenerationStats
+from engine.llama.load_params import LoadParams
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile
+from engine.model.default_model import default_model_path
+from engine.planning.execution import check_profile_is_this_machine
+from engine.planning.placement_choice import AUTO, CPU_ONLY, PlacementChoice
+from engine.planning.plan import Plan
+from engine.runtime.loaded_model import inspect_model
 
 _HELP = "Type a message and press Enter. /reset starts over, /exit (or Ctrl-D) quits."
 

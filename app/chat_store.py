@@ -54,10 +54,10 @@ from typing import Any
 from app.paths import app_paths
 from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
 from app.sqlite_migrations import apply_migrations
-from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
-from engine.generation_stats import GenerationStats
-from engine.image_input import ImageFile
+from engine.generation.stats import GenerationStats
+from engine.model.chat_template import ChatMessage
+from engine.model.image_input import ImageFile
 
 log = logging.getLogger(__name__)
 

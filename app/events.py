@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.generation_stats import GenerationStats
+from engine.generation.stats import GenerationStats
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class ModelLoaded:
     n_ctx: int
     load_seconds: float
     load_params: dict[str, Any]
-    plan: Any = None  # the engine.plan.Plan it runs under, or None (not profiled)
+    plan: Any = None  # the engine.planning.plan.Plan it runs under, or None (not profiled)
     vision: str | None = None  # the projector's VLMOpt choices when it sees images
     vision_problem: str | None = None  # why a paired projector could not be used
 
@@ -39,7 +39,7 @@ class PlanChanged:
     predicted_decode_tokens_per_s: float
     predicted_ttft_s: float
     n_gpu_layers: int
-    plan: Any = None  # the new engine.plan.Plan, for panels that show the whole account
+    plan: Any = None  # the new engine.planning.plan.Plan, for panels that show the whole account
     # Under a placement chosen by hand: the plan the planner would have made at this
     # budget, so the panel can set the two predictions side by side (planned on the worker).
     planner_plan: Any = None
@@ -81,7 +81,7 @@ class ReplyFinished:
     text: str
     stats: GenerationStats
     dropped_messages: int
-    steps: tuple[Any, ...] = ()  # engine.step_log.StepRecord per llama_decode, if planned
+    steps: tuple[Any, ...] = ()  # engine.runtime.step_log.StepRecord per llama_decode, if planned
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import sys
 
 from app.arg_types import positive_int
 from app.model_library import ModelLibrary
-from engine.runtime import inspect_model
+from engine.runtime.loaded_model import inspect_model
 
 
 def add_gui_command(commands: argparse._SubParsersAction) -> None:

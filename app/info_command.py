@@ -6,8 +6,8 @@ import argparse
 import json
 
 from app.units import format_bytes, format_count
-from engine.default_model import default_model_path
-from engine.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.model.default_model import default_model_path
+from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 
 _BLOCK_COLUMNS = (
     SubLayerKind.ATTENTION,

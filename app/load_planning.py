@@ -4,7 +4,7 @@ One place decides the load parameters for the first load, a context-length
 change and a model switch, so all three agree with `shardchat chat --vram`.
 Without a stored profile the model loads with llama-cpp-python's CPU defaults
 and no plan, and the window says the machine is not profiled. A placement chosen
-by hand (engine.placement_choice: CPU only, whole layers, experts in host memory)
+by hand (engine.planning.placement_choice: CPU only, whole layers, experts in host memory)
 goes through here too, so the GUI and `shardchat chat --placement` agree.
 """
 
@@ -17,10 +17,11 @@ from app.auto_budget import AutoBudget, first_gpu
 from app.profile_store import ProfileStore
 from app.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
-from engine.hardware import GpuInfo, probe_gpus, probe_hardware
-from engine.inventory import ModelInventory, read_inventory
-from engine.model_params import LoadParams
-from engine.placement_choice import (
+from engine.llama.load_params import LoadParams
+from engine.machine.hardware import GpuInfo, probe_gpus, probe_hardware
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory, read_inventory
+from engine.planning.placement_choice import (
     AUTO,
     NO_GPU,
     PlacementChoice,
@@ -29,8 +30,7 @@ from engine.placement_choice import (
     plan_for_choice,
     select_gpu,
 )
-from engine.plan import Plan, PlanRequest
-from engine.profile import Profile
+from engine.planning.plan import Plan, PlanRequest
 
 log = logging.getLogger(__name__)
 

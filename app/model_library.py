@@ -17,7 +17,7 @@ back to it when the chosen file has gone missing. A stored model whose file
 vanished stays listed, marked missing, so a model on an unplugged disk comes
 back when the disk does.
 
-Files are checked with `engine.inventory.read_inventory` before they are
+Files are checked with `engine.model.inventory.read_inventory` before they are
 listed, so anything that is not a usable GGUF is refused with its reason in
 one line and the list is left as it was.
 
@@ -41,9 +41,9 @@ from app.model_summary import kind_label
 from app.paths import app_paths
 from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
 from app.sqlite_migrations import apply_migrations
-from engine.default_model import default_model_path
 from engine.errors import BadInputError, ModelFileError
-from engine.inventory import read_inventory
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
 
 log = logging.getLogger(__name__)
 

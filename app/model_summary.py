@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.units import format_bytes, format_count
-from engine.inventory import ModelInventory, SubLayerKind
+from engine.model.inventory import ModelInventory, SubLayerKind
 
 # How each sub-layer kind is named to a person; one table, in SubLayerKind's order.
 SUBLAYER_LABELS: dict[SubLayerKind, str] = {

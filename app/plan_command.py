@@ -15,18 +15,18 @@ from pathlib import Path
 from app.arg_types import positive_int, size
 from app.profile_store import ProfileStore
 from app.units import format_bytes
-from engine.default_model import default_model_path
-from engine.described_machines import described_names, load_described
 from engine.errors import BadInputError
-from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
-from engine.placement_choice import AUTO, PlacementChoice, plan_for_choice, select_gpu
-from engine.plan import Plan, PlanRequest
-from engine.plan_execution import llama_gpu_layers
-from engine.profile import Profile
-from engine.vision_options import NO_TOKEN_LIMIT
-from engine.vision_plan import VisionPlan, plan_vision
-from engine.vision_projector import projector_facts
+from engine.machine.described_machines import described_names, load_described
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
+from engine.planning.execution import llama_gpu_layers
+from engine.planning.placement_choice import AUTO, PlacementChoice, plan_for_choice, select_gpu
+from engine.planning.plan import Plan, PlanRequest
+from engine.vision.options import NO_TOKEN_LIMIT
+from engine.vision.plan import VisionPlan, plan_vision
+from engine.vision.projector import projector_facts
 
 
 def add_plan_command(commands: argparse._SubParsersAction) -> None:

@@ -17,9 +17,9 @@ from app.profile_store import ProfileStore
 from app.profile_summary import render_profile
 from app.units import format_bytes
 from engine.errors import BadInputError
-from engine.hardware import HardwareInfo, probe_hardware
-from engine.profile import Profile, ProfileMode
-from engine.profiler import ProfileProgress, Profiler
+from engine.machine.hardware import HardwareInfo, probe_hardware
+from engine.machine.profile import Profile, ProfileMode
+from engine.profiling.profiler import ProfileProgress, Profiler
 
 
 def add_profile_command(commands: argparse._SubParsersAction) -> None:

@@ -35,7 +35,7 @@ from app.paths import app_paths
 from app.sqlite_file import StoreIdentity, connect_with, one_line, open_store, transaction
 from app.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError
-from engine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
+from engine.machine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
 
 log = logging.getLogger(__name__)
 

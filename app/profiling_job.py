@@ -11,7 +11,7 @@ Exactly one outcome is reported: `ProfilingSaved`, `ProfilingCancelled` or
 `ProfilingFailed`. A cancel that arrives before the profile is committed
 wins, so "cancelled" always means nothing was stored.
 
-`engine.profiler` loads llama.cpp, so it is imported when a job runs, not
+`engine.profiling.profiler` loads llama.cpp, so it is imported when a job runs, not
 when this module is imported: the Qt layer imports this module and must not
 pull llama.cpp in at import time.
 """
@@ -29,11 +29,11 @@ from app.profile_store import ProfileSaved, ProfileStore
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
 from engine.errors import ShardChatError
-from engine.hardware import HardwareInfo, probe_hardware
-from engine.profile import Profile, ProfileMode
+from engine.machine.hardware import HardwareInfo, probe_hardware
+from engine.machine.profile import Profile, ProfileMode
 
 if TYPE_CHECKING:
-    from engine.profiler import ProfileProgress
+    from engine.profiling.profiler import ProfileProgress
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class ProfilingJob:
             return ProfilingFailed(_one_line(f"profiling failed: {type(exc).__name__}: {exc}"))
 
     def _measure(self) -> Profile:
-        from engine.profiler import Profiler  # loads llama.cpp; see the module docstring
+        from engine.profiling.profiler import Profiler  # loads llama.cpp; see the module docstring
 
         hardware = self._hardware or probe_hardware()
         if self._cancel.cancelled:

@@ -14,19 +14,19 @@ from dataclasses import dataclass, replace
 
 from app.load_planning import PlannedLoad, with_vision
 from engine.errors import BadInputError
-from engine.model_params import LoadParams
-from engine.placement_choice import (
+from engine.llama.load_params import LoadParams
+from engine.machine.profile import Profile
+from engine.planning.placement_choice import (
     AUTO,
     PlacementChoice,
     load_params_for_plan,
     plan_for_choice,
     replan,
 )
-from engine.plan import Plan
-from engine.profile import Profile
-from engine.runtime import LoadedModel, inspect_model, load_model
-from engine.step_log import StepLog, StepRecord
-from engine.vision_runtime import attach_projector
+from engine.planning.plan import Plan
+from engine.runtime.loaded_model import LoadedModel, inspect_model, load_model
+from engine.runtime.step_log import StepLog, StepRecord
+from engine.vision.runtime import attach_projector
 
 log = logging.getLogger(__name__)
 

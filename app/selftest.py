@@ -29,11 +29,11 @@ def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
     started = time.perf_counter()
     try:
         _log_to_file(verbose)
-        from engine.chat import ChatSession  # llama.cpp loads here, inside the try
-        from engine.default_model import default_model_path
-        from engine.model_params import LoadParams
-        from engine.runtime import load_model
-        from engine.sampling import SamplingSettings
+        from engine.generation.sampling import SamplingSettings
+        from engine.llama.load_params import LoadParams
+        from engine.model.default_model import default_model_path
+        from engine.runtime.chat import ChatSession  # llama.cpp loads here, inside the try
+        from engine.runtime.loaded_model import load_model
 
         path = default_model_path()
         print(f"selftest: model {path}", file=out, flush=True)

@@ -26,8 +26,8 @@ from app.summary_job import (
 )
 from app.summary_prompts import DEFAULT_MAX_WORDS
 from engine.cancel import CancelToken
-from engine.default_model import default_model_path
-from engine.runtime import inspect_model, load_model
+from engine.model.default_model import default_model_path
+from engine.runtime.loaded_model import inspect_model, load_model
 
 EXIT_CANCELLED = 130
 

@@ -25,14 +25,14 @@ from app.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord, JobStore
 from app.summary_output import summary_path, write_reports, write_summary
 from app.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise, summarise_part
 from app.text_chunks import split_by_tokens
-from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult
-from engine.batch_parallelism import choose_parallelism
+from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
-from engine.chat_template import ChatMessage
-from engine.generation_stats import FinishReason
-from engine.plan import Plan
-from engine.profile import Profile
-from engine.runtime import LoadedModel
+from engine.generation.stats import FinishReason
+from engine.machine.profile import Profile
+from engine.model.chat_template import ChatMessage
+from engine.planning.parallelism import choose_parallelism
+from engine.planning.plan import Plan
+from engine.runtime.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.errors import BadInputError
-from engine.inventory import ModelInventory
-from engine.plan import Plan
-from engine.profile import Profile
-from engine.vision_options import VisionOptions
-from engine.vision_plan import plan_vision
-from engine.vision_plan_choice import ResidentSet
-from engine.vision_projector import projector_facts
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory
+from engine.planning.plan import Plan
+from engine.vision.options import VisionOptions
+from engine.vision.plan import plan_vision
+from engine.vision.plan_choice import ResidentSet
+from engine.vision.projector import projector_facts
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import TypeGuard
 
 from app.profile_summary import backend_text
 from app.units import format_bytes
-from engine.hardware import GpuInfo
-from engine.plan import Plan
+from engine.machine.hardware import GpuInfo
+from engine.planning.plan import Plan
 
 BATCH_SEQUENCES = 16  # the batch figure: this many sequences decoding side by side
 NO_PLAN = "no plan: this machine is not profiled yet (Tools → Profile this machine)"

@@ -37,17 +37,17 @@ from app.load_planning import LoadRequest, PlannedLoad
 from app.resident_model import ResidentModel
 from app.summary_job import SummaryJob, SummarySettings
 from engine.cancel import CancelToken
-from engine.chat import ChatSession
-from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
-from engine.image_input import ImageFile
-from engine.model_params import LoadParams
-from engine.placement_choice import (
+from engine.generation.sampling import SamplingSettings
+from engine.llama.load_params import LoadParams
+from engine.machine.profile import Profile
+from engine.model.chat_template import ChatMessage
+from engine.model.image_input import ImageFile
+from engine.planning.placement_choice import (
     PlacementChoice,
 )
-from engine.plan import Plan
-from engine.profile import Profile
-from engine.sampling import SamplingSettings
+from engine.planning.plan import Plan
+from engine.runtime.chat import ChatSession
 
 log = logging.getLogger(__name__)
 

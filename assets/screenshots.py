@@ -64,8 +64,8 @@ def settle(ms: int = 300) -> None:
 def main_window() -> Path:
     """Mid-conversation: two exchanges done, the third reply streaming."""
     from app.load_planning import stored_profile
-    from engine.default_model import default_model_path
-    from engine.sampling import SamplingSettings
+    from engine.generation.sampling import SamplingSettings
+    from engine.model.default_model import default_model_path
     from ui.desktop import Desktop
 
     desktop = Desktop(
@@ -94,8 +94,8 @@ def image_question() -> Path:
     from PySide6.QtGui import QColor, QImage, QPainter
 
     from app.model_library import ModelLibrary
-    from engine.sampling import SamplingSettings
-    from engine.synthetic_vision import write_synthetic_vlm
+    from engine.generation.sampling import SamplingSettings
+    from engine.vision.synthetic import write_synthetic_vlm
     from ui.desktop import Desktop
     from ui.image_attachments import load_image_file
 
@@ -135,11 +135,15 @@ def vram_panel() -> Path:
 
     from app.vram_overview import vram_overview
     from bench.plan_simulation import MODELS
-    from engine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
-    from engine.inventory import read_inventory
-    from engine.plan import PlanRequest
-    from engine.planner import make_plan
-    from engine.synthetic import write_shape_only_model
+    from engine.machine.described_machines import (
+        DESCRIBED_MACHINES,
+        described_hardware,
+        load_described,
+    )
+    from engine.model.inventory import read_inventory
+    from engine.model.synthetic import write_shape_only_model
+    from engine.planning.plan import PlanRequest
+    from engine.planning.planner import make_plan
     from ui.vram_panel import VramPanel
 
     spec, quant = MODELS["Qwen3-30B-A3B Q4_0"]
@@ -163,7 +167,7 @@ def vram_panel() -> Path:
 
 def model_manager() -> Path:
     from app.model_library import ModelLibrary
-    from engine.synthetic import SyntheticSpec, write_synthetic_model
+    from engine.model.synthetic import SyntheticSpec, write_synthetic_model
     from ui.model_manager import ModelManager
 
     folder = Path(os.environ["SHARDCHAT_HOME"]) / "models"
@@ -182,7 +186,7 @@ def model_manager() -> Path:
 
 def wizard() -> Path:
     """The results page after a real fast profile of this machine (stored: the window plans)."""
-    from engine.profile import ProfileMode
+    from engine.machine.profile import ProfileMode
     from ui.profile_wizard import RESULTS_PAGE, ProfileWizard
 
     wizard = ProfileWizard(mode=ProfileMode.FAST)

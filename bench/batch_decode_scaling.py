@@ -21,11 +21,11 @@ from contextlib import contextmanager
 
 import llama_cpp
 
-import engine.decode_context as batch_context
-from engine.decode_context import DecodeContext
-from engine.default_model import default_model_path
-from engine.model_params import LoadParams
-from engine.runtime import LoadedModel, load_model
+import engine.generation.decode_context as batch_context
+from engine.generation.decode_context import DecodeContext
+from engine.llama.load_params import LoadParams
+from engine.model.default_model import default_model_path
+from engine.runtime.loaded_model import LoadedModel, load_model
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
 FLASH = {

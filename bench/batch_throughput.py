@@ -31,23 +31,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.plan_command import load_profile_for_planning
-from engine.batch_generation import (
+from engine.batch.generator import (
     BatchGenerator,
     BatchRequest,
     BatchResult,
     BatchStats,
     DecodeStep,
 )
-from engine.batch_parallelism import ParallelismChoice, choose_parallelism
-from engine.chat_template import ChatMessage
-from engine.default_model import default_model_path
 from engine.errors import BadInputError
-from engine.inventory import read_inventory
-from engine.model_params import LoadParams, make_llama_kwargs
-from engine.plan import Objective, Plan, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.runtime import LoadedModel, load_model
+from engine.llama.load_params import LoadParams, make_llama_kwargs
+from engine.machine.profile import Profile
+from engine.model.chat_template import ChatMessage
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
+from engine.planning.parallelism import ParallelismChoice, choose_parallelism
+from engine.planning.plan import Objective, Plan, PlanRequest
+from engine.planning.planner import make_plan
+from engine.runtime.loaded_model import LoadedModel, load_model
 
 RECORDED_PROFILE = Path(__file__).resolve().parents[1] / "tests/data/profile-epyc-2core-fast.json"
 DECODE_TARGET = 2.2

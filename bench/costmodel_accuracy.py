@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.profile_store import ProfileStore
-from engine.cost_model import ALL_CPU, CostModel, Placement, Where
-from engine.decode_timer import DecodeTimer
-from engine.default_model import default_model_path
-from engine.hardware import probe_hardware
-from engine.inventory import SubLayerKind, read_inventory
-from engine.profile import Profile, ProfileMode
-from engine.profiler import Profiler
-from engine.synthetic import SyntheticSpec, write_synthetic_model
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile, ProfileMode
+from engine.model.default_model import default_model_path
+from engine.model.inventory import SubLayerKind, read_inventory
+from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
+from engine.profiling.decode_timer import DecodeTimer
+from engine.profiling.profiler import Profiler
 
 CONTEXT = 256
 TARGET_MEDIAN, TARGET_WORST = 0.15, 0.35

@@ -22,16 +22,16 @@ import threading
 import time
 from pathlib import Path
 
-from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
-from engine.llama_placements import layer_offload_baseline
-from engine.plan import PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
-from engine.profile import ProfileMode
-from engine.profiler import Profiler
-from engine.runtime import load_model
-from engine.synthetic import SyntheticSpec, write_synthetic_model
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import ProfileMode
+from engine.model.inventory import read_inventory
+from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.planning.execution import load_params_for
+from engine.planning.llama_placements import layer_offload_baseline
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.profiling.profiler import Profiler
+from engine.runtime.loaded_model import load_model
 
 GIB = 1 << 30
 PROMPT, DECODE = 1024, 64

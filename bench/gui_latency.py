@@ -60,8 +60,8 @@ def measure(model: str | None, tokens: int, profile) -> int:  # noqa: ANN001 - P
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from engine.default_model import default_model_path
-    from engine.sampling import SamplingSettings
+    from engine.generation.sampling import SamplingSettings
+    from engine.model.default_model import default_model_path
     from ui.desktop import Desktop
 
     _app = QApplication.instance() or QApplication(sys.argv[:1])  # kept alive while measuring

@@ -4,7 +4,7 @@ Shape-true models (written shape-only: headers and tensor tables, the data a
 hole in a sparse file) are planned on the described RTX 5090-class desktop at
 several VRAM budgets and contexts; the cost model predicts decode tokens/s and
 time to first token (a prompt as long as the context) for our plan and for
-llama.cpp's own placements at the same budget (engine.llama_placements): the
+llama.cpp's own placements at the same budget (engine.planning.llama_placements): the
 largest whole-layer n_gpu_layers, the best --n-cpu-moe (MoE models only) and
 what --fit picks. It prints our figures and, against each, the decode speedup
 and the TTFT speedup (theirs / ours); every decode speedup must be at least 1.00,
@@ -21,12 +21,16 @@ import tempfile
 from pathlib import Path
 
 from app.plan_command import load_profile_for_planning
-from engine.inventory import ModelInventory, read_inventory
-from engine.llama_placements import fit_baseline, layer_offload_baseline, n_cpu_moe_baseline
-from engine.plan import Plan, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.synthetic import SyntheticSpec, write_shape_only_model
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.llama_placements import (
+    fit_baseline,
+    layer_offload_baseline,
+    n_cpu_moe_baseline,
+)
+from engine.planning.plan import Plan, PlanRequest
+from engine.planning.planner import make_plan
 
 GIB = 1 << 30
 BUDGETS_GIB = (2, 4, 8, 16, 24)

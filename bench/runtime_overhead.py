@@ -22,16 +22,16 @@ import llama_cpp
 
 from app.plan_command import load_profile_for_planning
 from engine.cancel import CancelToken
-from engine.chat import ChatSession
-from engine.chat_template import ChatMessage
-from engine.default_model import default_model_path
-from engine.inventory import read_inventory
-from engine.model_params import LoadParams, make_llama_kwargs
-from engine.plan import PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
-from engine.runtime import LoadedModel, load_model
-from engine.sampling import GREEDY
+from engine.generation.sampling import GREEDY
+from engine.llama.load_params import LoadParams, make_llama_kwargs
+from engine.model.chat_template import ChatMessage
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
+from engine.planning.execution import load_params_for
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import LoadedModel, load_model
 
 QUESTION = (
     "Here are my notes from the week. "

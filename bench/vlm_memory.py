@@ -5,16 +5,16 @@ A shape-true Qwen2.5-VL-7B-class pair - the text model written shape-only
 sparse file) and the vision tower as described facts (QWEN25_VL_7B: 32 layers,
 1280 wide, F16, 1.35 GB) - is planned under a described consumer GPU's budgets
 for 16:9 images 640, 1280, 1920 and 2560 pixels wide (2560x1440 is the paper's
-1440p; --square for square ones). For each, `engine.vision_plan` predicts the
+1440p; --square for square ones). For each, `engine.vision.plan` predicts the
 peak device memory without VLMOpt (plain llama.cpp: the encoder on the GPU
 beside the whole plan, no flash attention, the projector's own token limits)
 and with it, and prints the ratio, tokens, effective resolution and choices.
 The "app" column is what the app runs today: its runtime cannot yet move the
 language model's resident weights out of VRAM around an encode, so it plans
-without that step-aside (engine.vision_plan's can_step_aside=False).
+without that step-aside (engine.vision.plan's can_step_aside=False).
 
 The encoder's compute-buffer formula is calibrated against llama.cpp's clip
-(see engine/vision_plan.py); nothing here runs a model.
+(see engine/vision/plan.py); nothing here runs a model.
 
     .venv/bin/python bench/vlm_memory.py [--hardware laptop-8gb] [--vram 2GiB] [--square]
 """
@@ -28,12 +28,12 @@ from pathlib import Path
 
 from app.plan_command import load_profile_for_planning
 from app.units import parse_size
-from engine.inventory import read_inventory
-from engine.plan import PlanRequest
-from engine.planner import make_plan
-from engine.synthetic import SyntheticSpec, write_shape_only_model
-from engine.vision_plan import VisionPlan, plan_vision
-from engine.vision_projector import QWEN25_VL_7B
+from engine.model.inventory import read_inventory
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.vision.plan import VisionPlan, plan_vision
+from engine.vision.projector import QWEN25_VL_7B
 
 GIB = 1 << 30
 BUDGETS_GIB = (8, 4, 2)

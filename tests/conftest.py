@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.default_model import default_model_path
-from engine.model_params import LoadParams
-from engine.runtime import LoadedModel, load_model
-from engine.synthetic import SyntheticSpec, write_synthetic_model
+from engine.llama.load_params import LoadParams
+from engine.model.default_model import default_model_path
+from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.runtime.loaded_model import LoadedModel, load_model
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

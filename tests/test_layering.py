@@ -39,7 +39,11 @@ def test_package_sources_do_not_import_forbidden_modules(package: str) -> None:
 @pytest.mark.parametrize(
     ("imports", "forbidden"),
     [
-        ("engine.chat, engine.inventory, engine.synthetic, app.worker, app.cli", "PySide6"),
+        (
+            "engine.runtime.chat, engine.model.inventory, engine.model.synthetic, app.worker, "
+            "app.cli",
+            "PySide6",
+        ),
         ("ui.engine_bridge", "llama_cpp"),
     ],
 )
@@ -124,7 +128,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_imports_itself_through_others() -> None:
     graph = module_graph()
-    assert "engine.batch_run" in graph["engine.batch_generation"]  # the graph sees imports
+    assert "engine.batch.run" in graph["engine.batch.generator"]  # the graph sees imports
     assert cycles(graph) == []
 
 
@@ -133,7 +137,66 @@ def test_the_cycle_finder_finds_a_type_only_cycle(tmp_path: Path) -> None:
     assert cycles(graph) == [["a", "b", "c"]]
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from engine.plan import Plan\n"
-        "from engine import offload_boundary\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from engine.planning.plan import Plan\n"
+        "from engine.llama import offload_boundary\n"
     )
-    assert our_imports(probe) == {"engine.plan", "engine", "engine.offload_boundary"}
+    expected = {"engine.planning.plan", "engine.llama", "engine.llama.offload_boundary"}
+    assert our_imports(probe) == expected
+
+
+# --- the engine's packages, in layers (import-linter's "layers" contract) ---
+
+# Bottom first. A package may import the packages of the layers below it, never one of
+# its own layer or above; the modules directly in engine/ (errors, cancel, ...) are the
+# floor everything may use and that uses nothing else.
+ENGINE_LAYERS: list[set[str]] = [
+    {"model", "llama"},  # GGUF files and chat templates; the llama.cpp bindings
+    {"machine"},  # hardware probe, profiles, described machines
+    {"planning"},  # plans, the cost model, and how a plan becomes load parameters
+    {"generation"},  # the scheduler, its streams, sampling: the one token loop
+    {"runtime"},  # the loaded model, its conversation, the step log
+    {"vision", "batch", "profiling"},
+]
+
+
+def engine_package(module: str) -> str | None:
+    """The engine package a module belongs to; "" for the modules directly in engine/."""
+    parts = module.split(".")
+    if parts[0] != "engine":
+        return None
+    is_package = len(parts) > 1 and (ROOT / "engine" / parts[1]).is_dir()
+    return parts[1] if is_package else ""
+
+
+def layer_breaches(graph: dict[str, set[str]], layers: list[set[str]]) -> list[str]:
+    rank = {package: i for i, layer in enumerate(layers) for package in layer}
+    rank[""] = -1
+    breaches = []
+    for module, imports in sorted(graph.items()):
+        source = engine_package(module)
+        if source is None:
+            continue
+        for target in sorted(imports):
+            wanted = engine_package(target)
+            if wanted is None or wanted == source:
+                continue
+            if rank.get(wanted, len(layers)) >= rank.get(source, len(layers)):
+                breaches.append(f"{module} -> {target}")
+    return breaches
+
+
+def test_every_engine_package_has_a_layer() -> None:
+    packages = {p.name for p in (ROOT / "engine").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set().union(*ENGINE_LAYERS)
+
+
+def test_engine_packages_import_only_the_layers_below_them() -> None:
+    assert layer_breaches(module_graph(), ENGINE_LAYERS) == []
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    graph = {"engine.model.inventory": {"engine.planning.plan", "engine.errors"}}
+    assert layer_breaches(graph, ENGINE_LAYERS) == [
+        "engine.model.inventory -> engine.planning.plan"
+    ]

@@ -21,10 +21,10 @@ from app.load_planning import LoadRequest, PlannedLoad
 from app.units import format_bytes
 from app.worker import EngineWorker
 from engine.errors import BadInputError
-from engine.image_input import ImageFile
-from engine.plan import Plan
-from engine.profile import Profile
-from engine.sampling import SamplingSettings
+from engine.generation.sampling import SamplingSettings
+from engine.machine.profile import Profile
+from engine.model.image_input import ImageFile
+from engine.planning.plan import Plan
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import image_from_bytes
 from ui.image_viewer import ImageViewer

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QTextDocument
 from PySide6.QtWidgets import QTextBrowser
 
-from engine.image_input import ImageFile
+from engine.model.image_input import ImageFile
 from ui.code_blocks import COPY_SCHEME, with_copy_links
 
 RENDER_INTERVAL_MS = 50

@@ -11,7 +11,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdit, QSpinBox, QWidget
 
-from engine.sampling import SamplingSettings
+from engine.generation.sampling import SamplingSettings
 
 MIN_CONTEXT, MAX_CONTEXT = 512, 262144
 

@@ -16,8 +16,8 @@ from app.load_planning import LoadRequest, stored_profile
 from app.model_library import ModelLibrary
 from app.worker import EngineWorker
 from engine.errors import BadInputError
-from engine.profile import Profile
-from engine.sampling import SamplingSettings
+from engine.generation.sampling import SamplingSettings
+from engine.machine.profile import Profile
 from ui.batch_controller import BatchController
 from ui.chat_controller import ChatController
 from ui.engine_bridge import EngineBridge

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QDialog
 
 from app.load_planning import stored_profile
 from app.profiling_job import needs_profiling
-from engine.hardware import probe_hardware
+from engine.machine.hardware import probe_hardware
 from ui.desktop import Desktop, remember_default_model
 from ui.profile_wizard import ProfileWizard
 

@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QPixmap
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from engine.image_input import ImageFile
+from engine.model.image_input import ImageFile
 
 SCREEN_SHARE = 0.8  # the window opens at most this much of the screen; larger images scroll
 

@@ -41,7 +41,7 @@ from app.model_library import ModelEntry, ModelLibrary, is_projector_name
 from app.model_summary import summarize
 from app.units import format_bytes
 from engine.errors import BadInputError
-from engine.inventory import read_inventory
+from engine.model.inventory import read_inventory
 from ui.model_drop import GgufDropFilter
 
 COLUMNS = ("Name", "Size", "Kind", "Default", "Status")

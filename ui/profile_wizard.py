@@ -9,7 +9,7 @@ closing the wizard stops the job and stores nothing; skipping is fine, and
 ShardChat then runs without a plan until the machine is profiled.
 
 The pages only render: the facts come from `app.profile_summary`, the run
-from the job, the model check from `engine.inventory`.
+from the job, the model check from `engine.model.inventory`.
 """
 
 from __future__ import annotations
@@ -51,14 +51,14 @@ from app.profiling_job import (
     ProfilingSaved,
 )
 from app.units import format_bytes
-from engine.default_model import default_model_path
 from engine.errors import BadInputError
-from engine.hardware import HardwareInfo, probe_hardware
-from engine.inventory import read_inventory
-from engine.profile import Profile, ProfileMode
+from engine.machine.hardware import HardwareInfo, probe_hardware
+from engine.machine.profile import Profile, ProfileMode
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
 
-if TYPE_CHECKING:  # engine.profiler loads llama.cpp; only its type is needed here
-    from engine.profiler import ProfileProgress
+if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
+    from engine.profiling.profiler import ProfileProgress
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ CLOCK_INTERVAL_MS = 250
 class ProfilingBridge(QObject):
     """Callable from the job's thread; re-emits each report as a signal queued to the GUI."""
 
-    progress = Signal(object)  # engine.profiler.ProfileProgress
+    progress = Signal(object)  # engine.profiling.profiler.ProfileProgress
     saved = Signal(object)  # ProfilingSaved
     cancelled = Signal()
     failed = Signal(str)  # one line for the user

@@ -20,9 +20,9 @@ from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
 from engine.errors import BadInputError
-from engine.hardware import GpuInfo, probe_gpus
-from engine.placement_choice import PlacementChoice
-from engine.plan import Plan
+from engine.machine.hardware import GpuInfo, probe_gpus
+from engine.planning.placement_choice import PlacementChoice
+from engine.planning.plan import Plan
 from ui.engine_bridge import EngineBridge
 from ui.vram_panel import VramPanel
 

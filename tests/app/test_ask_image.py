@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 from test_cli import assert_one_line_error, shardchat  # the CLI test helpers, same folder
 
-from engine.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 
 @pytest.fixture(scope="module")

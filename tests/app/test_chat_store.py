@@ -35,10 +35,10 @@ from app.chat_store import (
 from app.paths import app_paths
 from app.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID
 from app.profile_store import ProfileStore
-from engine.chat_template import ChatMessage
 from engine.errors import BadInputError
-from engine.generation_stats import FinishReason, GenerationStats
-from engine.image_input import ImageFile
+from engine.generation.stats import FinishReason, GenerationStats
+from engine.model.chat_template import ChatMessage
+from engine.model.image_input import ImageFile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATS = GenerationStats(

@@ -160,7 +160,9 @@ def test_chat_cpu_only_needs_no_profile_and_loads_without_any_gpu(isolated_home:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     log_text = (isolated_home / "logs" / "shardchat.log").read_text()
-    loaded = next(line for line in log_text.splitlines() if "engine.runtime: loaded" in line)
+    loaded = next(
+        line for line in log_text.splitlines() if "engine.runtime.loaded_model: loaded" in line
+    )
     assert "main_gpu=-1" in loaded and "op_offload=False" in loaded and "n_gpu_layers=0" in loaded
 
 

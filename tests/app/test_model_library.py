@@ -18,7 +18,7 @@ from app.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary
 from app.model_summary import SizeShare, kind_label, quant_text, summarize
 from app.paths import app_paths
 from engine.errors import BadInputError, ModelFileError
-from engine.inventory import read_inventory
+from engine.model.inventory import read_inventory
 
 PROJECTOR_REFUSAL = "is a vision projector (mmproj); pair it with its model instead"
 

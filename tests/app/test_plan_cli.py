@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.units import parse_size
-from engine.synthetic import SyntheticSpec, write_shape_only_model
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"

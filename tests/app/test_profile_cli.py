@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from app.profile_store import ProfileStore
-from engine.ggml_devices import CHILD_LABEL
-from engine.hardware import probe_hardware
+from engine.llama.ggml_devices import CHILD_LABEL
+from engine.machine.hardware import probe_hardware
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -22,7 +22,7 @@ from app.profile_store import (
 )
 from app.sqlite_migrations import applied_migrations, apply_migrations
 from engine.errors import BadInputError
-from engine.profile import (
+from engine.machine.profile import (
     AttentionPoint,
     Device,
     GpuProfile,

@@ -24,9 +24,9 @@ from app.profile_summary import (
     suggested_budget_bytes,
     time_left_text,
 )
-from engine.described_machines import load_described
-from engine.hardware import NO_GPU_FOUND, GpuInfo, HardwareInfo, probe_hardware
-from engine.profile import Profile
+from engine.machine.described_machines import load_described
+from engine.machine.hardware import NO_GPU_FOUND, GpuInfo, HardwareInfo, probe_hardware
+from engine.machine.profile import Profile
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
@@ -108,7 +108,7 @@ def test_time_left_is_rounded_not_pretend_exact(eta: float | None, text: str) ->
 
 
 def lavapipe(**changes: object) -> GpuInfo:
-    """Mesa's software Vulkan GPU as engine.hardware reports it (ggml's figures only)."""
+    """Mesa's software Vulkan GPU as engine.machine.hardware reports it (ggml's figures only)."""
     gpu = GpuInfo(
         index=0,
         name="llvmpipe (LLVM 15.0.6, 256 bits)",

@@ -17,8 +17,8 @@ from app.profiling_job import (
     ProfilingSaved,
     needs_profiling,
 )
-from engine.hardware import probe_hardware
-from engine.profile import ProfileMode
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import ProfileMode
 
 RUN_TIMEOUT_S = 120
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-import engine.plan_execution as plan_execution
+import engine.planning.execution as plan_execution
 from app.auto_budget import AutoBudget
 from app.events import (
     FINAL_EVENTS,
@@ -23,20 +23,20 @@ from app.events import (
 )
 from app.load_planning import LoadRequest
 from app.worker import EngineWorker
-from engine.described_machines import load_described
-from engine.hardware import GpuInfo, probe_hardware
-from engine.image_input import ImageFile
-from engine.inventory import read_inventory
-from engine.model_params import LoadParams
-from engine.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
-from engine.plan import PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.sampling import GREEDY
-from engine.synthetic import SyntheticSpec, write_shape_only_model
-from engine.synthetic_vision import write_shape_only_projector, write_synthetic_vlm
-from engine.vision_projector import QWEN25_VL_7B
+from engine.generation.sampling import GREEDY
+from engine.llama.load_params import LoadParams
+from engine.machine.described_machines import load_described
+from engine.machine.hardware import GpuInfo, probe_hardware
+from engine.machine.profile import Profile
+from engine.model.image_input import ImageFile
+from engine.model.inventory import read_inventory
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.execution import load_params_for
+from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.vision.projector import QWEN25_VL_7B
+from engine.vision.synthetic import write_shape_only_projector, write_synthetic_vlm
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=8)

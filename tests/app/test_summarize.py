@@ -20,11 +20,11 @@ from docx import Document as DocxDocument
 
 from app.job_store import JobStore
 from app.summary_job import JobOutcome, SummaryJob, SummarySettings
-from engine.batch_parallelism import choose_parallelism
 from engine.cancel import CancelToken
-from engine.plan import PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
+from engine.machine.profile import Profile
+from engine.planning.parallelism import choose_parallelism
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"

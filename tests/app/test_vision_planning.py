@@ -10,11 +10,11 @@ from app.load_planning import LoadRequest
 from app.plan_command import load_profile_for_planning
 from app.vision_planning import planned_vision
 from engine.errors import BadInputError
-from engine.inventory import read_inventory
-from engine.plan import PlanRequest
-from engine.planner import make_plan
-from engine.synthetic_vision import write_shape_only_projector, write_synthetic_vlm
-from engine.vision_projector import QWEN25_VL_7B
+from engine.model.inventory import read_inventory
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.vision.projector import QWEN25_VL_7B
+from engine.vision.synthetic import write_shape_only_projector, write_synthetic_vlm
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.vram_overview import BATCH_SEQUENCES, NO_PLAN, vram_overview
-from engine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
-from engine.inventory import read_inventory
-from engine.plan import PlanRequest
-from engine.planner import make_plan
+from engine.machine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
+from engine.model.inventory import read_inventory
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
 
 
 def laptop_gpu(others: int = 0):

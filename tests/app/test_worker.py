@@ -23,11 +23,11 @@ from app.events import (
 )
 from app.load_planning import LoadRequest
 from app.worker import EngineWorker
-from engine.generation_stats import FinishReason
-from engine.image_input import ImageFile
-from engine.model_params import LoadParams
-from engine.sampling import GREEDY
-from engine.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+from engine.generation.sampling import GREEDY
+from engine.generation.stats import FinishReason
+from engine.llama.load_params import LoadParams
+from engine.model.image_input import ImageFile
+from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 TIMEOUT_S = 60
 

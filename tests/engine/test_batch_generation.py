@@ -18,20 +18,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult, DecodeStep
+from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult, DecodeStep
 from engine.cancel import CancelToken
-from engine.chat_template import ChatMessage
-from engine.default_model import default_model_path
 from engine.errors import BadInputError
-from engine.generation import generate
-from engine.inventory import read_inventory
-from engine.model_params import LoadParams
-from engine.plan import Objective, Plan, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.runtime import LoadedModel, load_model
-from engine.sampling import GREEDY
-from engine.stream import StreamRequest
+from engine.generation.replies import generate
+from engine.generation.sampling import GREEDY
+from engine.generation.stream import StreamRequest
+from engine.llama.load_params import LoadParams
+from engine.machine.profile import Profile
+from engine.model.chat_template import ChatMessage
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
+from engine.planning.plan import Objective, Plan, PlanRequest
+from engine.planning.planner import make_plan
+from engine.runtime.loaded_model import LoadedModel, load_model
 
 SYSTEM = ChatMessage("system", "You are a concise assistant. Answer in plain English.")
 TOPICS = ("the sea", "a mountain village", "baking bread", "a lost cat", "trains", "the moon")
@@ -137,7 +137,7 @@ def test_a_sequence_moved_into_a_freed_slot_keeps_its_reply(
     """At the end of the requests, the last sequence moves down to close the gap it left."""
     short, long = stories([2, 24])
     alone, _ = run_all(default_model, [long], 1, share_prefix=False)
-    with caplog.at_level(logging.DEBUG, logger="engine.batch_run"):
+    with caplog.at_level(logging.DEBUG, logger="engine.batch.run"):
         together, _ = run_all(default_model, [short, long], 2, share_prefix=False)
     assert any("moved to sequence 0" in r.getMessage() for r in caplog.records)
     assert together["s1"].token_ids == alone["s1"].token_ids

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch_parallelism import PARALLEL_CHOICES, choose_parallelism
-from engine.batch_results import BatchRequest, BatchResult, BatchStats, DecodeStep
-from engine.chat_template import ChatMessage
-from engine.described_machines import load_described
-from engine.generation_stats import FinishReason
-from engine.inventory import read_inventory
-from engine.plan import Objective, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.shared_prefix import SharedPrefix, common_prefix_length
+from engine.batch.results import BatchRequest, BatchResult, BatchStats, DecodeStep
+from engine.batch.shared_prefix import SharedPrefix, common_prefix_length
+from engine.generation.stats import FinishReason
+from engine.machine.described_machines import load_described
+from engine.machine.profile import Profile
+from engine.model.chat_template import ChatMessage
+from engine.model.inventory import read_inventory
+from engine.planning.parallelism import PARALLEL_CHOICES, choose_parallelism
+from engine.planning.plan import Objective, PlanRequest
+from engine.planning.planner import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "profile-epyc-2core-fast.json"
@@ -77,7 +77,7 @@ def test_stats_split_mixed_steps_by_token_share_and_count_results() -> None:
 
 def test_result_values_load_without_llama_cpp() -> None:
     """The GUI may hold results and totals; that must not load the inference library."""
-    script = "import sys, engine.batch_results; print('llama_cpp' in sys.modules)"
+    script = "import sys, engine.batch.results; print('llama_cpp' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
     )

@@ -13,8 +13,8 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from engine import llama_log
-from engine.buffer_overrides import (
+from engine.llama import log_capture as llama_log
+from engine.llama.buffer_overrides import (
     BufferType,
     TensorOverrides,
     buffer_types,
@@ -22,9 +22,9 @@ from engine.buffer_overrides import (
     max_overrides,
     override_patterns_for,
 )
-from engine.device_buffers import MIB, parse_buffer_lines
-from engine.inventory import SubLayerKind, read_inventory
-from engine.placement_report import overridden_tensors
+from engine.llama.device_buffers import MIB, parse_buffer_lines
+from engine.model.inventory import SubLayerKind, read_inventory
+from engine.runtime.placement_report import overridden_tensors
 
 # llama-model-loader.cpp: "tensor %s (%zu MiB %s) buffer type overridden to %s"
 # llama-model.cpp: "%s: %12s model buffer size = %8.2f MiB"
@@ -34,7 +34,7 @@ Q4_0_BYTES_PER_ELEMENT = 18 / 32  # a block of 32 weights: 16 bytes of nibbles +
 
 @pytest.fixture(scope="module")
 def q4_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.synthetic import SyntheticSpec, write_synthetic_model
+    from engine.model.synthetic import SyntheticSpec, write_synthetic_model
 
     spec = SyntheticSpec("llama", n_layer=2, n_embd=128, n_ff=256)
     return write_synthetic_model(tmp_path_factory.mktemp("overrides") / "q4.gguf", spec, "Q4_0")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.chat_template import ChatMessage
-from engine.context_window import MIN_REPLY_TOKENS, fit_messages
 from engine.errors import ContextOverflowError
+from engine.model.chat_template import ChatMessage
+from engine.runtime.context_window import MIN_REPLY_TOKENS, fit_messages
 
 
 def count_words(messages) -> tuple[int, int]:

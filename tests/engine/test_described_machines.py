@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cost_model import CostModel, Placement, Where
-from engine.described_machines import (
+from engine.errors import BadInputError
+from engine.machine.described_machines import (
     DESCRIBED_MACHINES,
     LAPTOP_8GB,
     PCIE_LANE_GBPS,
@@ -18,10 +18,10 @@ from engine.described_machines import (
     load_described,
     write_described_files,
 )
-from engine.errors import BadInputError
-from engine.hardware import HardwareInfo
-from engine.inventory import ModelInventory, SubLayerKind, read_inventory
-from engine.profile import Device, KernelShape, Profile, ProfileMode
+from engine.machine.hardware import HardwareInfo
+from engine.machine.profile import Device, KernelShape, Profile, ProfileMode
+from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.planning.cost_model import CostModel, Placement, Where
 
 NAMES = described_names()
 ALL_GPU = Placement(default=Where.GPU)

@@ -13,9 +13,9 @@ import ctypes
 import llama_cpp
 import pytest
 
-from engine import ggml_devices, ggml_library
-from engine.ggml_devices import DeviceType, device_memory, list_devices, probe_devices
-from engine.hardware import probe_gpus
+from engine.llama import ggml_devices, ggml_library
+from engine.llama.ggml_devices import DeviceType, device_memory, list_devices, probe_devices
+from engine.machine.hardware import probe_gpus
 
 cpu_build_only = pytest.mark.skipif(
     bool(llama_cpp.llama_supports_gpu_offload()),  # true only while a GPU device is visible

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ModelFileError
-from engine.gguf_file import check_model_path, open_gguf
-from engine.inventory import read_inventory
+from engine.model.gguf_file import check_model_path, open_gguf
+from engine.model.inventory import read_inventory
 
 
 def unreadable_file(tmp_path: Path) -> Path:

@@ -22,9 +22,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from engine import hardware
-from engine.ggml_devices import DeviceType, GgmlDevice
-from engine.hardware import (
+from engine.llama.ggml_devices import DeviceType, GgmlDevice
+from engine.machine import hardware
+from engine.machine.hardware import (
     NO_GPU_FOUND,
     CpuInfo,
     GpuInfo,
@@ -531,7 +531,7 @@ def test_integrated_gpu_is_logged_as_system_ram(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(hardware, "probe_gpus", lambda: probe(FakeNvml([]), IRIS))
-    with caplog.at_level("INFO", logger="engine.hardware"):
+    with caplog.at_level("INFO", logger="engine.machine.hardware"):
         info = probe_hardware()
     assert info.gpus[0].integrated
     assert "integrated: its 16.0 GiB are system RAM" in caplog.text

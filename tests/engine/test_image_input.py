@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from engine.errors import BadInputError
-from engine.image_input import decode_image, read_image_file
+from engine.model.image_input import decode_image, read_image_file
 
 
 def encoded(image: Image.Image, kind: str = "PNG", **options: object) -> bytes:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelFileError
-from engine.inventory import ModelInventory, SubLayerKind, read_inventory
-from engine.runtime import inspect_model
+from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.runtime.loaded_model import inspect_model
 
 K = SubLayerKind
 

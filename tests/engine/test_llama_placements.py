@@ -7,10 +7,20 @@ from itertools import pairwise
 
 import pytest
 
-import engine.plan_execution as plan_execution
-from engine.described_machines import load_described
-from engine.inventory import BlockInventory, ModelInventory, SubLayer, SubLayerKind, read_inventory
-from engine.llama_placements import (
+import engine.planning.execution as plan_execution
+from engine.llama.load_params import LoadParams
+from engine.machine.described_machines import load_described
+from engine.machine.profile import Profile
+from engine.model.inventory import (
+    BlockInventory,
+    ModelInventory,
+    SubLayer,
+    SubLayerKind,
+    read_inventory,
+)
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.execution import load_params_for
+from engine.planning.llama_placements import (
     FIT_MARGIN_BYTES,
     FitLayers,
     _false_position_step,
@@ -23,13 +33,9 @@ from engine.llama_placements import (
     n_cpu_moe_keys,
     vram_account_of,
 )
-from engine.model_params import LoadParams
-from engine.plan import Plan, PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.synthetic import SyntheticSpec, write_shape_only_model
-from engine.vram_account import fixed_vram
+from engine.planning.plan import Plan, PlanRequest
+from engine.planning.planner import make_plan
+from engine.planning.vram_account import fixed_vram
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -8,15 +8,17 @@ from dataclasses import replace
 import llama_cpp
 import pytest
 
-import engine.buffer_overrides as buffer_overrides
-import engine.plan_execution as plan_execution
-from engine.buffer_overrides import BufferType
-from engine.described_machines import load_described
+import engine.llama.buffer_overrides as buffer_overrides
+import engine.planning.execution as plan_execution
 from engine.errors import BadInputError
-from engine.inventory import ModelInventory, SubLayerKind, read_inventory
-from engine.llama_placements import layer_keys, layer_offload_baseline, vram_account_of
-from engine.model_params import LoadParams, make_llama_kwargs
-from engine.placement_choice import (
+from engine.llama.buffer_overrides import BufferType
+from engine.llama.load_params import LoadParams, make_llama_kwargs
+from engine.machine.described_machines import load_described
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.llama_placements import layer_keys, layer_offload_baseline, vram_account_of
+from engine.planning.placement_choice import (
     AUTO,
     CPU_ONLY,
     NO_GPU,
@@ -28,10 +30,8 @@ from engine.placement_choice import (
     replan,
     select_gpu,
 )
-from engine.plan import PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
 
 GIB = 1 << 30
 MOE = SyntheticSpec(

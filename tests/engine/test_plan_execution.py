@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat import ChatSession
-from engine.described_machines import load_described
 from engine.errors import BadInputError
-from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
-from engine.plan import PlanFamily, PlanRequest
-from engine.plan_execution import check_profile_is_this_machine, load_params_for
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.runtime import load_model
-from engine.sampling import GREEDY
-from engine.step_log import StepLog
+from engine.generation.sampling import GREEDY
+from engine.machine.described_machines import load_described
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile
+from engine.model.inventory import read_inventory
+from engine.planning.execution import check_profile_is_this_machine, load_params_for
+from engine.planning.plan import PlanFamily, PlanRequest
+from engine.planning.planner import make_plan
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import load_model
+from engine.runtime.step_log import StepLog
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 

@@ -8,13 +8,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.described_machines import load_described
-from engine.inventory import SubLayerKind, read_inventory
-from engine.llama_placements import layer_offload_baseline
-from engine.plan import EXECUTABLE_FAMILIES, NEVER_OFFLOAD, Objective, PlanFamily, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.synthetic import SyntheticSpec, write_shape_only_model
+from engine.machine.described_machines import load_described
+from engine.machine.profile import Profile
+from engine.model.inventory import SubLayerKind, read_inventory
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.llama_placements import layer_offload_baseline
+from engine.planning.plan import (
+    EXECUTABLE_FAMILIES,
+    NEVER_OFFLOAD,
+    Objective,
+    PlanFamily,
+    PlanRequest,
+)
+from engine.planning.planner import make_plan
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 GIB = 1 << 30

@@ -9,9 +9,9 @@ import pytest
 
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
-from engine.hardware import GpuInfo, probe_hardware
-from engine.profile import Device, KernelShape, Profile, ProfileMode
-from engine.profiler import ProfileProgress, Profiler, plan_for, thread_ladder
+from engine.machine.hardware import GpuInfo, probe_hardware
+from engine.machine.profile import Device, KernelShape, Profile, ProfileMode
+from engine.profiling.profiler import ProfileProgress, Profiler, plan_for, thread_ladder
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from engine.cancel import CancelToken
-from engine.chat import ChatSession
 from engine.errors import ContextOverflowError, ModelFileError
-from engine.generation_stats import FinishReason
-from engine.model_params import LoadParams
-from engine.runtime import LoadedModel, load_model
-from engine.sampling import GREEDY
+from engine.generation.sampling import GREEDY
+from engine.generation.stats import FinishReason
+from engine.llama.load_params import LoadParams
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import LoadedModel, load_model
 
 CANCEL_DEADLINE_S = 0.1
 SHORT = GREEDY.with_changes(max_tokens=24)

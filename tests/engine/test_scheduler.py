@@ -15,21 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch_generation import BatchGenerator, BatchRequest, BatchResult
+from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
-from engine.chat import ChatSession
-from engine.chat_template import ChatMessage
-from engine.decode_context import DecodeContext
 from engine.errors import BadInputError
-from engine.generation import generate
-from engine.generation_stats import FinishReason
-from engine.model_params import LoadParams
-from engine.runtime import LoadedModel, load_model
-from engine.sampling import GREEDY
-from engine.scheduler import Scheduler
-from engine.stream import Stream, StreamRequest
-from engine.synthetic_vision import write_synthetic_vlm
-from engine.vision_runtime import attach_projector
+from engine.generation.decode_context import DecodeContext
+from engine.generation.replies import generate
+from engine.generation.sampling import GREEDY
+from engine.generation.scheduler import Scheduler
+from engine.generation.stats import FinishReason
+from engine.generation.stream import Stream, StreamRequest
+from engine.llama.load_params import LoadParams
+from engine.model.chat_template import ChatMessage
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import LoadedModel, load_model
+from engine.vision.runtime import attach_projector
+from engine.vision.synthetic import write_synthetic_vlm
 
 N_CTX = 512
 REPLY = GREEDY.with_changes(max_tokens=24)

@@ -14,8 +14,8 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from engine.default_model import default_model_path
-from engine.synthetic import (
+from engine.model.default_model import default_model_path
+from engine.model.synthetic import (
     DIRECT_QUANTS,
     SUPPORTED_ARCHITECTURES,
     SyntheticSpec,

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from llama_cpp import mtmd_cpp
 
-from engine.inventory import read_inventory
-from engine.llama_handle import LlamaHandle
-from engine.model_params import LoadParams
-from engine.runtime import LoadedModel, load_model
-from engine.synthetic import SyntheticSpec, mrope_sections, write_synthetic_model
-from engine.synthetic_vision import (
+from engine.llama.handle import LlamaHandle
+from engine.llama.load_params import LoadParams
+from engine.model.inventory import read_inventory
+from engine.model.synthetic import SyntheticSpec, mrope_sections, write_synthetic_model
+from engine.runtime.loaded_model import LoadedModel, load_model
+from engine.vision.synthetic import (
     ProjectorSpec,
     language_model_for,
     write_synthetic_projector,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.text_assembly import TextAssembler
+from engine.generation.text_assembly import TextAssembler
 
 
 def pieces_of(data: bytes, cuts: list[int]) -> list[bytes]:

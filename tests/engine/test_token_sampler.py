@@ -9,9 +9,9 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from engine.llama_handle import LlamaHandle
-from engine.sampling import GREEDY, SamplingSettings
-from engine.token_sampler import TokenSampler
+from engine.generation.sampling import GREEDY, SamplingSettings
+from engine.generation.token_sampler import TokenSampler
+from engine.llama.handle import LlamaHandle
 
 PROMPT = b"The capital of France is"
 LAST = -1  # the prompt's last token: the only one with logits

@@ -21,23 +21,23 @@ import pytest
 from llama_cpp import mtmd_cpp
 from PIL import Image
 
-from engine.chat import ChatSession
-from engine.chat_template import MEDIA_MARKER
-from engine.image_input import ImageFile, RgbImage, decode_image
-from engine.model_params import LoadParams
-from engine.prompt_pieces import EncodedImage, Piece, TextRun
-from engine.runtime import LoadedModel, load_model
-from engine.sampling import SamplingSettings
-from engine.stream import StreamRequest
-from engine.synthetic import SyntheticSpec
-from engine.synthetic_vision import (
+from engine.generation.prompt_pieces import EncodedImage, Piece, TextRun
+from engine.generation.sampling import SamplingSettings
+from engine.generation.stream import StreamRequest
+from engine.llama.load_params import LoadParams
+from engine.model.chat_template import MEDIA_MARKER
+from engine.model.image_input import ImageFile, RgbImage, decode_image
+from engine.model.synthetic import SyntheticSpec
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import LoadedModel, load_model
+from engine.vision.options import VisionOptions
+from engine.vision.runtime import VisionRuntime, attach_projector
+from engine.vision.synthetic import (
     ProjectorSpec,
     language_model_for,
     write_synthetic_projector,
     write_synthetic_vlm,
 )
-from engine.vision_options import VisionOptions
-from engine.vision_runtime import VisionRuntime, attach_projector
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=6)
 THREADS = 1  # ggml's spinning workers make a 2nd thread slower on a busy 2-core machine

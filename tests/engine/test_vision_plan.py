@@ -18,21 +18,21 @@ from pathlib import Path
 import gguf
 import pytest
 
-from engine.described_machines import load_described
 from engine.errors import ModelFileError
-from engine.inventory import read_inventory
-from engine.plan import PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.synthetic import SyntheticSpec, write_shape_only_model
-from engine.synthetic_vision import write_shape_only_projector
-from engine.vision_geometry import image_geometry
-from engine.vision_memory import vision_memory
-from engine.vision_options import NO_TOKEN_LIMIT
-from engine.vision_plan import plan_vision
-from engine.vision_plan_choice import ResidentSet
-from engine.vision_projector import QWEN25_VL_7B, ProjectorFacts, Resolution, projector_facts
-from engine.vram_account import margin_bytes
+from engine.machine.described_machines import load_described
+from engine.machine.profile import Profile
+from engine.model.inventory import read_inventory
+from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.planning.vram_account import margin_bytes
+from engine.vision.geometry import image_geometry
+from engine.vision.memory import vision_memory
+from engine.vision.options import NO_TOKEN_LIMIT
+from engine.vision.plan import plan_vision
+from engine.vision.plan_choice import ResidentSet
+from engine.vision.projector import QWEN25_VL_7B, ProjectorFacts, Resolution, projector_facts
+from engine.vision.synthetic import write_shape_only_projector
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")

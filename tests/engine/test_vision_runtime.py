@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from engine.chat import ChatSession
-from engine.chat_template import MEDIA_MARKER, ChatMessage
 from engine.errors import BadInputError
-from engine.image_input import ImageFile, decode_image
-from engine.model_params import LoadParams
-from engine.runtime import LoadedModel, load_model
-from engine.sampling import SamplingSettings
-from engine.synthetic import SyntheticSpec
-from engine.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
-from engine.vision_options import VisionOptions
-from engine.vision_runtime import attach_projector
+from engine.generation.sampling import SamplingSettings
+from engine.llama.load_params import LoadParams
+from engine.model.chat_template import MEDIA_MARKER, ChatMessage
+from engine.model.image_input import ImageFile, decode_image
+from engine.model.synthetic import SyntheticSpec
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import LoadedModel, load_model
+from engine.vision.options import VisionOptions
+from engine.vision.runtime import attach_projector
+from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=6)
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.buffer_overrides import buffer_types
-from engine.described_machines import load_described
-from engine.inventory import ModelInventory, read_inventory
-from engine.profile import Profile
-from engine.synthetic import SyntheticSpec, write_synthetic_model
-from engine.vram_account import margin_floor_for
+from engine.llama.buffer_overrides import buffer_types
+from engine.machine.described_machines import load_described
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.planning.vram_account import margin_floor_for
 
 LAVAPIPE_NAME = "llvmpipe (lavapipe, described laptop speeds)"
 LAVAPIPE_HEAP = 2 * 1024**3

@@ -16,14 +16,14 @@ from typing import Any
 from app.auto_budget import AutoBudget
 from app.events import FINAL_EVENTS, PlanChanged, ReplyFinished
 from app.worker import EngineWorker
-from engine.device_buffers import DeviceBuffers, llama_log_lines, parse_buffer_lines
-from engine.hardware import GpuInfo, probe_gpus, probe_hardware
-from engine.inventory import read_inventory
-from engine.plan import Plan, PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.sampling import GREEDY
+from engine.generation.sampling import GREEDY
+from engine.llama.device_buffers import DeviceBuffers, llama_log_lines, parse_buffer_lines
+from engine.machine.hardware import GpuInfo, probe_gpus, probe_hardware
+from engine.machine.profile import Profile
+from engine.model.inventory import read_inventory
+from engine.planning.execution import load_params_for
+from engine.planning.plan import Plan, PlanRequest
+from engine.planning.planner import make_plan
 
 SHORT = GREEDY.with_changes(max_tokens=8)
 MIB = 1024 * 1024
@@ -121,8 +121,8 @@ def check_after_start_up_probe(
     Returns the boundary in force after the probe (None: ggml not started by it) and
     the check, whose tiers show whether the plan's boundary still took effect.
     """
-    from engine import offload_boundary
-    from engine.placement_report import check_plan
+    from engine.llama import offload_boundary
+    from engine.runtime.placement_report import check_plan
 
     probe_hardware()
     after_probe = offload_boundary.in_force()

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from engine.child_process import run_in_child
-from engine.inventory import ModelInventory, SubLayerKind, read_inventory
-from engine.placement_report import PlanCheck, check_plan
-from engine.plan import NEVER_OFFLOAD, Plan, PlanFamily, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.planning.plan import NEVER_OFFLOAD, Plan, PlanFamily, PlanRequest
+from engine.planning.planner import make_plan
+from engine.runtime.placement_report import PlanCheck, check_plan
 from tests.gpu.scenarios import check_after_start_up_probe, live_budget_change
 
 MIB = 1024 * 1024

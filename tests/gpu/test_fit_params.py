@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.fit_tool import MIB, measured_memory, reproduced, run_tool
-from engine.ggml_devices import device_memory
-from engine.inventory import ModelInventory
-from engine.plan import PlanRequest
+from engine.llama.ggml_devices import device_memory
+from engine.model.inventory import ModelInventory
+from engine.planning.fit_tool import MIB, measured_memory, reproduced, run_tool
+from engine.planning.plan import PlanRequest
 
 REQUEST = PlanRequest(0, n_ctx=512)
 TARGETS_MIB = range(8, 129, 8)  # from no block to every block on the device, for both models

@@ -15,9 +15,9 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from engine.ggml_devices import DeviceType, device_memory, list_devices
-from engine.ggml_library import is_library_file
-from engine.hardware import probe_gpus, probe_hardware
+from engine.llama.ggml_devices import DeviceType, device_memory, list_devices
+from engine.llama.ggml_library import is_library_file
+from engine.machine.hardware import probe_gpus, probe_hardware
 
 
 def has_vulkan_backend() -> bool:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.micro_models import DENSE
-from engine.profile import Device
-from engine.profiler_gpu_steps import SOFTWARE_GPU_SIZES, measure_gpu_kernels
+from engine.machine.profile import Device
+from engine.profiling.gpu_steps import SOFTWARE_GPU_SIZES, measure_gpu_kernels
+from engine.profiling.micro_models import DENSE
 
 QUICK = dataclasses.replace(SOFTWARE_GPU_SIZES, token_counts=(1, 16))
 MEASURED = 1e-5  # seconds a block takes at the least on lavapipe; the clamp is 1e-7

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from engine import llama_log
-from engine.chat import ChatSession
-from engine.device_buffers import parse_buffer_lines
-from engine.image_input import ImageFile
-from engine.model_params import LoadParams
-from engine.runtime import load_model
-from engine.sampling import SamplingSettings
-from engine.synthetic_vision import write_synthetic_vlm
-from engine.vision_options import VisionOptions
-from engine.vision_runtime import attach_projector
+from engine.generation.sampling import SamplingSettings
+from engine.llama import log_capture as llama_log
+from engine.llama.device_buffers import parse_buffer_lines
+from engine.llama.load_params import LoadParams
+from engine.model.image_input import ImageFile
+from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import load_model
+from engine.vision.options import VisionOptions
+from engine.vision.runtime import attach_projector
+from engine.vision.synthetic import write_synthetic_vlm
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=4)
 

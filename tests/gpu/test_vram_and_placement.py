@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from engine.child_process import run_in_child
-from engine.inventory import ModelInventory
-from engine.placement_report import PlanCheck, check_plan
-from engine.plan import NEVER_OFFLOAD, PlanFamily, PlanRequest
-from engine.planner import make_plan
-from engine.profile import Profile
+from engine.machine.profile import Profile
+from engine.model.inventory import ModelInventory
+from engine.planning.plan import NEVER_OFFLOAD, PlanFamily, PlanRequest
+from engine.planning.planner import make_plan
+from engine.runtime.placement_report import PlanCheck, check_plan
 
 MIB = 1024 * 1024
 BUDGETS_MIB = (64, 128, 256)

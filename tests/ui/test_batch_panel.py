@@ -44,8 +44,8 @@ from app.job_store import DONE, PENDING, SKIPPED, FileRecord
 from app.summary_job import JobOutcome, JobProgress
 from app.summary_output import REPORT_MD, summary_path
 from app.worker import EngineWorker
-from engine.model_params import LoadParams
-from engine.sampling import GREEDY
+from engine.generation.sampling import GREEDY
+from engine.llama.load_params import LoadParams
 from ui.batch_controller import BatchController
 from ui.batch_panel import FILE, NOTE, STATUS, TOKENS, BatchPanel
 from ui.engine_bridge import EngineBridge

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QBuffer, QIODevice, QUrl
 from PySide6.QtGui import QGuiApplication, QImage, QTextDocument
 
-from engine.image_input import ImageFile
+from engine.model.image_input import ImageFile
 from ui.chat_view import ChatView
 from ui.code_blocks import with_copy_links
 

@@ -11,11 +11,11 @@ from PySide6.QtGui import QColor, QImage
 
 from app.chat_store import ChatStore, default_store_path
 from app.model_library import ModelLibrary
-from engine.described_machines import DESCRIBED_MACHINES, described_hardware
-from engine.hardware import probe_hardware
-from engine.profile import Profile
-from engine.sampling import GREEDY
-from engine.synthetic_vision import write_synthetic_vlm
+from engine.generation.sampling import GREEDY
+from engine.machine.described_machines import DESCRIBED_MACHINES, described_hardware
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile
+from engine.vision.synthetic import write_synthetic_vlm
 from ui.desktop import Desktop
 from ui.image_attachments import load_image_file
 from ui.image_viewer import ImageViewer

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QApplication, QLabel
 
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.worker import EngineWorker
-from engine.model_params import LoadParams
-from engine.sampling import GREEDY
+from engine.generation.sampling import GREEDY
+from engine.llama.load_params import LoadParams
 from ui.engine_bridge import EngineBridge
 
 TIMEOUT_MS = 60_000

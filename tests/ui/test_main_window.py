@@ -11,14 +11,14 @@ from PySide6.QtCore import Qt
 from app.chat_store import ChatStore
 from app.load_planning import PlannedLoad
 from app.worker import EngineWorker
-from engine.hardware import probe_hardware
-from engine.inventory import read_inventory
-from engine.model_params import LoadParams
-from engine.plan import PlanRequest
-from engine.plan_execution import load_params_for
-from engine.planner import make_plan
-from engine.profile import Profile
-from engine.sampling import GREEDY
+from engine.generation.sampling import GREEDY
+from engine.llama.load_params import LoadParams
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile
+from engine.model.inventory import read_inventory
+from engine.planning.execution import load_params_for
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
 from ui.chat_controller import ChatController, plan_summary
 from ui.engine_bridge import EngineBridge
 from ui.main_window import MainWindow

@@ -13,9 +13,9 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog, QWizard
 
 from app.profile_store import ProfileStore
-from engine.default_model import default_model_path
-from engine.hardware import probe_hardware
-from engine.profile import ProfileMode
+from engine.machine.hardware import probe_hardware
+from engine.machine.profile import ProfileMode
+from engine.model.default_model import default_model_path
 from ui.profile_wizard import (
     DONE_PAGE,
     HARDWARE_PAGE,

@@ -1,6 +1,6 @@
 """The VRAM panel names the GPU's llama.cpp backend and device, and says what it cannot know.
 
-Built from overviews of GPUs as engine.hardware reports them: a described NVIDIA
+Built from overviews of GPUs as engine.machine.hardware reports them: a described NVIDIA
 laptop GPU (NVML's figures) and Mesa's lavapipe, a Vulkan device only ggml sees.
 The placement row (issue 13) is checked on plans of the default model, and against
 the real worker: the recorded 2-core profile with the described laptop GPU.
@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-import engine.plan_execution as plan_execution
+import engine.planning.execution as plan_execution
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
-from engine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
-from engine.inventory import read_inventory
-from engine.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
-from engine.plan import Plan, PlanRequest
-from engine.profile import Profile
+from engine.machine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
+from engine.machine.profile import Profile
+from engine.model.inventory import read_inventory
+from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
+from engine.planning.plan import Plan, PlanRequest
 from ui.engine_bridge import EngineBridge
 from ui.vram_controller import VramController
 from ui.vram_panel import VramPanel

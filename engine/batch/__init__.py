@@ -1,0 +1,1 @@
+"""Batch jobs: many requests decoding together in a context of their own."""

@@ -1,0 +1,1 @@
+"""The one token loop: a scheduler that runs every stream as a sequence of a llama context."""

@@ -1,0 +1,306 @@
+"""The one token loop: every stream of a context advances in the same llama_decode steps.
+
+A scheduler owns a decode context and runs each stream in a sequence of it
+(llama.cpp's server calls them slots): a chat turn, a vision turn and each
+document of a summary job are all streams. One step carries one token for
+every decoding stream and prompt chunks for the others (the shortest prompt
+first, so it starts decoding early); an image the prompt continues with is
+evaluated in a step of its own, since embeddings and tokens cannot share a
+llama batch. Where logits come back, the stream's own sampler chain draws
+the next token. Each step is timed, given its plan tier, logged once here
+and handed to the observers (the step log that sets it beside the plan's
+prediction, a batch job's statistics).
+
+What each sequence's KV cache holds is remembered position by position (a
+text token by its id, an image token by its image's digest), so a stream
+that continues a conversation evaluates only what changed; a change inside
+an image re-evaluates the whole image, whose tokens attend to each other.
+
+Cancelling: each stream has its own token, checked between steps; a step
+that carries prompt tokens (which can take seconds) also gets llama.cpp's
+abort callback, so it stops between graph nodes once one of its streams is
+cancelled. The others are not advanced and run again in the next step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.errors import BadInputError
+from engine.generation.decode_context import DECODE_ABORTED, DECODE_OK, DecodeContext
+from engine.generation.decode_step import DecodeStep
+from engine.generation.prompt_pieces import EncodedImage, TextRun
+from engine.generation.stats import FinishReason
+from engine.generation.stream import Identity, Stream, StreamRequest, inside_image
+from engine.generation.token_sampler import TokenSampler
+from engine.planning.plan import Plan
+
+log = logging.getLogger(__name__)
+
+StepObserver = Callable[[DecodeStep], None]
+
+
+@dataclass
+class _Held:
+    identity: Identity
+    position: int  # where to cut the KV cache to drop this token and all after it
+
+
+class Scheduler:
+    """Streams in the sequences of one decode context, advanced together step by step."""
+
+    def __init__(self, context: DecodeContext, plan: Plan | None = None) -> None:
+        self.context = context
+        self.plan = plan
+        self.observers: list[StepObserver] = []
+        self.slots: list[Stream | None] = [None] * context.n_sequences
+        self._held: list[list[_Held]] = [[] for _ in range(context.n_sequences)]
+        self._end: list[int] = [0] * context.n_sequences  # each sequence's next position
+        self._steps: list[DecodeStep] = []
+
+    @property
+    def n_ctx_per_sequence(self) -> int:
+        return self.context.n_ctx_per_sequence
+
+    def active(self) -> list[Stream]:
+        return [s for s in self.slots if s is not None]
+
+    # --- admission ---
+
+    def admit(
+        self, request: StreamRequest, seq_id: int, seed: int, copy_from: int | None = None
+    ) -> Stream:
+        """Start `request` in the free sequence `seq_id`, keeping what its cache holds of the
+        prompt (with `request.reuse_cache`) or, when it shares more, what `copy_from` holds."""
+        if self.slots[seq_id] is not None:
+            raise RuntimeError(f"sequence {seq_id} is busy")
+        size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in request.pieces)
+        room = self.n_ctx_per_sequence
+        if size + 1 >= room:
+            raise BadInputError(f"the prompt takes {size} tokens; the context holds {room}")
+        if not request.pieces or not isinstance(request.pieces[-1], TextRun):
+            raise BadInputError("a prompt must end with text (the reply starts after it)")
+        sampler = TokenSampler(request.settings, self.context.n_vocab, seed)
+        stream = Stream(request, seq_id, sampler, 0, 0)
+        stream.reused, stream.n_past = self._reuse(seq_id, stream.identities, request, copy_from)
+        stream.fed = stream.clock.reused = stream.reused
+        self.slots[seq_id] = stream
+        return stream
+
+    def retire(self, stream: Stream, finish: FinishReason = FinishReason.CANCELLED) -> None:
+        """End a stream now (its consumer went away, or its job was cancelled)."""
+        stream.end(finish)
+        self._release(stream)
+
+    def prefill(self, seq_id: int, tokens: tuple[int, ...], abort: Callable[[], bool]) -> bool:
+        """Evaluate tokens into a free sequence (from empty) without sampling: an opening
+        that later streams copy. False if llama.cpp did not take them."""
+        self.context.forget(seq_id)
+        self._held[seq_id], self._end[seq_id] = [], 0
+        for start in range(0, len(tokens), self.context.n_batch):
+            self.context.clear()
+            for offset, token in enumerate(tokens[start : start + self.context.n_batch]):
+                self.context.add(token, start + offset, seq_id, False)
+            if self._decode(self.context.n_tokens, 1, 0, abort) != DECODE_OK:
+                self.context.forget(seq_id)
+                self._held[seq_id], self._end[seq_id] = [], 0
+                return False
+        self._held[seq_id] = [_Held(t, i) for i, t in enumerate(tokens)]
+        self._end[seq_id] = len(tokens)
+        return True
+
+    def move(self, stream: Stream, target: int) -> None:
+        """Move a stream into the free sequence `target` (a whole-stream KV copy)."""
+        source = stream.seq_id
+        self.context.copy(source, target)
+        self.context.forget(source)
+        self._held[target], self._held[source] = self._held[source], []
+        self._end[target], self._end[source] = self._end[source], 0
+        self.slots[target], self.slots[source] = stream, None
+        stream.seq_id = target
+
+    def forget_all(self) -> None:
+        """Drop every sequence's cells (no stream may be running)."""
+        self.context.forget_all()
+        self._held = [[] for _ in self.slots]
+        self._end = [0] * len(self.slots)
+
+    def drain_steps(self) -> list[DecodeStep]:
+        """The steps taken since the last call."""
+        steps, self._steps = self._steps, []
+        return steps
+
+    # --- one step ---
+
+    def step(self) -> list[Stream]:
+        """Advance every stream by one llama_decode (and any image it continues with); the
+        streams that ended."""
+        ended = [s for s in self.active() if s.request.cancel.cancelled]
+        for stream in ended:
+            self.retire(stream)
+        for stream in self.active():
+            image = stream.next_image()
+            if image is not None:
+                self._feed_image(stream, image)
+        stepping = [s for s in self.active() if s.is_decoding or s.prompt_chunk(1)]
+        if stepping:
+            self._feed_tokens(stepping)
+        ended += [s for s in stepping if s.done]
+        return ended
+
+    def _feed_tokens(self, stepping: list[Stream]) -> None:
+        chunks = self._prompt_chunks(stepping)
+        self.context.clear()
+        for stream in stepping:  # in sequence order: llama.cpp splits streams by it
+            stream.output_index = None
+            if stream.pending_token is not None:
+                stream.output_index = self.context.add(
+                    stream.pending_token, stream.n_past, stream.seq_id, True
+                )
+            last = len(stream.identities) - 1
+            for offset, token in enumerate(chunks.get(stream.seq_id, ())):
+                wants = stream.fed + offset == last
+                index = self.context.add(token, stream.n_past + offset, stream.seq_id, wants)
+                stream.output_index = index if wants else stream.output_index
+        n_prompt = sum(len(c) for c in chunks.values())
+        n_outputs = sum(1 for s in stepping if s.output_index is not None)
+        abort = _any_cancelled(stepping) if n_prompt else None
+        code = self._decode(n_prompt, len(stepping), n_outputs, abort)
+        if code != DECODE_OK:
+            self._failed(stepping, code)
+            return
+        for stream in stepping:
+            self._advance(stream, chunks.get(stream.seq_id, []))
+            if stream.output_index is not None:
+                token = self.context.sample(stream.sampler, stream.output_index)
+                stream.accept(token, self.context.handle, self.n_ctx_per_sequence)
+                if stream.done:
+                    self._release(stream)
+
+    def _prompt_chunks(self, stepping: list[Stream]) -> dict[int, list[int]]:
+        """Prompt tokens for this step within n_batch, the shortest remaining prompt first.
+
+        A prompt that finishes early starts decoding early, and its decode tokens
+        ride along in the steps that carry the longer prompts. Every prompt gets
+        at least one token: llama.cpp runs a gap in the sequence ids as a separate
+        micro-batch, which would read all the weights once more.
+        """
+        filling = sorted((s for s in stepping if not s.is_decoding), key=lambda s: s.prompt_left)
+        budget = self.context.n_batch - (len(stepping) - len(filling)) - len(filling)
+        chunks: dict[int, list[int]] = {}
+        for stream in filling:
+            chunk = stream.prompt_chunk(1 + max(budget, 0))
+            chunks[stream.seq_id] = chunk
+            budget -= len(chunk) - 1
+        return chunks
+
+    def _advance(self, stream: Stream, chunk: list[int]) -> None:
+        """What the step put in the stream's cache."""
+        fed: list[int] = [stream.pending_token] if stream.pending_token is not None else chunk
+        held = self._held[stream.seq_id]
+        held += [_Held(token, stream.n_past + i) for i, token in enumerate(fed)]
+        stream.n_past += len(fed)
+        stream.fed += len(chunk)
+        self._end[stream.seq_id] = stream.n_past
+
+    def _feed_image(self, stream: Stream, image: EncodedImage) -> None:
+        started = time.perf_counter()
+        abort = _any_cancelled([stream])
+        code = self.context.decode_image(image, stream.seq_id, stream.n_past, abort)
+        seconds = time.perf_counter() - started
+        aborted = code == DECODE_ABORTED
+        step = DecodeStep(
+            image.n_tokens, 1, self._tier(image.n_tokens), seconds, image.n_tokens, aborted,
+            stream.n_past, 0, image=True,
+        )  # fmt: skip
+        self._record(step)
+        if code != DECODE_OK:
+            self._failed([stream], code)
+            return
+        held = self._held[stream.seq_id]
+        held += [_Held((image.digest, i), stream.n_past) for i in range(image.n_tokens)]
+        stream.n_past += image.n_pos
+        stream.fed += image.n_tokens
+        self._end[stream.seq_id] = stream.n_past
+
+    def _failed(self, streams: list[Stream], code: int) -> None:
+        """An aborted step leaves its streams as they were (the cancelled end next step); a
+        failed one ends them. Either way the cells the step may have written are dropped."""
+        for stream in streams:
+            self.context.forget(stream.seq_id, stream.n_past)
+            if code != DECODE_ABORTED:
+                stream.end(FinishReason.ERROR, f"llama.cpp could not evaluate the step ({code})")
+                self._release(stream)
+
+    def _decode(
+        self, n_prompt: int, n_sequences: int, n_outputs: int, abort: Callable[[], bool] | None
+    ) -> int:
+        n_tokens = self.context.n_tokens
+        n_past = self.context.first_position()
+        started = time.perf_counter()
+        code = self.context.decode(abort)
+        seconds = time.perf_counter() - started
+        step = DecodeStep(
+            n_tokens, n_sequences, self._tier(n_tokens), seconds, n_prompt,
+            code == DECODE_ABORTED, n_past, n_outputs,
+        )  # fmt: skip
+        self._record(step)
+        return code
+
+    def _tier(self, n_tokens: int) -> int | None:
+        return self.plan.tier_for(n_tokens) if self.plan is not None else None
+
+    def _record(self, step: DecodeStep) -> None:
+        self._steps.append(step)
+        log.debug(
+            "llama_decode %d %s (%d prompt, %d sequences) -> tier %s: %.2f ms%s",
+            step.n_tokens, "embeddings" if step.image else "tokens", step.n_prompt_tokens,
+            step.n_sequences, step.tier, 1e3 * step.seconds, " (aborted)" * step.aborted,
+        )  # fmt: skip
+        for observer in self.observers:
+            observer(step)
+
+    def _release(self, stream: Stream) -> None:
+        if self.slots[stream.seq_id] is stream:
+            self.slots[stream.seq_id] = None
+
+    def _reuse(
+        self, seq_id: int, wanted: list[Identity], request: StreamRequest, copy_from: int | None
+    ) -> tuple[int, int]:
+        """Cut the sequence's cache to the prompt's longest held opening: (tokens, positions)."""
+        own = _reusable(self._held[seq_id], wanted) if request.reuse_cache else 0
+        copied = _reusable(self._held[copy_from], wanted) if copy_from is not None else 0
+        if copy_from is not None and copied > own:
+            self.context.copy(copy_from, seq_id)
+            self._held[seq_id] = list(self._held[copy_from])
+            self._end[seq_id] = self._end[copy_from]
+            own = copied
+        held = self._held[seq_id]
+        cut = held[own].position if own < len(held) else self._end[seq_id]
+        if own == 0:
+            cut = 0
+        self.context.forget(seq_id, cut)
+        self._held[seq_id], self._end[seq_id] = held[:own], cut
+        return own, cut
+
+
+def _reusable(held: list[_Held], wanted: list[Identity]) -> int:
+    """Leading tokens already in the cache; never all (the last one must give logits),
+    never half an image."""
+    keep = 0
+    for entry, want in zip(held, wanted, strict=False):
+        if entry.identity != want:
+            break
+        keep += 1
+    keep = min(keep, len(wanted) - 1)
+    while keep > 0 and inside_image(wanted[keep]):
+        keep -= 1  # inside an image: back to its first token
+    return max(keep, 0)
+
+
+def _any_cancelled(streams: list[Stream]) -> Callable[[], bool]:
+    tokens = [s.request.cancel for s in streams]
+    return lambda: any(t.cancelled for t in tokens)

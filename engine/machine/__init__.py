@@ -1,0 +1,1 @@
+"""The machine: its hardware, its measured (or described) profile."""

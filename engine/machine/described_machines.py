@@ -1,0 +1,611 @@
+"""Described profiles: machines we do not have, derived from their datasheets.
+
+The planner and the cost model work from a measured profile, but the machines
+ShardChat is meant for (an 8 GB gaming laptop, a 16 GB desktop, an RTX 5090
+desktop) are not the ones we develop on. To inspect and test plans for them we
+*describe* them: take the figures a datasheet gives (cores, memory speed,
+VRAM bandwidth, PCIe link) plus a few stated efficiency assumptions, and turn
+them into the same Profile a measurement would give, by roofline.
+
+A described profile is marked `ProfileMode.DESCRIBED` and says in its
+`description` which figures and assumptions made it. Described is not
+measured: it shows what the planner would do if the machine behaved like its
+datasheet, not what it does.
+
+Each kernel point is a roofline over a representative 4096-wide block (a
+Llama-3-8B-like dense block, a Mixtral-like expert block, a 128256-row output
+head): seconds = max(weight bytes read / bandwidth(threads), FLOPs /
+throughput(threads, n_tokens)), where one thread gets a share of the DRAM
+bandwidth that grows with threads, and a step of n tokens reaches
+n / (n + k) of the large-batch throughput. CPU points also carry the fixed
+per-block cost a measurement would include. The profiles ship as JSON in engine/machine/described/;
+`python -m engine.machine.described_machines` regenerates them after a change here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from engine.errors import BadInputError
+from engine.machine.hardware import CpuInfo, GpuInfo, HardwareInfo, MemoryInfo
+from engine.machine.profile import (
+    AttentionPoint,
+    Device,
+    GpuProfile,
+    KernelPoint,
+    KernelShape,
+    Profile,
+    ProfileMode,
+)
+
+logger = logging.getLogger(__name__)
+
+GIB = 1024**3
+CREATED_AT = "2026-11-29T00:00:00+00:00"  # fixed, so regenerated files are byte-identical
+LLAMA_BUILD = "described"
+TOKEN_COUNTS = (1, 4, 16, 64, 256)
+ATTENTION_CONTEXTS = (512, 2048, 8192)
+ATTENTION_TOKENS = (1, 16)
+GPU_THREADS = 1  # GPU kernel points do not depend on CPU threads; the cost model takes any
+SIGNIFICANT_DIGITS = 5  # described figures are not that precise; shorter files
+
+# Bits per weight of each quant type, block scales included.
+QUANT_BITS = {"F16": 16.0, "Q8_0": 8.5, "Q4_0": 4.5, "Q4_1": 5.0, "Q4_K": 4.5, "Q6_K": 6.5625}
+QUANTS = tuple(QUANT_BITS)
+
+# PCIe link peak per lane and direction in GB/s, after line encoding (128b/130b from 3.0 on).
+PCIE_LANE_GBPS = {3: 0.985, 4: 1.969, 5: 3.938}
+
+# Per-core GFLOP/s llama.cpp reached at 64-256 tokens, 1 thread, on our measured 2-core
+# AMD EPYC (tests/data/profile-epyc-2core-fast.json; AVX-512 VNNI and AVX-VNNI, Zen 5
+# class, assumed ~3.0 GHz). Q6_K was not measured: assumed 0.8 x Q4_K.
+REFERENCE_GFLOPS_PER_CORE = {
+    "F16": 107.0,
+    "Q8_0": 105.0,
+    "Q4_0": 118.0,
+    "Q4_1": 61.0,
+    "Q4_K": 121.0,
+    "Q6_K": 97.0,
+}
+# Tokens at which a CPU kernel reaches half its large-batch throughput, fitted to the
+# same measurements: F16 and Q8_0 need a batch for llamafile's sgemm; Q4 types less.
+CPU_HALF_BATCH_TOKENS = {"F16": 6.0, "Q8_0": 6.0, "Q4_0": 1.0, "Q4_1": 1.0, "Q4_K": 1.0}
+
+# fmt: off
+ZEN4_FLAGS = (
+    "avx", "avx2", "avx512_bf16", "avx512_vnni", "avx512bw", "avx512f", "avx512vbmi",
+    "avx512vl", "bmi2", "f16c", "fma", "sse3", "sse4_1", "sse4_2", "ssse3",
+)
+# fmt: on
+ZEN5_FLAGS = tuple(sorted((*ZEN4_FLAGS, "avx_vnni")))
+
+
+def scaled_reference(factor: float) -> dict[str, float]:
+    """REFERENCE_GFLOPS_PER_CORE times a clock-and-core factor, rounded to 1 decimal."""
+    return {quant: round(gflops * factor, 1) for quant, gflops in REFERENCE_GFLOPS_PER_CORE.items()}
+
+
+# ----------------------------------------------------------------------------- datasheets
+
+
+@dataclass(frozen=True)
+class MachineDatasheet:
+    """What a machine's datasheets say, and the efficiencies assumed to turn them into speeds."""
+
+    name: str
+    """Short key, also the JSON file's name: "laptop-8gb"."""
+    description: str
+    """Which parts, and that the figures are datasheet-derived, not measured."""
+    cpu_model: str
+    """As /proc/cpuinfo would name it."""
+    physical_cores: int
+    logical_cores: int
+    ram_bytes: int
+    dram_gbps: float
+    """Theoretical peak: MT/s x 8 bytes x channels."""
+    cpu_gflops_per_core: dict[str, float]
+    """Quant -> GFLOP/s one core reaches with llama.cpp's kernels at a large batch."""
+    gpu_name: str
+    vram_bytes: int
+    vram_gbps: float
+    """Theoretical peak: bus width / 8 x data rate."""
+    gpu_tflops: dict[str, float]
+    """Quant -> dense TFLOP/s llama.cpp's CUDA kernels reach at a large batch (pp512)."""
+    pcie_generation: int
+    pcie_width: int
+    compute_capability: tuple[int, int]
+    cpu_flags: tuple[str, ...] = ZEN4_FLAGS
+    """llama.cpp-relevant instruction sets, as engine.machine.hardware reports them."""
+    dram_efficiency: float = 0.7
+    """Share of the DRAM peak a multi-threaded read reaches (ours: ~35 of ~50 GB/s)."""
+    single_thread_dram_share: float = 0.45
+    """Share of the reached DRAM bandwidth one thread gets; t threads get 1 - (1 - s)^t."""
+    vram_efficiency: float = 0.8
+    """Share of the VRAM peak llama.cpp's decode kernels reach."""
+    pcie_pinned_efficiency: float = 0.8
+    """Share of the PCIe link peak a pinned copy reaches (4.0 x16: 31.5 -> ~25 GB/s)."""
+    pageable_share: float = 0.5
+    """Pageable copies (staged through a bounce buffer) as a share of pinned ones."""
+    cpu_derate_under_copy: float = 0.85
+    """CPU kernel speed while host->device copies compete for DRAM, as a share of alone."""
+    gpu_step_overhead_s: float = 60e-6
+    """Fixed GPU cost of one llama_decode (launches, sync) with CUDA graphs."""
+    gpu_half_batch_tokens: float = 32.0
+    """Tokens at which GPU kernels reach half their large-batch throughput."""
+    cpu_single_token_share: float = 0.5
+    """Share of the per-core peak a 1-token step reaches on llama.cpp's vec-dot path, whatever
+    the quant (ours: 50-77 of 105-121 GFLOP/s, partly bandwidth-bound)."""
+    parallel_efficiency: float = 0.9
+    """Each thread past the first adds this share of a core's throughput."""
+    moe_compute_share: float = 0.75
+    """Expert-bank kernels' throughput as a share of dense ones (ours: 89 vs 118 GFLOP/s)."""
+    cpu_attention_share: float = 0.12
+    """CPU attention FLOP/s as a share of F16 kernels' (ours: 19-35 vs 213 GFLOP/s)."""
+    gpu_attention_share: float = 0.25
+    """GPU flash-attention FLOP/s as a share of F16 kernels'."""
+    cpu_attention_head_floor_s: float = 2e-6
+    """Fixed CPU attention cost per query head and block (softmax setup, KV writes)."""
+    gpu_attention_head_floor_s: float = 0.1e-6
+    """Fixed GPU attention cost per query head and block."""
+    cpu_call_overhead_s: float = 6.4e-6
+    """Fixed cost of one llama_decode call at 1 thread (ours: 6.4 us)."""
+    cpu_call_overhead_per_doubling_s: float = 1.5e-6
+    """What each doubling of threads adds to the call cost (ours: 6.4 -> 7.8 us)."""
+    cpu_block_overhead_s: float = 6.6e-6
+    """Fixed cost each CPU block adds to a call at 1 thread (ours: 6.6 us)."""
+    cpu_block_overhead_per_doubling_s: float = 2.8e-6
+    """What each doubling of threads adds to the per-block cost (ours: 6.6 -> 9.4 us)."""
+    ram_available_share: float = 0.8
+    """Share of RAM reported available (the OS and other programs hold the rest)."""
+
+    def __post_init__(self) -> None:
+        for figures in (self.cpu_gflops_per_core, self.gpu_tflops):
+            missing = [quant for quant in QUANTS if quant not in figures]
+            if missing:
+                raise ValueError(f"{self.name}: no throughput for {', '.join(missing)}")
+
+    @property
+    def pcie_link_gbps(self) -> float:
+        return PCIE_LANE_GBPS[self.pcie_generation] * self.pcie_width
+
+    @property
+    def thread_counts(self) -> tuple[int, ...]:
+        """1, 2, 4, ... up to the physical cores, and the physical cores themselves."""
+        doublings = int(math.log2(self.physical_cores))
+        return tuple(sorted({2**i for i in range(doublings + 1)} | {self.physical_cores}))
+
+
+LAPTOP_8GB = MachineDatasheet(
+    name="laptop-8gb",
+    description=(
+        "Gaming laptop: AMD Ryzen 7 7840HS (8 Zen 4 cores, 16 threads, ~4.0 GHz sustained "
+        "all-core assumed), 32 GB DDR5-5600 dual channel (89.6 GB/s peak), NVIDIA GeForce "
+        "RTX 4060 Laptop GPU (24 SMs, 8 GB GDDR6, 128-bit at 16 Gbps = 256 GB/s) on PCIe "
+        "4.0 x8. Datasheet-derived, not measured."
+    ),
+    cpu_model="AMD Ryzen 7 7840HS w/ Radeon 780M Graphics",
+    physical_cores=8,
+    logical_cores=16,
+    ram_bytes=32 * GIB,
+    dram_gbps=89.6,
+    cpu_gflops_per_core=scaled_reference(4.0 / 3.0 * 0.75),  # Zen 4: 512-bit ops in 2 halves
+    gpu_name="NVIDIA GeForce RTX 4060 Laptop GPU",
+    vram_bytes=8 * GIB,
+    vram_gbps=256.0,
+    gpu_tflops={"F16": 17.0, "Q8_0": 28.0, "Q4_0": 28.0, "Q4_1": 26.0, "Q4_K": 24.0, "Q6_K": 21.0},
+    pcie_generation=4,
+    pcie_width=8,
+    compute_capability=(8, 9),
+)
+
+DESKTOP_16GB = MachineDatasheet(
+    name="desktop-16gb",
+    description=(
+        "Desktop: AMD Ryzen 9 7950X (16 Zen 4 cores, 32 threads, ~4.8 GHz all-core assumed), "
+        "64 GB DDR5-6000 dual channel (96 GB/s peak), NVIDIA GeForce RTX 4070 Ti SUPER "
+        "(66 SMs, 16 GB GDDR6X, 256-bit at 21 Gbps = 672 GB/s) on PCIe 4.0 x16. "
+        "Datasheet-derived, not measured."
+    ),
+    cpu_model="AMD Ryzen 9 7950X 16-Core Processor",
+    physical_cores=16,
+    logical_cores=32,
+    ram_bytes=64 * GIB,
+    dram_gbps=96.0,
+    cpu_gflops_per_core=scaled_reference(4.8 / 3.0 * 0.75),
+    gpu_name="NVIDIA GeForce RTX 4070 Ti SUPER",
+    vram_bytes=16 * GIB,
+    vram_gbps=672.0,
+    gpu_tflops={"F16": 60.0, "Q8_0": 95.0, "Q4_0": 95.0, "Q4_1": 90.0, "Q4_K": 85.0, "Q6_K": 72.0},
+    pcie_generation=4,
+    pcie_width=16,
+    compute_capability=(8, 9),
+)
+
+RTX5090_DESKTOP = MachineDatasheet(
+    name="rtx5090-desktop",
+    description=(
+        "Desktop: AMD Ryzen 9 9950X (16 Zen 5 cores with full-width AVX-512, 32 threads, "
+        "~5.0 GHz all-core assumed), 96 GB DDR5-6000 dual channel (96 GB/s peak), NVIDIA "
+        "GeForce RTX 5090 (170 SMs, 32 GB GDDR7, 512-bit at 28 Gbps = 1792 GB/s) on PCIe "
+        "5.0 x16. Datasheet-derived, not measured."
+    ),
+    cpu_model="AMD Ryzen 9 9950X 16-Core Processor",
+    physical_cores=16,
+    logical_cores=32,
+    ram_bytes=96 * GIB,
+    dram_gbps=96.0,
+    cpu_gflops_per_core=scaled_reference(5.0 / 3.0),
+    gpu_name="NVIDIA GeForce RTX 5090",
+    vram_bytes=32 * GIB,
+    vram_gbps=1792.0,
+    gpu_tflops={
+        "F16": 150.0,
+        "Q8_0": 235.0,
+        "Q4_0": 235.0,
+        "Q4_1": 225.0,
+        "Q4_K": 210.0,
+        "Q6_K": 180.0,
+    },
+    pcie_generation=5,
+    pcie_width=16,
+    compute_capability=(12, 0),
+    cpu_flags=ZEN5_FLAGS,
+)
+
+DESCRIBED_MACHINES: dict[str, MachineDatasheet] = {
+    sheet.name: sheet for sheet in (LAPTOP_8GB, DESKTOP_16GB, RTX5090_DESKTOP)
+}
+
+# Where the GPU figures come from, for every description.
+GPU_TFLOPS_SOURCE = (
+    "GPU TFLOP/s scaled by SM count x boost clock from public llama.cpp CUDA results of an "
+    "RTX 4090 (~14k tokens/s prompt on Llama-2-7B Q4_0, ~185 TFLOP/s)"
+)
+CPU_GFLOPS_SOURCE = (
+    "CPU GFLOP/s per core scaled by clock (and x0.75 for Zen 4's split 512-bit units) from "
+    "our measured 2-core AMD EPYC (Zen 5 class, ~3.0 GHz assumed)"
+)
+
+
+# ------------------------------------------------------------------- reference blocks
+
+
+@dataclass(frozen=True)
+class ReferenceBlock:
+    """The block a described kernel point stands for: its weights and what a token uses."""
+
+    shape: KernelShape
+    shared_params: int  # weights every token reads: attention, router, dense FFN, head
+    expert_params: int = 0  # the routed expert bank
+    expert_share: float = 1.0  # share of the bank one token uses
+
+    def bytes_held(self, quant: str) -> int:
+        return int((self.shared_params + self.expert_params) * QUANT_BITS[quant] / 8)
+
+    def bytes_touched(self, quant: str, n_tokens: int) -> float:
+        """Weight bytes one step reads: experts only as far as n_tokens random tokens reach."""
+        touched = 1.0 - (1.0 - self.expert_share) ** n_tokens
+        return (self.shared_params + self.expert_params * touched) * QUANT_BITS[quant] / 8
+
+    def flops(self, n_tokens: int) -> float:
+        active = self.shared_params + self.expert_params * self.expert_share
+        return 2.0 * active * n_tokens
+
+
+WIDTH, FFN_WIDTH, VOCAB = 4096, 14336, 128256  # Llama-3-8B and Mixtral-8x7B widths
+ATTENTION_PARAMS = 4 * WIDTH * WIDTH
+REFERENCE_BLOCKS = (
+    ReferenceBlock(KernelShape.DENSE, ATTENTION_PARAMS + 3 * WIDTH * FFN_WIDTH),
+    ReferenceBlock(  # 8 experts, 2 used, plus the router
+        KernelShape.MOE, ATTENTION_PARAMS + 8 * WIDTH, 8 * 3 * WIDTH * FFN_WIDTH, 2 / 8
+    ),
+    ReferenceBlock(KernelShape.HEAD, WIDTH * VOCAB),
+)
+# Attention points: Llama-3-8B-like heads, F16 KV cache.
+N_HEAD, N_HEAD_KV, HEAD_DIM, KV_BYTES_PER_ELEMENT = 32, 8, 128, 2
+
+
+# ------------------------------------------------------------------------- roofline
+
+
+def saturation(n_tokens: int, half_tokens: float) -> float:
+    """Share of large-batch throughput a step of n_tokens reaches."""
+    return n_tokens / (n_tokens + half_tokens)
+
+
+def cpu_bandwidth_gbps(sheet: MachineDatasheet, threads: int) -> float:
+    reached = sheet.dram_gbps * sheet.dram_efficiency
+    return reached * (1.0 - (1.0 - sheet.single_thread_dram_share) ** threads)
+
+
+def _shape_share(sheet: MachineDatasheet, shape: KernelShape) -> float:
+    return sheet.moe_compute_share if shape is KernelShape.MOE else 1.0
+
+
+def cpu_gflops(
+    sheet: MachineDatasheet, shape: KernelShape, quant: str, threads: int, n_tokens: int
+) -> float:
+    """Compute throughput of `threads` cores on an n_tokens step."""
+    cores = 1.0 + (threads - 1) * sheet.parallel_efficiency
+    per_core = sheet.cpu_gflops_per_core[quant] * _shape_share(sheet, shape)
+    return per_core * cores * _cpu_batch_share(sheet, quant, n_tokens)
+
+
+def _cpu_batch_share(sheet: MachineDatasheet, quant: str, n_tokens: int) -> float:
+    """One token takes the vec-dot path; batches take the matrix kernels, which need tokens."""
+    share = saturation(n_tokens, CPU_HALF_BATCH_TOKENS.get(quant, 1.0))
+    return max(share, sheet.cpu_single_token_share) if n_tokens == 1 else share
+
+
+def gpu_gflops(sheet: MachineDatasheet, shape: KernelShape, quant: str, n_tokens: int) -> float:
+    peak = sheet.gpu_tflops[quant] * 1e3 * _shape_share(sheet, shape)
+    return peak * saturation(n_tokens, sheet.gpu_half_batch_tokens)
+
+
+def _with_doublings(base_s: float, per_doubling_s: float, threads: int) -> float:
+    return base_s + per_doubling_s * math.log2(threads)
+
+
+def call_overhead_s(sheet: MachineDatasheet, threads: int) -> float:
+    return _with_doublings(
+        sheet.cpu_call_overhead_s, sheet.cpu_call_overhead_per_doubling_s, threads
+    )
+
+
+def block_overhead_s(sheet: MachineDatasheet, threads: int) -> float:
+    return _with_doublings(
+        sheet.cpu_block_overhead_s, sheet.cpu_block_overhead_per_doubling_s, threads
+    )
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def _kernel_point(
+    device: Device, block: ReferenceBlock, quant: str, threads: int, n_tokens: int, seconds: float
+) -> KernelPoint:
+    return KernelPoint(
+        device=device,
+        shape=block.shape,
+        quant=quant,
+        threads=threads,
+        n_tokens=n_tokens,
+        seconds_per_layer=_rounded(seconds),
+        flops_per_layer=block.flops(n_tokens),
+        bytes_per_layer=block.bytes_held(quant),
+    )
+
+
+def cpu_kernel_point(
+    sheet: MachineDatasheet, block: ReferenceBlock, quant: str, threads: int, n_tokens: int
+) -> KernelPoint:
+    """max(bytes / bandwidth, FLOPs / throughput), plus the fixed per-block cost a
+    measurement includes (the cost model takes it off again)."""
+    memory_s = block.bytes_touched(quant, n_tokens) / (cpu_bandwidth_gbps(sheet, threads) * 1e9)
+    gflops = cpu_gflops(sheet, block.shape, quant, threads, n_tokens)
+    compute_s = block.flops(n_tokens) / (gflops * 1e9)
+    seconds = max(memory_s, compute_s) + block_overhead_s(sheet, threads)
+    return _kernel_point(Device.CPU, block, quant, threads, n_tokens, seconds)
+
+
+def gpu_kernel_point(
+    sheet: MachineDatasheet, block: ReferenceBlock, quant: str, n_tokens: int
+) -> KernelPoint:
+    memory_s = block.bytes_touched(quant, n_tokens) / (gpu_memory_gbps(sheet) * 1e9)
+    compute_s = block.flops(n_tokens) / (gpu_gflops(sheet, block.shape, quant, n_tokens) * 1e9)
+    return _kernel_point(Device.GPU, block, quant, GPU_THREADS, n_tokens, max(memory_s, compute_s))
+
+
+def cpu_kernel_points(sheet: MachineDatasheet) -> tuple[KernelPoint, ...]:
+    return tuple(
+        cpu_kernel_point(sheet, block, quant, threads, n_tokens)
+        for block in REFERENCE_BLOCKS
+        for quant in QUANTS
+        for threads in sheet.thread_counts
+        for n_tokens in TOKEN_COUNTS
+    )
+
+
+def gpu_kernel_points(sheet: MachineDatasheet) -> tuple[KernelPoint, ...]:
+    return tuple(
+        gpu_kernel_point(sheet, block, quant, n_tokens)
+        for block in REFERENCE_BLOCKS
+        for quant in QUANTS
+        for n_tokens in TOKEN_COUNTS
+    )
+
+
+def attention_seconds(
+    n_ctx: int, n_tokens: int, gbps: float, gflops: float, floor_s: float
+) -> float:
+    """One block's attention over n_ctx cached tokens: read the KV cache or compute, whichever
+    is slower, plus a fixed cost per query head."""
+    kv_bytes = n_ctx * N_HEAD_KV * HEAD_DIM * 2 * KV_BYTES_PER_ELEMENT  # K and V
+    flops = 4.0 * HEAD_DIM * N_HEAD * n_ctx * n_tokens  # Q.K and P.V
+    return max(kv_bytes / (gbps * 1e9), flops / (gflops * 1e9)) + N_HEAD * floor_s
+
+
+def _attention_points(
+    device: Device, gbps: float, gflops: float, floor_s: float
+) -> tuple[AttentionPoint, ...]:
+    return tuple(
+        AttentionPoint(
+            device=device,
+            n_ctx=n_ctx,
+            n_tokens=n_tokens,
+            seconds_per_layer=_rounded(attention_seconds(n_ctx, n_tokens, gbps, gflops, floor_s)),
+            n_head=N_HEAD,
+        )
+        for n_ctx in ATTENTION_CONTEXTS
+        for n_tokens in ATTENTION_TOKENS
+    )
+
+
+def cpu_attention_points(sheet: MachineDatasheet) -> tuple[AttentionPoint, ...]:
+    """At all physical cores, like the profiler's attention measurement."""
+    threads = sheet.physical_cores
+    f16 = cpu_gflops(sheet, KernelShape.DENSE, "F16", threads, TOKEN_COUNTS[-1])
+    gbps = cpu_bandwidth_gbps(sheet, threads)
+    floor_s = sheet.cpu_attention_head_floor_s
+    return _attention_points(Device.CPU, gbps, f16 * sheet.cpu_attention_share, floor_s)
+
+
+def gpu_attention_points(sheet: MachineDatasheet) -> tuple[AttentionPoint, ...]:
+    gflops = sheet.gpu_tflops["F16"] * 1e3 * sheet.gpu_attention_share
+    floor_s = sheet.gpu_attention_head_floor_s
+    return _attention_points(Device.GPU, gpu_memory_gbps(sheet), gflops, floor_s)
+
+
+# ------------------------------------------------------------------- whole profile
+
+
+def gpu_memory_gbps(sheet: MachineDatasheet) -> float:
+    return _rounded(sheet.vram_gbps * sheet.vram_efficiency)
+
+
+def h2d_pinned_gbps(sheet: MachineDatasheet) -> float:
+    return _rounded(sheet.pcie_link_gbps * sheet.pcie_pinned_efficiency)
+
+
+def gpu_profile(sheet: MachineDatasheet) -> GpuProfile:
+    pinned = h2d_pinned_gbps(sheet)
+    return GpuProfile(
+        name=sheet.gpu_name,
+        vram_total_bytes=sheet.vram_bytes,
+        kernels=gpu_kernel_points(sheet),
+        h2d_pinned_gbps=pinned,
+        h2d_pageable_gbps=_rounded(pinned * sheet.pageable_share),
+        cpu_derate_under_copy=sheet.cpu_derate_under_copy,
+        step_overhead_s=sheet.gpu_step_overhead_s,
+        memory_gbps=gpu_memory_gbps(sheet),
+        attention=gpu_attention_points(sheet),
+    )
+
+
+def described_hardware(sheet: MachineDatasheet) -> HardwareInfo:
+    """What the hardware probe (engine.machine.hardware) would report on the machine, with
+    nothing else running."""
+    gpu = GpuInfo(
+        index=0,
+        name=sheet.gpu_name,
+        uuid=f"GPU-described-{sheet.name}",
+        vram_total_bytes=sheet.vram_bytes,
+        vram_free_bytes=sheet.vram_bytes,
+        vram_used_bytes=0,
+        other_processes_bytes=0,
+        pcie_generation_current=sheet.pcie_generation,
+        pcie_generation_max=sheet.pcie_generation,
+        pcie_width_current=sheet.pcie_width,
+        pcie_width_max=sheet.pcie_width,
+        compute_capability=sheet.compute_capability,
+    )
+    return HardwareInfo(
+        cpu=CpuInfo(sheet.cpu_model, sheet.physical_cores, sheet.logical_cores, sheet.cpu_flags),
+        memory=MemoryInfo(sheet.ram_bytes, int(sheet.ram_bytes * sheet.ram_available_share)),
+        gpus=(gpu,),
+        gpu_reason=None,
+        driver_version=LLAMA_BUILD,
+        cuda_driver_version=None,
+        os=LLAMA_BUILD,
+        llama_build=LLAMA_BUILD,
+    )
+
+
+def _figures(figures: dict[str, float]) -> str:
+    return ", ".join(f"{quant} {value:g}" for quant, value in figures.items())
+
+
+def profile_description(sheet: MachineDatasheet) -> str:
+    """The datasheet's own words, then every figure and assumption the profile rests on."""
+    return (
+        f"{sheet.description} Described profile: datasheet figures and stated assumptions, "
+        f"no measurement. DRAM {sheet.dram_gbps:g} GB/s peak x {sheet.dram_efficiency:g} "
+        f"reached; VRAM {sheet.vram_gbps:g} GB/s peak x {sheet.vram_efficiency:g}; PCIe "
+        f"{sheet.pcie_generation}.0 x{sheet.pcie_width} link {sheet.pcie_link_gbps:.1f} GB/s x "
+        f"{sheet.pcie_pinned_efficiency:g} pinned, pageable x {sheet.pageable_share:g} of "
+        f"pinned; CPU x {sheet.cpu_derate_under_copy:g} during copies; GPU step overhead "
+        f"{sheet.gpu_step_overhead_s * 1e6:g} us. CPU GFLOP/s per core at large batch: "
+        f"{_figures(sheet.cpu_gflops_per_core)} ({CPU_GFLOPS_SOURCE}). GPU TFLOP/s at large "
+        f"batch: {_figures(sheet.gpu_tflops)} ({GPU_TFLOPS_SOURCE}). Kernel times by roofline "
+        "over a 4096-wide block: max(weight bytes / bandwidth, FLOPs / throughput), batches "
+        "reaching tokens / (tokens + k) of the throughput, 1-token CPU steps "
+        f"{sheet.cpu_single_token_share:g} of it (engine/machine/described_machines.py)."
+    )
+
+
+def describe(sheet: MachineDatasheet) -> Profile:
+    """The profile a datasheet implies, marked as described."""
+    hardware = described_hardware(sheet)
+    threads = sheet.thread_counts
+    return Profile(
+        fingerprint=hardware.fingerprint(),
+        llama_build=LLAMA_BUILD,
+        mode=ProfileMode.DESCRIBED,
+        created_at=CREATED_AT,
+        duration_s=0.0,
+        physical_cores=sheet.physical_cores,
+        cpu_kernels=cpu_kernel_points(sheet),
+        cpu_call_overhead_s={t: _rounded(call_overhead_s(sheet, t)) for t in threads},
+        cpu_layer_overhead_s={t: _rounded(block_overhead_s(sheet, t)) for t in threads},
+        dram_read_gbps=_rounded(sheet.dram_gbps * sheet.dram_efficiency),
+        gpu=gpu_profile(sheet),
+        cpu_attention=cpu_attention_points(sheet),
+        hardware=hardware.to_dict(),
+        description=profile_description(sheet),
+    )
+
+
+# ------------------------------------------------------------------ shipped files
+
+
+def described_names() -> tuple[str, ...]:
+    return tuple(DESCRIBED_MACHINES)
+
+
+def load_described(name: str) -> Profile:
+    """The shipped described profile of a machine, by name ("laptop-8gb", ...)."""
+    if name not in DESCRIBED_MACHINES:
+        known = ", ".join(described_names())
+        raise BadInputError(f"unknown described machine {name!r}; known: {known}")
+    text = (files("engine.machine") / "described" / f"{name}.json").read_text(encoding="utf-8")
+    return Profile.from_json(text)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(part, 0o644)  # mkstemp makes it private; a shipped file is not
+        os.replace(part, path)
+    except BaseException:
+        Path(part).unlink(missing_ok=True)
+        raise
+
+
+def write_described_files(folder: Path) -> list[Path]:
+    """(Re)write one JSON file per described machine into `folder`; return their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, sheet in DESCRIBED_MACHINES.items():
+        path = folder / f"{name}.json"
+        _write_atomically(path, describe(sheet).to_json() + "\n")
+        logger.info("wrote %s (%d bytes)", path, path.stat().st_size)
+        paths.append(path)
+    return paths
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    write_described_files(Path(__file__).resolve().with_name("described"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""How much device memory a placement needs besides its weights: compute buffers and margin.
+
+The planner fills VRAM up to the budget minus these, so an estimate that is
+too small overruns a real GPU's memory (the out-of-memory failure users know
+from other apps) and one that is too large wastes VRAM they paid for. The
+formulas follow what llama.cpp allocates when it reserves its worst-case graph
+(llama_context's graph reserve); tests/gpu checks them against the device
+buffers llama.cpp really allocates on a Vulkan device.
+"""
+
+from __future__ import annotations
+
+from engine.llama.load_params import CONTEXT_GRANULE
+from engine.model.inventory import ModelInventory, SubLayerKind
+from engine.planning.plan import PlanRequest
+
+MIB = 1024 * 1024
+F32 = 4
+MIN_MARGIN_BYTES = 128 * MIB
+MARGIN_SHARE = 0.05
+
+
+SOFTWARE_DEVICE_MARGIN_BYTES = 8 * MIB
+_SOFTWARE_DEVICES = ("llvmpipe", "lavapipe", "swiftshader")
+
+
+def margin_floor_for(device_name: str) -> int:
+    """The least margin a device needs.
+
+    A real GPU's driver, the CUDA context or Vulkan's allocator take memory that
+    llama.cpp's buffers do not show (a few hundred MiB under CUDA); a software
+    Vulkan device (Mesa's lavapipe) allocates from system RAM and needs only the
+    allocator's rounding.
+    """
+    return SOFTWARE_DEVICE_MARGIN_BYTES if is_software_device(device_name) else MIN_MARGIN_BYTES
+
+
+def is_software_device(device_name: str) -> bool:
+    """A GPU API device that computes on the CPU (Mesa's lavapipe, SwiftShader)."""
+    name = device_name.lower()
+    return any(software in name for software in _SOFTWARE_DEVICES)
+
+
+def margin_bytes(budget_bytes: int, floor: int = MIN_MARGIN_BYTES) -> int:
+    """The safety margin kept free of a budget (driver and allocator slack)."""
+    return max(floor, int(MARGIN_SHARE * budget_bytes))
+
+
+def compute_bytes(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> int:
+    """The device compute buffer llama.cpp reserves for its worst-case graph of one ubatch.
+
+    llama.cpp reserves a graph of n_ubatch tokens against a full cache, every token
+    asking for logits, and ggml's allocator reuses memory between ops, so the buffer
+    is the largest set of f32 tensors alive at once. That is one of three phases:
+    attention (the n_kv x n_ubatch score matrix of every head and the mask, flash
+    attention being off as llama-cpp-python loads), the feed-forward part (gate, up
+    and their product), or the output (logits of the whole ubatch: n_ubatch x n_vocab
+    x 4 bytes, 0.5 GiB for a 262k vocabulary at ubatch 512). Checked against the
+    buffers llama.cpp reserves on a Vulkan device in tests/gpu.
+    """
+    width = max(inventory.n_embd or 0, 1)
+    cells = _padded_cells(request.n_ctx)
+    n_head = inventory.n_head or 1
+    kv_width = inventory.kv_bytes_per_token // max(2 * 2 * max(len(inventory.blocks), 1), 1)
+    attention = n_head * cells + cells + 3 * width + 2 * kv_width
+    feed_forward = _ffn_width(inventory) + 4 * width
+    output = (inventory.n_vocab or 0) + 2 * width
+    return F32 * ubatch * max(attention, feed_forward, output)
+
+
+def _padded_cells(n_ctx: int) -> int:
+    return -(-n_ctx // CONTEXT_GRANULE) * CONTEXT_GRANULE
+
+
+def _ffn_width(inventory: ModelInventory) -> int:
+    """f32 values per token the feed-forward part holds at once: gate, up and their product
+    (MoE: of each active expert, plus the experts' outputs and the router's scores)."""
+    width = max(inventory.n_embd or 0, 1)
+    widest = 0
+    for block in inventory.blocks:
+        dense = block.sublayer(SubLayerKind.DENSE_FFN)
+        experts = block.sublayer(SubLayerKind.ROUTED_EXPERTS)
+        shared = block.sublayer(SubLayerKind.SHARED_EXPERTS)
+        ffn = dense.n_params // width if dense else 0  # 3 matrices of n_ff x n_embd
+        if experts and inventory.expert_count:
+            used = inventory.expert_used_count
+            per_expert = experts.n_params // (3 * width * inventory.expert_count)
+            routed = 3 * per_expert * used + used * width + 2 * inventory.expert_count
+            ffn = max(ffn, routed - width)
+        if shared:
+            ffn += shared.n_params // width
+        widest = max(widest, ffn)
+    return widest
+
+
+def fixed_vram(
+    inventory: ModelInventory,
+    request: PlanRequest,
+    ubatch: int,
+    margin_floor: int = MIN_MARGIN_BYTES,
+) -> dict[str, int]:
+    """Compute buffers for one ubatch, and a safety margin."""
+    return {
+        "compute": compute_bytes(inventory, request, ubatch),
+        "margin": margin_bytes(request.vram_budget_bytes, margin_floor),
+    }

@@ -1,0 +1,1 @@
+"""Profiling this machine: llama.cpp's kernels timed on micro-models."""

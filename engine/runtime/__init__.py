@@ -1,0 +1,1 @@
+"""The resident model: loading it, its conversation, and its steps set beside the plan."""

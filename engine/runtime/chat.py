@@ -1,0 +1,143 @@
+"""A conversation with the resident model: history in, streamed reply out.
+
+The session keeps the whole history; what the model sees each turn is the
+part that fits the context window (see `context_window`). Because the
+prompt of turn n+1 starts with the prompt of turn n, llama.cpp reuses the
+KV cache of the shared prefix and only the new turn is evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from engine.cancel import CancelToken
+from engine.errors import BadInputError
+from engine.generation.replies import generate
+from engine.generation.sampling import SamplingSettings
+from engine.generation.stats import FinishReason, GenerationResponse, GenerationStats
+from engine.generation.stream import StreamRequest
+from engine.model.chat_template import ChatMessage, RenderedPrompt
+from engine.model.image_input import ImageFile
+from engine.runtime.context_window import fit_messages
+from engine.runtime.loaded_model import LoadedModel, ModelVision
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """The assistant's whole reply to one user message."""
+
+    text: str
+    stats: GenerationStats
+    dropped_messages: int
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        return self.stats.finish_reason
+
+
+class ChatSession:
+    """One conversation bound to a loaded model."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        system_prompt: str | None = None,
+        history: Sequence[ChatMessage] = (),
+    ) -> None:
+        self.model = model
+        self.messages: list[ChatMessage] = list(history)
+        # The model's KV cache may hold another conversation: start this one clean.
+        self._continues_in_cache = False
+        if system_prompt and not (self.messages and self.messages[0].role == "system"):
+            self.messages.insert(0, ChatMessage("system", system_prompt))
+
+    def stream_reply(
+        self,
+        user_text: str,
+        settings: SamplingSettings,
+        cancel: CancelToken,
+        images: Sequence[ImageFile] = (),
+    ) -> Iterator[tuple[GenerationResponse, int]]:
+        """Stream the reply to `user_text`; each item carries how many old messages were left out.
+
+        The user message joins the history only once the prompt fits, and the
+        reply (even a cancelled, partial one) joins it when streaming ends. While
+        any message in the prompt has images, the turn goes through the model's
+        vision runtime (which re-uses the images' cached embeddings). A model
+        without one refuses new images; earlier ones (from another model) it
+        leaves out of its prompt, so the conversation goes on in text.
+        """
+        candidate = [*self.messages, ChatMessage("user", user_text, tuple(images))]
+        vision = self._vision_for(images)
+        if vision is not None:
+            for image in images:
+                vision.decoded(image)  # a bad image is refused before it joins the history
+        seen = candidate if vision is not None else [replace(m, images=()) for m in candidate]
+        fitted = fit_messages(seen, self._prompt_of, self.model.n_ctx, settings.max_tokens)
+        rendered, tokens = fitted.prompt
+        shown = [image for message in fitted.messages for image in message.images]
+        if shown:
+            assert vision is not None
+            stream = vision.stream_reply(
+                rendered, shown, settings, cancel, self._continues_in_cache
+            )
+        else:
+            request = StreamRequest.of_tokens(
+                tokens, settings, rendered.stop, cancel, self._continues_in_cache
+            )
+            stream = generate(self.model.scheduler, request, self.model.params.seed)
+        self.messages = candidate
+        pieces: list[str] = []
+        self._continues_in_cache = True
+        for response in stream:
+            pieces.append(response.text)
+            yield response, fitted.dropped_messages
+        if "".join(pieces):
+            self.messages.append(ChatMessage("assistant", "".join(pieces)))
+
+    def reply(
+        self,
+        user_text: str,
+        settings: SamplingSettings,
+        cancel: CancelToken | None = None,
+        on_text: Callable[[str], None] | None = None,
+        images: Sequence[ImageFile] = (),
+    ) -> ChatReply:
+        """Generate the whole reply, passing each new piece of text to `on_text`."""
+        pieces: list[str] = []
+        dropped = 0
+        stats: GenerationStats | None = None
+        stream = self.stream_reply(user_text, settings, cancel or CancelToken(), images)
+        for response, dropped_now in stream:
+            dropped = dropped_now
+            if response.text:
+                pieces.append(response.text)
+                if on_text is not None:
+                    on_text(response.text)
+            stats = response.stats or stats
+        assert stats is not None  # generate always ends with the statistics
+        return ChatReply("".join(pieces), stats, dropped)
+
+    def _vision_for(self, images: Sequence[ImageFile]) -> ModelVision | None:
+        """The model's vision runtime; refuses new images when the model has none."""
+        vision = self.model.vision
+        if vision is None and images:
+            name = self.model.inventory.name or "this model"
+            raise BadInputError(
+                f"{name} cannot see images: it has no vision projector. Pair the projector "
+                "(mmproj GGUF) made for it in the model manager, or pass --mmproj"
+            )
+        return vision
+
+    def _prompt_of(
+        self, messages: Sequence[ChatMessage]
+    ) -> tuple[int, tuple[RenderedPrompt, list[int]]]:
+        """The rendered prompt and its text tokens, and how many tokens it takes with its
+        images (known once encoded, estimated before)."""
+        rendered = self.model.chat_template.render(messages)
+        tokens = self.model.tokenize_prompt(rendered)
+        images = [image for message in messages for image in message.images]
+        vision = self.model.vision
+        image_tokens = sum(vision.tokens_for(image) for image in images) if vision else 0
+        return len(tokens) + image_tokens, (rendered, tokens)

@@ -1,0 +1,155 @@
+"""One resident llama.cpp model: loading it with explicit parameters, and its tokenizer.
+
+The engine worker owns exactly one `LoadedModel` at a time. Loading checks
+the file first (so bad input gets one clear sentence, not a llama.cpp
+assertion), routes llama.cpp's log into Python logging, and reads the
+inventory that later issues plan with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+import llama_cpp
+
+from engine.cancel import CancelToken
+from engine.errors import ModelFileError
+from engine.generation.decode_context import DecodeContext
+from engine.generation.sampling import SamplingSettings
+from engine.generation.scheduler import Scheduler
+from engine.generation.stats import GenerationResponse
+from engine.llama import log_capture as llama_log
+from engine.llama import offload_boundary
+from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
+from engine.llama.handle import LlamaHandle
+from engine.llama.load_params import LoadParams, make_llama_kwargs
+from engine.model.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
+from engine.model.gguf_file import check_model_path
+from engine.model.image_input import ImageFile, RgbImage
+from engine.model.inventory import ModelInventory, read_inventory
+
+log = logging.getLogger(__name__)
+
+
+class ModelVision(Protocol):
+    """What a loaded model's vision half (engine.vision.runtime) offers a conversation.
+
+    A protocol, so that the runtime does not depend on the vision runtime that
+    depends on it."""
+
+    def decoded(self, image: ImageFile) -> RgbImage: ...
+
+    def tokens_for(self, image: ImageFile) -> int: ...
+
+    def stream_reply(
+        self,
+        prompt: RenderedPrompt,
+        images: Sequence[ImageFile],
+        settings: SamplingSettings,
+        cancel: CancelToken,
+        reuse_cache: bool = True,
+    ) -> Iterator[GenerationResponse]: ...
+
+    def close(self) -> None: ...
+
+
+class LoadedModel:
+    """A llama.cpp model and context plus what we know about them; close() frees both.
+
+    Its scheduler runs the conversation's streams (text and vision turns) in the
+    model's own context, one sequence of the whole window."""
+
+    def __init__(self, params: LoadParams, llm: llama_cpp.Llama, inventory: ModelInventory):
+        self.params = params
+        self.llm = llm
+        self.handle = LlamaHandle.of(llm)
+        self.inventory = inventory
+        self.chat_template = _chat_template_of(llm, self.handle)
+        self.scheduler = Scheduler(DecodeContext.of_model(self.handle, params))
+        self.vision: ModelVision | None = None  # set by vision_runtime.attach_projector
+
+    @property
+    def n_ctx(self) -> int:
+        return self.scheduler.n_ctx_per_sequence
+
+    def tokenize_prompt(self, prompt: RenderedPrompt) -> list[int]:
+        """Tokens of a rendered prompt; BOS is added unless the template wrote it."""
+        add_bos = not prompt.template_adds_bos and self.wants_bos()
+        return self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        return len(self.tokenize_prompt(self.chat_template.render(messages)))
+
+    def close(self) -> None:
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
+        self.scheduler.context.close()
+        self.llm.close()
+
+    def wants_bos(self) -> bool:
+        return self.handle.wants_bos()
+
+
+def load_model(params: LoadParams) -> LoadedModel:
+    """Load a GGUF with exactly these parameters; ModelFileError if it is not a usable model."""
+    path = check_model_path(params.model_path)
+    inventory = inspect_model(path)
+    llama_log.install()
+    params = _within_trained_context(params, inventory)
+    started = time.perf_counter()
+    set_op_offload_boundary(params.op_offload_min_batch)
+    offload_boundary.note_ggml_start()
+    overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
+    chatter = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(chatter), loading_with_overrides(overrides):
+            llm = llama_cpp.Llama(**make_llama_kwargs(params))
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise ModelFileError(f"{path}: llama.cpp could not load the model ({exc})") from exc
+    finally:
+        log.debug("llama-cpp-python said while loading: %s", chatter.getvalue())
+    llm.verbose = False  # no per-turn prints to stderr from here on
+    log.info("loaded %s in %.2f s with %s", path.name, time.perf_counter() - started, params)
+    return LoadedModel(params, llm, inventory)
+
+
+def set_op_offload_boundary(min_batch: int | None) -> None:
+    """Ask the GPU backend to stream from `min_batch` tokens per step
+    (engine.llama.offload_boundary)."""
+    if min_batch is not None:
+        offload_boundary.request(min_batch)
+
+
+def inspect_model(path: str | os.PathLike[str]) -> ModelInventory:
+    """Check that a file is a loadable language model, without loading it."""
+    inventory = read_inventory(path)
+    if inventory.is_vision_projector:
+        raise ModelFileError(
+            f"{path}: is a vision projector (mmproj), not a language model; load the model it "
+            "belongs to"
+        )
+    return inventory
+
+
+def _within_trained_context(params: LoadParams, inventory: ModelInventory) -> LoadParams:
+    """A context longer than the model was trained for only produces garbage; cap it."""
+    trained = inventory.context_length
+    if trained and params.n_ctx > trained:
+        log.warning("n_ctx %d exceeds the trained context %d; using that", params.n_ctx, trained)
+        return params.with_changes(n_ctx=trained)
+    return params
+
+
+def _chat_template_of(llm: llama_cpp.Llama, handle: LlamaHandle) -> ChatTemplate:
+    return ChatTemplate(
+        template=llm.metadata.get("tokenizer.chat_template"),
+        bos_token=handle.token_text(llama_cpp.llama_vocab_bos(handle.vocab)),
+        eos_token=handle.token_text(llama_cpp.llama_vocab_eos(handle.vocab)),
+    )

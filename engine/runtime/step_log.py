@@ -1,0 +1,87 @@
+"""Every llama_decode of a loaded model beside what its plan predicted for it.
+
+The step log watches the model's scheduler: each step is logged as
+n_tokens -> tier -> family -> predicted vs measured milliseconds, and the
+records ride with each reply (ReplyFinished.steps), so the plan can be
+checked against the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from engine.generation.decode_step import DecodeStep
+from engine.machine.profile import Profile
+from engine.planning.cost_model import CostModel
+from engine.planning.execution import executable_plan, placement_for
+from engine.planning.plan import Plan, PlanFamily
+from engine.runtime.loaded_model import LoadedModel
+
+log = logging.getLogger("shardchat.steps")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One llama_decode: its size, tier and family, predicted and measured milliseconds."""
+
+    n_tokens: int
+    n_past: int
+    tier: int
+    family: PlanFamily
+    predicted_ms: float
+    measured_ms: float
+
+
+class StepLog:
+    """Times every llama_decode of a loaded model and sets it beside the plan's prediction."""
+
+    def __init__(self, model: LoadedModel, plan: Plan, profile: Profile, keep: int = 4096) -> None:
+        self._model = model
+        self._plan = executable_plan(plan)
+        self._cost = CostModel(profile)
+        self.records: deque[StepRecord] = deque(maxlen=keep)
+        self._placements = {f: placement_for(plan, f) for f in PlanFamily}
+
+    def attach(self) -> StepLog:
+        """Watch the steps of the model's scheduler (the chat and vision turns)."""
+        self._model.scheduler.observers.append(self.record)
+        return self
+
+    def detach(self) -> None:
+        if self.record in self._model.scheduler.observers:
+            self._model.scheduler.observers.remove(self.record)
+
+    def use_plan(self, plan: Plan) -> None:
+        """The budget changed without moving any weight: predict with the new plan."""
+        self._plan = executable_plan(plan)
+        self._placements = {f: placement_for(plan, f) for f in PlanFamily}
+
+    def drain(self) -> list[StepRecord]:
+        records = list(self.records)
+        self.records.clear()
+        return records
+
+    def record(self, step: DecodeStep) -> None:
+        """One step of the scheduler, set beside what the plan predicted for it."""
+        n_tokens, n_past, outputs = step.n_tokens, step.n_past, step.n_outputs
+        family = self._plan.family_for(n_tokens)
+        threads = self._plan.n_threads if n_tokens == 1 else self._plan.n_threads_batch
+        predicted = self._cost.predict_step(
+            self._model.inventory, n_tokens, threads, max(outputs, 1), n_past,
+            self._placements[family],
+        ).seconds  # fmt: skip
+        record = StepRecord(
+            n_tokens,
+            n_past,
+            self._plan.tier_for(n_tokens),
+            family,
+            1e3 * predicted,
+            1e3 * step.seconds,
+        )
+        self.records.append(record)
+        log.debug(
+            "llama_decode %d tokens -> tier %d -> %s: predicted %.2f ms, measured %.2f ms",
+            n_tokens, record.tier, family.value, record.predicted_ms, record.measured_ms,
+        )  # fmt: skip

@@ -1,0 +1,1 @@
+"""Images: encoding with mtmd, the vision runtime, and VLMOpt planning."""
