@@ -12,7 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from engine.machine.hardware import GpuInfo, probe_gpus
+from engine.machine.gpu_probe import probe_gpus
+from engine.machine.hardware_info import GpuInfo
 
 log = logging.getLogger(__name__)
 

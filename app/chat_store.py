@@ -8,10 +8,7 @@ stored as an *incomplete* assistant message when it starts and updated as it
 streams; `discard_incomplete()` at start-up drops the empty ones and keeps
 the partial text of the others, marked complete.
 
-Why WAL with `synchronous=NORMAL`: a commit is then an append to the WAL file
-without an fsync, cheap enough to call every half second while streaming, and
-a crash of the app never loses a committed transaction (a power cut may lose
-the last few, never corrupt the file).
+Why WAL: see app.chat_schema, which makes and opens the file.
 
 Why so careful on open: exactly as `app.profile_store`, a damaged or foreign
 `chats.sqlite3` is never written to and never deleted. It is moved aside to
@@ -40,20 +37,41 @@ reading there; a query with a NUL in it is scanned instead).
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from app.chat_records import (
+    Change,
+    Conversation,
+    StoredMessage,
+    check_id,
+    check_role,
+    check_text,
+    check_title,
+    conversation_from_row,
+    encode_settings,
+    encode_stats,
+    message_from_row,
+    no_conversation,
+)
+from app.chat_schema import (
+    CHAT_STORE_IDENTITY,
+    CONVERSATION_SELECT,
+    MESSAGE_SELECT,
+    NEWEST_FIRST,
+    STORE_FILE_NAME,
+    connect_chat_store,
+    has_table,
+)
 from app.paths import app_paths
-from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
-from app.sqlite_migrations import apply_migrations
+from app.sqlite_file import open_store, transaction
 from engine.errors import BadInputError
 from engine.generation.stats import GenerationStats
 from engine.model.chat_template import ChatMessage
@@ -61,11 +79,6 @@ from engine.model.image_input import ImageFile
 
 log = logging.getLogger(__name__)
 
-STORE_FILE_NAME = "chats.sqlite3"
-APPLICATION_ID = 0x53684374  # "ShCt": ShardChat's chat history (profiles use "ShCh")
-SCHEMA_VERSION = 2  # PRAGMA user_version after the last migration below
-MIGRATIONS_TABLE = "_migrations"
-ROLES = ("system", "user", "assistant")
 FTS_MIN_QUERY_CHARS = 3  # the trigram index cannot match anything shorter
 
 # Change kinds: what a mutating call did, for views deciding whether to refresh.
@@ -76,148 +89,6 @@ CONVERSATION_DELETED = "conversation_deleted"
 MESSAGE_ADDED = "message_added"
 MESSAGE_UPDATED = "message_updated"
 MESSAGES_TRUNCATED = "messages_truncated"
-
-_CONVERSATION_COLUMNS = (
-    "id",
-    "title",
-    "system_prompt",
-    "settings_json",
-    "created_at",
-    "updated_at",
-)
-_MESSAGE_COLUMNS = (
-    "id",
-    "conversation_id",
-    "position",
-    "role",
-    "content",
-    "stats_json",
-    "complete",
-    "created_at",
-)
-_CONVERSATION_SELECT = f"SELECT {', '.join(_CONVERSATION_COLUMNS)} FROM conversations"
-_MESSAGE_SELECT = f"SELECT {', '.join(_MESSAGE_COLUMNS)} FROM messages"
-_NEWEST_FIRST = " ORDER BY updated_at DESC, id DESC"
-_IDENTITY = StoreIdentity(
-    "chat history",
-    APPLICATION_ID,
-    (("conversations", _CONVERSATION_COLUMNS), ("messages", _MESSAGE_COLUMNS)),
-    MIGRATIONS_TABLE,
-)
-
-
-# -- schema ------------------------------------------------------------------------------------
-
-
-def m001_chats(conn: sqlite3.Connection) -> None:
-    """Conversations, their messages, the search index if possible, and our marks on the file."""
-    conn.execute(
-        "CREATE TABLE conversations ("
-        " id INTEGER PRIMARY KEY,"
-        " title TEXT NOT NULL,"
-        " system_prompt TEXT NOT NULL DEFAULT '',"
-        " settings_json TEXT NOT NULL DEFAULT '{}',"
-        " created_at TEXT NOT NULL,"
-        " updated_at TEXT NOT NULL)"
-    )
-    conn.execute(
-        "CREATE TABLE messages ("
-        " id INTEGER PRIMARY KEY,"
-        " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
-        " position INTEGER NOT NULL,"
-        " role TEXT NOT NULL CHECK(role IN ('system','user','assistant')),"
-        " content TEXT NOT NULL,"
-        " stats_json TEXT,"
-        " complete INTEGER NOT NULL DEFAULT 1,"
-        " created_at TEXT NOT NULL,"
-        " UNIQUE(conversation_id, position))"
-    )
-    conn.execute("CREATE INDEX messages_by_position ON messages (conversation_id, position)")
-    _create_search_index(conn)
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 1")
-
-
-def _create_search_index(conn: sqlite3.Connection) -> None:
-    """An FTS5 trigram index of message text, if this SQLite has one; search scans otherwise.
-
-    External content (the text lives once, in `messages`); the triggers keep
-    the index in step with every insert, update and delete, cascades included.
-    """
-    try:
-        conn.execute(
-            "CREATE VIRTUAL TABLE messages_fts USING fts5("
-            "content, content='messages', content_rowid='id', tokenize='trigram')"
-        )
-    except sqlite3.OperationalError as exc:  # no fts5 module, or no trigram tokenizer
-        log.info("chat search will scan messages: no FTS5 trigram index (%s)", exc)
-        return
-    insert = "INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);"
-    delete = (
-        "INSERT INTO messages_fts (messages_fts, rowid, content)"
-        " VALUES ('delete', old.id, old.content);"
-    )
-    conn.execute(f"CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN {insert} END")
-    conn.execute(f"CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN {delete} END")
-    conn.execute(
-        "CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages"
-        f" BEGIN {delete} {insert} END"
-    )
-
-
-def m002_message_images(conn: sqlite3.Connection) -> None:
-    """Images attached to user messages, as the encoded bytes the person gave (PNG)."""
-    conn.execute(
-        "CREATE TABLE message_images ("
-        " message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,"
-        " position INTEGER NOT NULL,"
-        " name TEXT NOT NULL,"
-        " data BLOB NOT NULL,"
-        " PRIMARY KEY (message_id, position))"
-    )
-    conn.execute("PRAGMA user_version = 2")
-
-
-MIGRATIONS = (m001_chats, m002_message_images)
-
-
-# -- values ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Change:
-    """What one mutating call changed; `kind` is one of the module's change-kind constants."""
-
-    kind: str
-    conversation_id: int
-    message_id: int | None = None
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """One conversation's own fields (its messages are read separately, they may be many)."""
-
-    id: int
-    title: str
-    system_prompt: str
-    settings: dict[str, Any] = field(hash=False)
-    created_at: str  # UTC, ISO 8601 with microseconds
-    updated_at: str  # UTC, ISO 8601 with microseconds; bumped by every change to it
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    """One saved message; `complete` is False while its reply is still being generated."""
-
-    id: int
-    conversation_id: int
-    position: int  # increasing within a conversation, from 0
-    role: str
-    content: str
-    stats: dict[str, Any] | None = field(hash=False)
-    complete: bool
-    created_at: str
-    images: tuple[ImageFile, ...] = field(default=(), repr=False)
 
 
 def default_store_path() -> Path:
@@ -239,7 +110,7 @@ class ChatStore:
         self.recovered_from: Path | None = None
         self._last_stamp: datetime | None = None
         self._conn = self._open()
-        self._has_fts = _has_table(self._conn, "messages_fts")
+        self._has_fts = has_table(self._conn, "messages_fts")
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -267,9 +138,9 @@ class ChatStore:
         settings: Mapping[str, Any] | None = None,
     ) -> Change:
         """Start an empty conversation; it becomes the newest-updated one."""
-        clean_title = _check_title(title)
-        prompt = _check_text(system_prompt, "system prompt")
-        settings_json = _encode_settings(settings or {})
+        clean_title = check_title(title)
+        prompt = check_text(system_prompt, "system prompt")
+        settings_json = encode_settings(settings or {})
         with self._transaction():
             now = self._stamp()
             cursor = self._conn.execute(
@@ -284,48 +155,48 @@ class ChatStore:
 
     def rename(self, conversation_id: int, title: str) -> Change:
         """Give a conversation a new title (whitespace runs become one space)."""
-        clean_title = _check_title(title)
+        clean_title = check_title(title)
         self._update_conversation(conversation_id, "title", clean_title)
         return Change(CONVERSATION_RENAMED, conversation_id)
 
     def set_system_prompt(self, conversation_id: int, text: str) -> Change:
         """Replace the conversation's system prompt ('' for none)."""
-        prompt = _check_text(text, "system prompt")
+        prompt = check_text(text, "system prompt")
         self._update_conversation(conversation_id, "system_prompt", prompt)
         return Change(CONVERSATION_UPDATED, conversation_id)
 
     def set_settings(self, conversation_id: int, settings: Mapping[str, Any]) -> Change:
         """Replace the conversation's settings (any JSON object, e.g. sampling parameters)."""
-        settings_json = _encode_settings(settings)
+        settings_json = encode_settings(settings)
         self._update_conversation(conversation_id, "settings_json", settings_json)
         return Change(CONVERSATION_UPDATED, conversation_id)
 
     def delete(self, conversation_id: int) -> Change:
         """Delete a conversation and, by the foreign key's cascade, all its messages."""
-        _check_id(conversation_id, "conversation")
+        check_id(conversation_id, "conversation")
         with self._transaction():
             cursor = self._conn.execute(
                 "DELETE FROM conversations WHERE id = ?", (conversation_id,)
             )
             if cursor.rowcount == 0:
-                raise _no_conversation(conversation_id)
+                raise no_conversation(conversation_id)
         log.debug("deleted conversation %d", conversation_id)
         return Change(CONVERSATION_DELETED, conversation_id)
 
     def conversations(self) -> list[Conversation]:
         """Every conversation, the most recently updated first."""
-        rows = self._conn.execute(_CONVERSATION_SELECT + _NEWEST_FIRST).fetchall()
-        return [self._conversation_from_row(row) for row in rows]
+        rows = self._conn.execute(CONVERSATION_SELECT + NEWEST_FIRST).fetchall()
+        return [conversation_from_row(self.path, row) for row in rows]
 
     def conversation(self, conversation_id: int) -> Conversation:
         """One conversation by id; an unknown id is bad input."""
-        _check_id(conversation_id, "conversation")
+        check_id(conversation_id, "conversation")
         row = self._conn.execute(
-            _CONVERSATION_SELECT + " WHERE id = ?", (conversation_id,)
+            CONVERSATION_SELECT + " WHERE id = ?", (conversation_id,)
         ).fetchone()
         if row is None:
-            raise _no_conversation(conversation_id)
-        return self._conversation_from_row(row)
+            raise no_conversation(conversation_id)
+        return conversation_from_row(self.path, row)
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -333,13 +204,13 @@ class ChatStore:
         """The conversation's messages in position order, incomplete ones included."""
         self.conversation(conversation_id)  # refuses an unknown id
         rows = self._conn.execute(
-            _MESSAGE_SELECT + " WHERE conversation_id = ? ORDER BY position",
+            MESSAGE_SELECT + " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
         images = self._images_of(conversation_id)
         return [
             replace(message, images=images.get(message.id, ()))
-            for message in map(self._message_from_row, rows)
+            for message in (message_from_row(self.path, row) for row in rows)
         ]
 
     def _images_of(self, conversation_id: int) -> dict[int, tuple[ImageFile, ...]]:
@@ -369,10 +240,10 @@ class ChatStore:
         """
         if images and role != "user":
             raise BadInputError("only user messages carry images")
-        _check_id(conversation_id, "conversation")
-        _check_role(role, complete)
-        text = _check_text(content, "message content")
-        stats_json = _encode_stats(stats)
+        check_id(conversation_id, "conversation")
+        check_role(role, complete)
+        text = check_text(content, "message content")
+        stats_json = encode_stats(stats)
         with self._transaction():
             self._require_conversation(conversation_id)
             now = self._stamp()
@@ -403,9 +274,9 @@ class ChatStore:
         Stats are replaced too (None clears them): statistics describe the text
         they came with, so they must not outlive an edit.
         """
-        _check_id(message_id, "message")
-        text = _check_text(content, "message content")
-        stats_json = _encode_stats(stats)
+        check_id(message_id, "message")
+        text = check_text(content, "message content")
+        stats_json = encode_stats(stats)
         with self._transaction():
             row = self._conn.execute(
                 "SELECT conversation_id, role FROM messages WHERE id = ?", (message_id,)
@@ -413,7 +284,7 @@ class ChatStore:
             if row is None:
                 raise BadInputError(f"no message with id {message_id}")
             conversation_id, role = row
-            _check_role(role, complete)
+            check_role(role, complete)
             self._conn.execute(
                 "UPDATE messages SET content = ?, complete = ?, stats_json = ? WHERE id = ?",
                 (text, int(complete), stats_json, message_id),
@@ -423,7 +294,7 @@ class ChatStore:
 
     def truncate_after(self, conversation_id: int, position: int) -> Change:
         """Delete the messages after `position` (-1 deletes all): for Regenerate and Edit."""
-        _check_id(conversation_id, "conversation")
+        check_id(conversation_id, "conversation")
         if not isinstance(position, int) or isinstance(position, bool) or position < -1:
             raise BadInputError(f"a position must be a whole number >= -1, not {position!r}")
         with self._transaction():
@@ -513,21 +384,21 @@ class ChatStore:
 
     def _update_conversation(self, conversation_id: int, column: str, value: str) -> None:
         """Set one column (a name from this module, never from input) and bump updated_at."""
-        _check_id(conversation_id, "conversation")
+        check_id(conversation_id, "conversation")
         with self._transaction():
             cursor = self._conn.execute(
                 f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
                 (value, self._stamp(), conversation_id),
             )
             if cursor.rowcount == 0:
-                raise _no_conversation(conversation_id)
+                raise no_conversation(conversation_id)
 
     def _require_conversation(self, conversation_id: int) -> None:
         row = self._conn.execute(
             "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
         if row is None:
-            raise _no_conversation(conversation_id)
+            raise no_conversation(conversation_id)
 
     def _touch(self, conversation_id: int, stamp: str) -> None:
         self._conn.execute(
@@ -547,139 +418,10 @@ class ChatStore:
         self._last_stamp = now
         return now.isoformat(timespec="microseconds")
 
-    def _conversation_from_row(self, row: tuple[Any, ...]) -> Conversation:
-        row_id, title, system_prompt, settings_json, created_at, updated_at = row
-        settings = self._decode(settings_json, f"settings of conversation {row_id}")
-        return Conversation(
-            row_id,
-            title,
-            system_prompt,
-            settings if isinstance(settings, dict) else {},
-            created_at,
-            updated_at,
-        )
-
-    def _message_from_row(self, row: tuple[Any, ...]) -> StoredMessage:
-        row_id, conversation_id, position, role, content, stats_json, complete, created_at = row
-        stats = None
-        if stats_json is not None:
-            decoded = self._decode(stats_json, f"stats of message {row_id}")
-            stats = decoded if isinstance(decoded, dict) else None
-        return StoredMessage(
-            row_id, conversation_id, position, role, content, stats, bool(complete), created_at
-        )
-
-    def _decode(self, text: str, what: str) -> object:
-        """Parse JSON we wrote; a row edited by hand is logged and read as empty, not fatal."""
-        try:
-            return json.loads(text)
-        except (TypeError, ValueError) as exc:
-            log.warning("ignoring unreadable %s in %s: %s", what, self.path, exc)
-            return None
-
     def _open(self) -> sqlite3.Connection:
         """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
-        conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
+        conn, self.recovered_from = open_store(self.path, CHAT_STORE_IDENTITY, connect_chat_store)
         return conn
 
     def _transaction(self) -> AbstractContextManager[None]:
         return transaction(self._conn)
-
-
-# -- checking and encoding ---------------------------------------------------------------------
-
-
-def _check_id(value: object, what: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BadInputError(f"a {what} id must be a whole number, not {value!r}")
-
-
-def _no_conversation(conversation_id: int) -> BadInputError:
-    return BadInputError(f"no conversation with id {conversation_id}")
-
-
-def _check_text(value: object, what: str) -> str:
-    """The text itself, refused if it is not a str SQLite can store (UTF-8 encodable)."""
-    if not isinstance(value, str):
-        raise BadInputError(f"the {what} must be text, not {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise BadInputError(f"the {what} is not valid Unicode text: {exc.reason}") from exc
-    return value
-
-
-def _check_title(title: object) -> str:
-    """A title on one line: whitespace runs become one space; an empty title is refused."""
-    clean = " ".join(_check_text(title, "title").split())
-    if not clean:
-        raise BadInputError("a conversation title cannot be empty")
-    return clean
-
-
-def _check_role(role: object, complete: object) -> None:
-    if role not in ROLES:
-        raise BadInputError(f"a message role must be one of {', '.join(ROLES)}, not {role!r}")
-    if not isinstance(complete, bool):
-        raise BadInputError(f"complete must be True or False, not {complete!r}")
-    if not complete and role != "assistant":
-        raise BadInputError(f"only an assistant reply can be incomplete, not a {role} message")
-
-
-def _encode_settings(settings: object) -> str:
-    if not isinstance(settings, Mapping):
-        raise BadInputError(f"settings must be a dict, not {type(settings).__name__}")
-    return _to_json(dict(settings), "settings")
-
-
-def _encode_stats(stats: object) -> str | None:
-    if stats is None:
-        return None
-    if isinstance(stats, GenerationStats):
-        return _to_json(stats.to_dict(), "stats")
-    if not isinstance(stats, Mapping):
-        raise BadInputError(f"stats must be GenerationStats or a dict, not {type(stats).__name__}")
-    return _to_json(dict(stats), "stats")
-
-
-def _to_json(data: dict[str, Any], what: str) -> str:
-    try:
-        return json.dumps(data, ensure_ascii=False, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise BadInputError(f"the {what} cannot be saved as JSON: {exc}") from exc
-
-
-# -- opening, inspecting, recovering -----------------------------------------------------------
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open read-write in WAL mode, apply pending migrations; autocommit between transactions."""
-    conn = connect_with(path, _IDENTITY, _set_up)
-    _warn_if_newer(conn, path)
-    return conn
-
-
-def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
-    conn.execute(_CONVERSATION_SELECT + " LIMIT 0")
-    conn.execute(_MESSAGE_SELECT + " LIMIT 0")
-
-
-def _warn_if_newer(conn: sqlite3.Connection, path: Path) -> None:
-    """A newer ShardChat's file is still used (its tables checked out), but say so."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        log.warning(
-            "chat history %s has schema version %d; this ShardChat knows up to %d",
-            path,
-            version,
-            SCHEMA_VERSION,
-        )
-
-
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
-    return row is not None

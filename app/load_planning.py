@@ -18,7 +18,9 @@ from app.profile_store import ProfileStore
 from app.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
 from engine.llama.load_params import LoadParams
-from engine.machine.hardware import GpuInfo, probe_gpus, probe_hardware
+from engine.machine.gpu_probe import probe_gpus
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.planning.placement_choice import (

@@ -17,7 +17,8 @@ from app.profile_store import ProfileStore
 from app.profile_summary import render_profile
 from app.units import format_bytes
 from engine.errors import BadInputError
-from engine.machine.hardware import HardwareInfo, probe_hardware
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode
 from engine.profiling.profiler import ProfileProgress, Profiler
 

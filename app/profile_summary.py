@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from app.auto_budget import AutoBudget
 from app.units import format_bytes
-from engine.machine.hardware import NO_GPU_FOUND, GpuInfo, HardwareInfo
+from engine.machine.gpu_probe import NO_GPU_FOUND
+from engine.machine.hardware_info import GpuInfo, HardwareInfo
 from engine.machine.profile import KernelShape, Profile
 
 _SUMMARY_TOKENS = (1, 16, 256)

@@ -29,7 +29,8 @@ from app.profile_store import ProfileSaved, ProfileStore
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
 from engine.errors import ShardChatError
-from engine.machine.hardware import HardwareInfo, probe_hardware
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TypeGuard
 
 from app.profile_summary import backend_text
 from app.units import format_bytes
-from engine.machine.hardware import GpuInfo
+from engine.machine.hardware_info import GpuInfo
 from engine.planning.plan import Plan
 
 BATCH_SEQUENCES = 16  # the batch figure: this many sequences decoding side by side

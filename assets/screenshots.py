@@ -135,11 +135,8 @@ def vram_panel() -> Path:
 
     from app.vram_overview import vram_overview
     from bench.plan_simulation import MODELS
-    from engine.machine.described_machines import (
-        DESCRIBED_MACHINES,
-        described_hardware,
-        load_described,
-    )
+    from engine.machine.datasheets import DESCRIBED_MACHINES
+    from engine.machine.described_machines import described_hardware, load_described
     from engine.model.inventory import read_inventory
     from engine.model.synthetic import write_shape_only_model
     from engine.planning.plan import PlanRequest
@@ -167,7 +164,8 @@ def vram_panel() -> Path:
 
 def model_manager() -> Path:
     from app.model_library import ModelLibrary
-    from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+    from engine.model.synthetic import write_synthetic_model
+    from engine.model.synthetic_spec import SyntheticSpec
     from ui.model_manager import ModelManager
 
     folder = Path(os.environ["SHARDCHAT_HOME"]) / "models"

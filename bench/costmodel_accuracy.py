@@ -34,7 +34,8 @@ from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile, ProfileMode
 from engine.model.default_model import default_model_path
 from engine.model.inventory import SubLayerKind, read_inventory
-from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.model.synthetic import write_synthetic_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
 from engine.profiling.decode_timer import DecodeTimer
 from engine.profiling.profiler import Profiler

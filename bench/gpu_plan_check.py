@@ -25,7 +25,8 @@ from pathlib import Path
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import ProfileMode
 from engine.model.inventory import read_inventory
-from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.model.synthetic import write_synthetic_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.execution import load_params_for
 from engine.planning.llama_placements import layer_offload_baseline
 from engine.planning.plan import PlanRequest

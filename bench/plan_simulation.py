@@ -23,12 +23,10 @@ from pathlib import Path
 from app.plan_command import load_profile_for_planning
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
-from engine.planning.llama_placements import (
-    fit_baseline,
-    layer_offload_baseline,
-    n_cpu_moe_baseline,
-)
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
+from engine.planning.llama_fit import fit_baseline
+from engine.planning.llama_placements import layer_offload_baseline, n_cpu_moe_baseline
 from engine.planning.plan import Plan, PlanRequest
 from engine.planning.planner import make_plan
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from app.plan_command import load_profile_for_planning
 from app.units import parse_size
 from engine.model.inventory import read_inventory
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.vision.plan import VisionPlan, plan_vision

@@ -14,7 +14,8 @@ import pytest
 
 from engine.llama.load_params import LoadParams
 from engine.model.default_model import default_model_path
-from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.model.synthetic import write_synthetic_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.loaded_model import LoadedModel, load_model
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

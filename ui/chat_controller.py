@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QListWidgetItem
 
-from app.chat_store import ChatStore, StoredMessage
+from app.chat_records import StoredMessage
+from app.chat_store import ChatStore
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
 from app.units import format_bytes

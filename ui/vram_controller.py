@@ -20,7 +20,8 @@ from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
 from engine.errors import BadInputError
-from engine.machine.hardware import GpuInfo, probe_gpus
+from engine.machine.gpu_probe import probe_gpus
+from engine.machine.hardware_info import GpuInfo
 from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan
 from ui.engine_bridge import EngineBridge

@@ -1,1 +1,1 @@
-"""The llama.cpp bindings as ShardChat uses them: pointers, load parameters, buffers, devices, logs."""
+"""The llama.cpp bindings as ShardChat uses them: pointers, load parameters, buffers, devices."""

@@ -1,1 +1,1 @@
-"""GGUF model files and what is read from them: inventory, chat templates, images, synthetic models."""
+"""GGUF model files and what is read from them: inventory, templates, images, synthetic models."""

@@ -38,7 +38,6 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,111 +45,23 @@ import gguf
 import numpy as np
 from gguf.quants import quant_shape_to_byte_shape, quantize
 
-from engine.model.default_model import default_model_path
+from engine.model.synthetic_metadata import add_metadata, vocab_size_of
+from engine.model.synthetic_spec import (
+    ARCHES,
+    DIRECT_QUANTS,
+    FILE_TYPES,
+    QK_NORM_ARCHES,
+    QKV_BIAS_ARCHES,
+    SyntheticSpec,
+)
 
 LOGGER = logging.getLogger(__name__)
 
-_TEXT_ARCHES = {
-    "llama": gguf.MODEL_ARCH.LLAMA,
-    "qwen3": gguf.MODEL_ARCH.QWEN3,
-    "qwen3moe": gguf.MODEL_ARCH.QWEN3MOE,
-    "gemma3": gguf.MODEL_ARCH.GEMMA3,
-}
-# Language models that only make sense behind a vision projector: Qwen2-VL and Qwen2.5-VL's
-# (llama.cpp names both "qwen2vl"), whose M-RoPE takes a (t, y, x) position per image token.
-_VISION_ARCHES = {"qwen2vl": gguf.MODEL_ARCH.QWEN2VL}
-_ARCHES = {**_TEXT_ARCHES, **_VISION_ARCHES}
-SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_TEXT_ARCHES)
-VISION_LM_ARCHITECTURES: tuple[str, ...] = tuple(_VISION_ARCHES)
-DIRECT_QUANTS = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
-
-_FILE_TYPES = {
-    "F32": gguf.LlamaFileType.ALL_F32,
-    "F16": gguf.LlamaFileType.MOSTLY_F16,
-    "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-    "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-    "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
-}
-# Typical released values; they change nothing about speed.
-_ROPE_FREQ_BASE = {
-    "llama": 500_000.0,
-    "qwen3": 1_000_000.0,
-    "qwen3moe": 1_000_000.0,
-    "qwen2vl": 1_000_000.0,
-}
-_QK_NORM_ARCHES = ("qwen3", "qwen3moe", "gemma3")
-_QKV_BIAS_ARCHES = ("qwen2vl",)  # Qwen2's attention has q/k/v biases
-_GEMMA3_ROPE_BASE = (1_000_000.0, 10_000.0)  # global layers, sliding-window layers
-_RMS_EPS = 1e-6
 _WEIGHT_STD = 0.02
 _BLOCK_ELEMENTS = 1 << 20  # random values drawn per weight tensor; the rest repeats them
 _TOKENIZER_PREFIX = "tokenizer."
 
 _T = gguf.MODEL_TENSOR
-
-
-@dataclass(frozen=True)
-class SyntheticSpec:
-    """Hyper-parameters of a synthetic model; defaults make a tiny, fast one."""
-
-    architecture: str  # one of SUPPORTED_ARCHITECTURES
-    n_layer: int = 2
-    n_embd: int = 64
-    n_head: int = 4
-    n_head_kv: int = 2
-    head_dim: int | None = None  # default n_embd // n_head
-    n_ff: int = 128  # dense FFN width
-    n_expert: int = 4  # MoE only
-    n_expert_used: int = 2
-    n_ff_expert: int = 64
-    context_length: int = 2048
-    sliding_window: int = 512  # gemma3 only
-    tied_output: bool = False  # no output.weight; head shares token_embd (gemma3 always ties)
-    seed: int = 0
-    # None: the default model's tokenizer (49152 tokens). A number: no tokenizer at all
-    # (llama.cpp's "none" vocabulary) and that many token ids - what profiler micro-models
-    # use, so that the embedding and output head stay negligible next to the blocks.
-    vocab_size: int | None = None
-    # Special (control) tokens appended to the copied tokenizer, as a VLM's tokenizer adds its
-    # image markers (mtmd looks some up as single tokens). Needs the tokenizer (vocab_size None).
-    extra_tokens: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.architecture not in _ARCHES:
-            raise ValueError(
-                f"unknown architecture {self.architecture!r}; supported: {', '.join(_ARCHES)}"
-            )
-        if self.n_layer < 1:
-            raise ValueError(f"n_layer must be at least 1, not {self.n_layer}")
-        if self.n_head_kv < 1 or self.n_head % self.n_head_kv:
-            raise ValueError(
-                f"n_head {self.n_head} is not a multiple of n_head_kv {self.n_head_kv}"
-            )
-        if self.is_moe and not 0 < self.n_expert_used <= self.n_expert:
-            raise ValueError(f"n_expert_used must be in 1..{self.n_expert}")
-        if self.extra_tokens and self.vocab_size is not None:
-            raise ValueError("extra_tokens need the copied tokenizer; vocab_size must be None")
-        if len(set(self.extra_tokens)) != len(self.extra_tokens):
-            raise ValueError(f"extra_tokens repeat a token: {self.extra_tokens}")
-        if self.architecture == "qwen2vl" and self.head_size % 2:
-            raise ValueError(f"M-RoPE rotates pairs: head size {self.head_size} must be even")
-
-    @property
-    def head_size(self) -> int:
-        return self.head_dim if self.head_dim is not None else self.n_embd // self.n_head
-
-    @property
-    def is_moe(self) -> bool:
-        return self.architecture == "qwen3moe"
-
-    @property
-    def ties_output(self) -> bool:
-        return self.tied_output or self.architecture == "gemma3"
-
-    @property
-    def model_name(self) -> str:
-        name = f"synthetic-{self.architecture}-{self.n_layer}L-{self.n_embd}d"
-        return f"{name}-{self.n_expert}x{self.n_ff_expert}e" if self.is_moe else name
 
 
 @dataclass(frozen=True)
@@ -191,7 +102,7 @@ class _RepeatedRows:
 def write_synthetic_model(path: Path, spec: SyntheticSpec, quant: str = "F16") -> Path:
     """Write a random-weight GGUF for `spec` at `path` (atomically) and return the path."""
     path = Path(path)
-    tensors = _tensor_plan(spec, _vocab_size_of(spec), _direct_qtype(quant))
+    tensors = _tensor_plan(spec, vocab_size_of(spec), _direct_qtype(quant))
     part = path.with_suffix(path.suffix + ".part")
     started = time.monotonic()
     try:
@@ -219,7 +130,7 @@ def write_shape_only_model(path: Path, spec: SyntheticSpec, quant: str) -> Path:
         qtype = gguf.GGMLQuantizationType[quant]
     except KeyError:
         raise ValueError(f"unknown ggml quantization type {quant!r}") from None
-    tensors = _tensor_plan(spec, _vocab_size_of(spec), qtype)
+    tensors = _tensor_plan(spec, vocab_size_of(spec), qtype)
     part = path.with_suffix(path.suffix + ".part")
     try:
         _write_gguf(part, spec, _nearest_file_type(quant), tensors, shape_only=True)
@@ -302,11 +213,11 @@ def _attention_tensors(spec: SyntheticSpec, bid: int) -> list[tuple[str, tuple[i
         (_name(_T.ATTN_V, bid), (kv_width, spec.n_embd)),
         (_name(_T.ATTN_OUT, bid), (spec.n_embd, q_width)),
     ]
-    if spec.architecture in _QKV_BIAS_ARCHES:
+    if spec.architecture in QKV_BIAS_ARCHES:
         tensors.append((_name(_T.ATTN_Q, bid, "bias"), (q_width,)))
         tensors.append((_name(_T.ATTN_K, bid, "bias"), (kv_width,)))
         tensors.append((_name(_T.ATTN_V, bid, "bias"), (kv_width,)))
-    if spec.architecture in _QK_NORM_ARCHES:
+    if spec.architecture in QK_NORM_ARCHES:
         tensors.append((_name(_T.ATTN_Q_NORM, bid), (spec.head_size,)))
         tensors.append((_name(_T.ATTN_K_NORM, bid), (spec.head_size,)))
     if spec.architecture == "gemma3":
@@ -365,9 +276,9 @@ def _check_rows(tensors: list[_Tensor]) -> None:
 def _write_gguf(
     part: Path, spec: SyntheticSpec, quant: str, tensors: list[_Tensor], shape_only: bool = False
 ) -> None:
-    writer = gguf.GGUFWriter(part, gguf.MODEL_ARCH_NAMES[_ARCHES[spec.architecture]])
+    writer = gguf.GGUFWriter(part, gguf.MODEL_ARCH_NAMES[ARCHES[spec.architecture]])
     try:
-        _add_metadata(writer, spec, quant)
+        add_metadata(writer, spec, quant)
         for tensor in tensors:
             shape = quant_shape_to_byte_shape(tensor.shape, tensor.qtype)
             writer.add_tensor_info(
@@ -399,7 +310,7 @@ def _leave_a_hole_for_the_data(writer: gguf.GGUFWriter, tensors: list[_Tensor]) 
 
 def _nearest_file_type(quant: str) -> str:
     """general.file_type only labels the file; use the closest type we know a label for."""
-    return quant if quant in _FILE_TYPES else "F16"
+    return quant if quant in FILE_TYPES else "F16"
 
 
 def _tensor_data(tensor: _Tensor, rng: np.random.Generator) -> np.ndarray | _RepeatedRows:
@@ -421,100 +332,3 @@ def _encode(block: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
     else:
         encoded = quantize(block, qtype)
     return np.ascontiguousarray(encoded).view(np.uint8)
-
-
-# ---------------------------------------------------------------- metadata
-
-
-def _add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> None:
-    writer.add_type(gguf.GGUFType.MODEL)
-    writer.add_name(spec.model_name)
-    writer.add_file_type(_FILE_TYPES[quant])
-    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    _add_hparams(writer, spec)
-    if spec.is_moe:
-        _add_moe_hparams(writer, spec)
-    if spec.architecture == "gemma3":
-        _add_gemma3_hparams(writer, spec)
-    if spec.architecture == "qwen2vl":
-        writer.add_rope_dimension_sections(list(mrope_sections(spec.head_size)))
-    if spec.vocab_size is not None:
-        writer.add_tokenizer_model("none")
-        return
-    for key, value, vtype, sub_type in _tokenizer_fields():
-        if spec.extra_tokens and key == gguf.Keys.Tokenizer.LIST:
-            if taken := set(spec.extra_tokens).intersection(value):
-                raise ValueError(f"extra_tokens already in the vocabulary: {sorted(taken)}")
-            value = [*value, *spec.extra_tokens]
-        elif spec.extra_tokens and key == gguf.Keys.Tokenizer.TOKEN_TYPE:
-            value = [*value, *[gguf.TokenType.CONTROL] * len(spec.extra_tokens)]
-        writer.add_key_value(key, value, vtype, sub_type)
-
-
-def _add_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
-    writer.add_vocab_size(_vocab_size_of(spec))
-    writer.add_context_length(spec.context_length)
-    writer.add_embedding_length(spec.n_embd)
-    writer.add_block_count(spec.n_layer)
-    writer.add_feed_forward_length(spec.n_ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head_kv)
-    # llama.cpp derives these from n_embd / n_head unless told; llama requires n_rot == head size.
-    writer.add_key_length(spec.head_size)
-    writer.add_value_length(spec.head_size)
-    writer.add_rope_dimension_count(spec.head_size)
-    writer.add_layer_norm_rms_eps(_RMS_EPS)
-    if spec.architecture in _ROPE_FREQ_BASE:
-        writer.add_rope_freq_base(_ROPE_FREQ_BASE[spec.architecture])
-
-
-def mrope_sections(head_size: int) -> tuple[int, int, int, int]:
-    """M-RoPE's rotary pairs per section (time, height, width, unused), as Qwen2-VL splits them.
-
-    Qwen2-VL's 128-wide heads give [16, 24, 24, 0]: a quarter of the pairs to time, the
-    rest halved between height and width. They always add up to head_size / 2.
-    """
-    pairs = head_size // 2
-    spatial = (pairs - pairs // 4) // 2
-    return (pairs - 2 * spatial, spatial, spatial, 0)
-
-
-def _add_moe_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
-    writer.add_expert_count(spec.n_expert)
-    writer.add_expert_used_count(spec.n_expert_used)
-    writer.add_expert_feed_forward_length(spec.n_ff_expert)
-
-
-def _add_gemma3_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
-    # With a sliding window llama.cpp uses its default gemma3 pattern: 5 local layers, 1 global.
-    writer.add_sliding_window(spec.sliding_window)
-    writer.add_rope_freq_base(_GEMMA3_ROPE_BASE[0])
-    writer.add_rope_freq_base_swa(_GEMMA3_ROPE_BASE[1])
-
-
-# ---------------------------------------------------------------- tokenizer
-
-
-@cache
-def _tokenizer_fields() -> tuple[tuple[str, Any, gguf.GGUFValueType, Any], ...]:
-    """(key, value, type, array element type) of the default model's tokenizer keys."""
-    reader = gguf.GGUFReader(default_model_path())
-    fields = []
-    for key, field in reader.fields.items():
-        if key.startswith(_TOKENIZER_PREFIX):
-            sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-            fields.append((key, field.contents(), field.types[0], sub_type))
-    return tuple(fields)
-
-
-def _vocab_size_of(spec: SyntheticSpec) -> int:
-    if spec.vocab_size is not None:
-        return spec.vocab_size
-    return _vocab_size() + len(spec.extra_tokens)
-
-
-def _vocab_size() -> int:
-    for key, value, _, _ in _tokenizer_fields():
-        if key == gguf.Keys.Tokenizer.LIST:
-            return len(value)
-    raise ValueError(f"{default_model_path()} has no {gguf.Keys.Tokenizer.LIST}")

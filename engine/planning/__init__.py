@@ -1,1 +1,1 @@
-"""Plans under a VRAM budget: the planner, the cost model, and how a plan becomes load parameters."""
+"""Plans under a VRAM budget: the planner, the cost model, how a plan becomes load parameters."""

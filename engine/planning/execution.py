@@ -15,7 +15,7 @@ from engine.errors import BadInputError
 from engine.llama import offload_boundary
 from engine.llama.buffer_overrides import buffer_types, override_patterns_for
 from engine.llama.load_params import LoadParams
-from engine.machine.hardware import HardwareInfo
+from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.planning.cost_model import Placement, Where

@@ -1,6 +1,6 @@
 """llama.cpp's own `--fit`, run as its tool, to check our reproduction of it.
 
-`engine.planning.llama_placements.fit_layers_to` reproduces common/fit.cpp in Python so
+`engine.planning.llama_fit.fit_layers_to` reproduces common/fit.cpp in Python so
 that the planner can cost what a llama.cpp user gets on machines we do not have.
 Where a device exists, the real algorithm can be asked: `make test-gpu` builds
 `llama-fit-params` (tests/gpu/fit_params/main.cpp with the vendored fit.cpp) and
@@ -23,14 +23,8 @@ from engine.llama.buffer_overrides import override_patterns_for
 from engine.llama.device_buffers import simulate_compute_buffers
 from engine.llama.load_params import LoadParams
 from engine.model.inventory import ModelInventory, SubLayerKind
-from engine.planning.llama_placements import (
-    LLAMA_CPP_DEFAULT_UBATCH,
-    NO_CHANGES,
-    FitLayers,
-    fit_keys,
-    fit_layers_to,
-    vram_account_of,
-)
+from engine.planning.llama_costing import LLAMA_CPP_DEFAULT_UBATCH, NO_CHANGES, vram_account_of
+from engine.planning.llama_fit import FitLayers, fit_keys, fit_layers_to
 from engine.planning.plan import PlanRequest, SubLayerKey
 
 MIB = 1024 * 1024

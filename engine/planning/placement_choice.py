@@ -27,13 +27,8 @@ from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory
 from engine.planning.cost_model import CostModel
-from engine.planning.llama_placements import (
-    costed_placement,
-    layer_keys,
-    n_cpu_moe_keys,
-    plan_blocks,
-    vram_account_of,
-)
+from engine.planning.llama_costing import costed_placement, layer_keys, plan_blocks, vram_account_of
+from engine.planning.llama_placements import n_cpu_moe_keys
 from engine.planning.plan import Plan, PlanRequest, VramAccount
 from engine.planning.planner import make_plan, run_our_way
 from engine.planning.tier_costing import cpu_plan, margin_floor

@@ -18,12 +18,8 @@ from pathlib import Path
 
 from engine.machine.profile import KernelShape
 from engine.model.inventory import BlockInventory, SubLayerKind, read_inventory
-from engine.model.synthetic import (
-    DIRECT_QUANTS,
-    SyntheticSpec,
-    quantize_model,
-    write_synthetic_model,
-)
+from engine.model.synthetic import quantize_model, write_synthetic_model
+from engine.model.synthetic_spec import DIRECT_QUANTS, SyntheticSpec
 
 STREAMED_BYTES = 64 * 1024 * 1024  # what the extra blocks must add up to, at least
 MIN_EXTRA_LAYERS, MAX_EXTRA_LAYERS = 2, 24

@@ -26,7 +26,8 @@ from typing import Any
 from engine.cancel import CancelToken
 from engine.child_process import run_in_child
 from engine.errors import ShardChatError
-from engine.machine.hardware import HardwareInfo, probe_hardware
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import (
     GpuProfile,
     KernelPoint,

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.chat_records import Change, Conversation, StoredMessage
+from app.chat_schema import APPLICATION_ID, SCHEMA_VERSION
 from app.chat_store import (
-    APPLICATION_ID,
     CONVERSATION_CREATED,
     CONVERSATION_DELETED,
     CONVERSATION_RENAMED,
@@ -26,11 +27,7 @@ from app.chat_store import (
     MESSAGE_ADDED,
     MESSAGE_UPDATED,
     MESSAGES_TRUNCATED,
-    SCHEMA_VERSION,
-    Change,
     ChatStore,
-    Conversation,
-    StoredMessage,
 )
 from app.paths import app_paths
 from app.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID

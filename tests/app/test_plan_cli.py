@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.units import parse_size
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"

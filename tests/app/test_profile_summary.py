@@ -25,7 +25,9 @@ from app.profile_summary import (
     time_left_text,
 )
 from engine.machine.described_machines import load_described
-from engine.machine.hardware import NO_GPU_FOUND, GpuInfo, HardwareInfo, probe_hardware
+from engine.machine.gpu_probe import NO_GPU_FOUND
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import GpuInfo, HardwareInfo
 from engine.machine.profile import Profile
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"

@@ -26,17 +26,20 @@ from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams
 from engine.machine.described_machines import load_described
-from engine.machine.hardware import GpuInfo, probe_hardware
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Profile
 from engine.model.image_input import ImageFile
 from engine.model.inventory import read_inventory
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.execution import load_params_for
 from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.vision.projector import QWEN25_VL_7B
-from engine.vision.synthetic import write_shape_only_projector, write_synthetic_vlm
+from engine.vision.shape_only_projector import write_shape_only_projector
+from engine.vision.synthetic import write_synthetic_vlm
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=8)

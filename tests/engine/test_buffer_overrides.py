@@ -34,7 +34,8 @@ Q4_0_BYTES_PER_ELEMENT = 18 / 32  # a block of 32 weights: 16 bytes of nibbles +
 
 @pytest.fixture(scope="module")
 def q4_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+    from engine.model.synthetic import write_synthetic_model
+    from engine.model.synthetic_spec import SyntheticSpec
 
     spec = SyntheticSpec("llama", n_layer=2, n_embd=128, n_ff=256)
     return write_synthetic_model(tmp_path_factory.mktemp("overrides") / "q4.gguf", spec, "Q4_0")

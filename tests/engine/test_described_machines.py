@@ -9,16 +9,14 @@ from pathlib import Path
 import pytest
 
 from engine.errors import BadInputError
+from engine.machine.datasheets import DESCRIBED_MACHINES, LAPTOP_8GB, PCIE_LANE_GBPS
 from engine.machine.described_machines import (
-    DESCRIBED_MACHINES,
-    LAPTOP_8GB,
-    PCIE_LANE_GBPS,
     describe,
     described_names,
     load_described,
     write_described_files,
 )
-from engine.machine.hardware import HardwareInfo
+from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Device, KernelShape, Profile, ProfileMode
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.planning.cost_model import CostModel, Placement, Where

@@ -15,7 +15,7 @@ import pytest
 
 from engine.llama import ggml_devices, ggml_library
 from engine.llama.ggml_devices import DeviceType, device_memory, list_devices, probe_devices
-from engine.machine.hardware import probe_gpus
+from engine.machine.gpu_probe import probe_gpus
 
 cpu_build_only = pytest.mark.skipif(
     bool(llama_cpp.llama_supports_gpu_offload()),  # true only while a GPU device is visible

@@ -23,20 +23,11 @@ import pynvml
 import pytest
 
 from engine.llama.ggml_devices import DeviceType, GgmlDevice
-from engine.machine import hardware
-from engine.machine.hardware import (
-    NO_GPU_FOUND,
-    CpuInfo,
-    GpuInfo,
-    HardwareInfo,
-    MemoryInfo,
-    compact_system_info,
-    llama_build_id,
-    probe_cpu,
-    probe_gpus,
-    probe_hardware,
-    probe_memory,
-)
+from engine.machine import cpu_probe, gpu_probe, hardware
+from engine.machine.cpu_probe import probe_cpu, probe_memory
+from engine.machine.gpu_probe import NO_GPU_FOUND, probe_gpus
+from engine.machine.hardware import compact_system_info, llama_build_id, probe_hardware
+from engine.machine.hardware_info import CpuInfo, GpuInfo, HardwareInfo, MemoryInfo
 
 GIB = 1024**3
 MIB = 1024**2
@@ -235,7 +226,7 @@ def test_real_cpu_flags_match_proc_cpuinfo() -> None:
     flags = set(probe_cpu().flags)
     for flag in ("avx", "avx2", "avx512f", "avx512_vnni", "avx_vnni", "fma", "f16c", "bmi2"):
         assert (flag in flags) == (flag in listed), flag
-    assert flags <= set(hardware._RELEVANT_CPU_FLAGS.values())
+    assert flags <= set(cpu_probe._RELEVANT_CPU_FLAGS.values())
 
 
 def test_real_gpu_probe_never_raises_and_explains_missing_gpu() -> None:
@@ -502,7 +493,7 @@ def test_ggml_failure_and_nvml_failure_both_explain_the_missing_gpu() -> None:
     ],
 )
 def test_pci_addresses_of_nvml_and_ggml_compare_equal(bus_id: Any, address: Any) -> None:
-    assert hardware.pci_address(bus_id) == address
+    assert gpu_probe.pci_address(bus_id) == address
 
 
 def test_gpu_stored_before_backends_were_probed_loads_as_cuda() -> None:
@@ -636,4 +627,4 @@ def test_compact_system_info_keeps_backends_and_enabled_features() -> None:
 
 def test_relevant_cpu_flags_from_arm_features_line() -> None:
     features = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics asimddp sve i8mm"
-    assert hardware.relevant_cpu_flags(features) == ("dotprod", "i8mm", "neon", "sve")
+    assert cpu_probe.relevant_cpu_flags(features) == ("dotprod", "i8mm", "neon", "sve")

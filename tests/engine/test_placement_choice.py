@@ -16,8 +16,10 @@ from engine.llama.load_params import LoadParams, make_llama_kwargs
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
-from engine.planning.llama_placements import layer_keys, layer_offload_baseline, vram_account_of
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
+from engine.planning.llama_costing import layer_keys, vram_account_of
+from engine.planning.llama_placements import layer_offload_baseline
 from engine.planning.placement_choice import (
     AUTO,
     CPU_ONLY,

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import SubLayerKind, read_inventory
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.llama_placements import layer_offload_baseline
 from engine.planning.plan import (
     EXECUTABLE_FAMILIES,

@@ -9,7 +9,8 @@ import pytest
 
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
-from engine.machine.hardware import GpuInfo, probe_hardware
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Device, KernelShape, Profile, ProfileMode
 from engine.profiling.profiler import ProfileProgress, Profiler, plan_for, thread_ladder
 

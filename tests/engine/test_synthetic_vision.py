@@ -15,7 +15,9 @@ from llama_cpp import mtmd_cpp
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams
 from engine.model.inventory import read_inventory
-from engine.model.synthetic import SyntheticSpec, mrope_sections, write_synthetic_model
+from engine.model.synthetic import write_synthetic_model
+from engine.model.synthetic_metadata import mrope_sections
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.synthetic import (
     ProjectorSpec,

@@ -27,7 +27,7 @@ from engine.generation.stream import StreamRequest
 from engine.llama.load_params import LoadParams
 from engine.model.chat_template import MEDIA_MARKER
 from engine.model.image_input import ImageFile, RgbImage, decode_image
-from engine.model.synthetic import SyntheticSpec
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.options import VisionOptions

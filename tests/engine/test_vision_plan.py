@@ -22,7 +22,8 @@ from engine.errors import ModelFileError
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
-from engine.model.synthetic import SyntheticSpec, write_shape_only_model
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.planning.vram_account import margin_bytes
@@ -32,7 +33,7 @@ from engine.vision.options import NO_TOKEN_LIMIT
 from engine.vision.plan import plan_vision
 from engine.vision.plan_choice import ResidentSet
 from engine.vision.projector import QWEN25_VL_7B, ProjectorFacts, Resolution, projector_facts
-from engine.vision.synthetic import write_shape_only_projector
+from engine.vision.shape_only_projector import write_shape_only_projector
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")

@@ -21,7 +21,8 @@ from engine.llama.buffer_overrides import buffer_types
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
-from engine.model.synthetic import SyntheticSpec, write_synthetic_model
+from engine.model.synthetic import write_synthetic_model
+from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.vram_account import margin_floor_for
 
 LAVAPIPE_NAME = "llvmpipe (lavapipe, described laptop speeds)"

@@ -18,7 +18,9 @@ from app.events import FINAL_EVENTS, PlanChanged, ReplyFinished
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.device_buffers import DeviceBuffers, llama_log_lines, parse_buffer_lines
-from engine.machine.hardware import GpuInfo, probe_gpus, probe_hardware
+from engine.machine.gpu_probe import probe_gpus
+from engine.machine.hardware import probe_hardware
+from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.execution import load_params_for

@@ -17,7 +17,8 @@ import pytest
 
 from engine.llama.ggml_devices import DeviceType, device_memory, list_devices
 from engine.llama.ggml_library import is_library_file
-from engine.machine.hardware import probe_gpus, probe_hardware
+from engine.machine.gpu_probe import probe_gpus
+from engine.machine.hardware import probe_hardware
 
 
 def has_vulkan_backend() -> bool:

@@ -12,7 +12,8 @@ from PySide6.QtGui import QColor, QImage
 from app.chat_store import ChatStore, default_store_path
 from app.model_library import ModelLibrary
 from engine.generation.sampling import GREEDY
-from engine.machine.described_machines import DESCRIBED_MACHINES, described_hardware
+from engine.machine.datasheets import DESCRIBED_MACHINES
+from engine.machine.described_machines import described_hardware
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
 from engine.vision.synthetic import write_synthetic_vlm

@@ -17,7 +17,8 @@ import engine.planning.execution as plan_execution
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
-from engine.machine.described_machines import DESCRIBED_MACHINES, described_hardware, load_described
+from engine.machine.datasheets import DESCRIBED_MACHINES
+from engine.machine.described_machines import described_hardware, load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice

@@ -1,0 +1,163 @@
+"""The chat history's SQLite file: its tables, their migrations, and how it is opened.
+
+WAL with `synchronous=NORMAL`: a commit is then an append to the WAL file
+without an fsync, cheap enough to call every half second while streaming, and
+a crash of the app never loses a committed transaction (a power cut may lose
+the last few, never corrupt the file). The message text is indexed for search
+by an FTS5 trigram index where this SQLite has one (see app.chat_store).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+from app.sqlite_file import StoreIdentity, connect_with
+from app.sqlite_migrations import apply_migrations
+
+log = logging.getLogger(__name__)
+
+STORE_FILE_NAME = "chats.sqlite3"
+APPLICATION_ID = 0x53684374  # "ShCt": ShardChat's chat history (profiles use "ShCh")
+SCHEMA_VERSION = 2  # PRAGMA user_version after the last migration below
+MIGRATIONS_TABLE = "_migrations"
+
+CONVERSATION_COLUMNS = (
+    "id",
+    "title",
+    "system_prompt",
+    "settings_json",
+    "created_at",
+    "updated_at",
+)
+MESSAGE_COLUMNS = (
+    "id",
+    "conversation_id",
+    "position",
+    "role",
+    "content",
+    "stats_json",
+    "complete",
+    "created_at",
+)
+CONVERSATION_SELECT = f"SELECT {', '.join(CONVERSATION_COLUMNS)} FROM conversations"
+MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
+NEWEST_FIRST = " ORDER BY updated_at DESC, id DESC"
+CHAT_STORE_IDENTITY = StoreIdentity(
+    "chat history",
+    APPLICATION_ID,
+    (("conversations", CONVERSATION_COLUMNS), ("messages", MESSAGE_COLUMNS)),
+    MIGRATIONS_TABLE,
+)
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+
+def m001_chats(conn: sqlite3.Connection) -> None:
+    """Conversations, their messages, the search index if possible, and our marks on the file."""
+    conn.execute(
+        "CREATE TABLE conversations ("
+        " id INTEGER PRIMARY KEY,"
+        " title TEXT NOT NULL,"
+        " system_prompt TEXT NOT NULL DEFAULT '',"
+        " settings_json TEXT NOT NULL DEFAULT '{}',"
+        " created_at TEXT NOT NULL,"
+        " updated_at TEXT NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TABLE messages ("
+        " id INTEGER PRIMARY KEY,"
+        " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+        " position INTEGER NOT NULL,"
+        " role TEXT NOT NULL CHECK(role IN ('system','user','assistant')),"
+        " content TEXT NOT NULL,"
+        " stats_json TEXT,"
+        " complete INTEGER NOT NULL DEFAULT 1,"
+        " created_at TEXT NOT NULL,"
+        " UNIQUE(conversation_id, position))"
+    )
+    conn.execute("CREATE INDEX messages_by_position ON messages (conversation_id, position)")
+    _create_search_index(conn)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+
+
+def _create_search_index(conn: sqlite3.Connection) -> None:
+    """An FTS5 trigram index of message text, if this SQLite has one; search scans otherwise.
+
+    External content (the text lives once, in `messages`); the triggers keep
+    the index in step with every insert, update and delete, cascades included.
+    """
+    try:
+        conn.execute(
+            "CREATE VIRTUAL TABLE messages_fts USING fts5("
+            "content, content='messages', content_rowid='id', tokenize='trigram')"
+        )
+    except sqlite3.OperationalError as exc:  # no fts5 module, or no trigram tokenizer
+        log.info("chat search will scan messages: no FTS5 trigram index (%s)", exc)
+        return
+    insert = "INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);"
+    delete = (
+        "INSERT INTO messages_fts (messages_fts, rowid, content)"
+        " VALUES ('delete', old.id, old.content);"
+    )
+    conn.execute(f"CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN {insert} END")
+    conn.execute(f"CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN {delete} END")
+    conn.execute(
+        "CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages"
+        f" BEGIN {delete} {insert} END"
+    )
+
+
+def m002_message_images(conn: sqlite3.Connection) -> None:
+    """Images attached to user messages, as the encoded bytes the person gave (PNG)."""
+    conn.execute(
+        "CREATE TABLE message_images ("
+        " message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,"
+        " position INTEGER NOT NULL,"
+        " name TEXT NOT NULL,"
+        " data BLOB NOT NULL,"
+        " PRIMARY KEY (message_id, position))"
+    )
+    conn.execute("PRAGMA user_version = 2")
+
+
+MIGRATIONS = (m001_chats, m002_message_images)
+
+
+# -- opening, inspecting, recovering -----------------------------------------------------------
+
+
+def connect_chat_store(path: Path) -> sqlite3.Connection:
+    """Open read-write in WAL mode, apply pending migrations; autocommit between transactions."""
+    conn = connect_with(path, CHAT_STORE_IDENTITY, _set_up)
+    _warn_if_newer(conn, path)
+    return conn
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
+    conn.execute(CONVERSATION_SELECT + " LIMIT 0")
+    conn.execute(MESSAGE_SELECT + " LIMIT 0")
+
+
+def _warn_if_newer(conn: sqlite3.Connection, path: Path) -> None:
+    """A newer ShardChat's file is still used (its tables checked out), but say so."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        log.warning(
+            "chat history %s has schema version %d; this ShardChat knows up to %d",
+            path,
+            version,
+            SCHEMA_VERSION,
+        )
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+    return row is not None

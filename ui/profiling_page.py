@@ -1,0 +1,227 @@
+"""The wizard's measuring page: a profiling job on its own thread, its progress as it comes.
+
+A bridge turns the job's reports into queued signals, so the page updates on
+the GUI thread and the window stays responsive for the minute a fast profile
+takes. Cancelling, going back, or closing the wizard stops the job and
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWizardPage,
+)
+
+from app.profile_summary import (
+    format_duration,
+    time_left_text,
+)
+from app.profiling_job import (
+    ProfilingCancelled,
+    ProfilingEvent,
+    ProfilingFailed,
+    ProfilingJob,
+    ProfilingSaved,
+)
+from engine.machine.hardware_info import HardwareInfo
+from engine.machine.profile import Profile, ProfileMode
+
+if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
+    from engine.profiling.profiler import ProfileProgress
+
+log = logging.getLogger(__name__)
+
+STOP_WAIT_S = 5.0  # a cancel kills the child at its next 50 ms poll; this is ample
+CLOCK_INTERVAL_MS = 250
+
+
+class ProfilingBridge(QObject):
+    """Callable from the job's thread; re-emits each report as a signal queued to the GUI."""
+
+    progress = Signal(object)  # engine.profiling.profiler.ProfileProgress
+    saved = Signal(object)  # ProfilingSaved
+    cancelled = Signal()
+    failed = Signal(str)  # one line for the user
+
+    def __call__(self, event: ProfilingEvent) -> None:
+        if isinstance(event, ProfilingSaved):
+            self.saved.emit(event)
+        elif isinstance(event, ProfilingCancelled):
+            self.cancelled.emit()
+        elif isinstance(event, ProfilingFailed):
+            self.failed.emit(event.message)
+        else:
+            self.progress.emit(event)
+
+
+class ProfilingPage(QWizardPage):
+    """Runs the job: progress, current step, elapsed and ETA; cancel, retry."""
+
+    def __init__(self, mode: ProfileMode, hardware: HardwareInfo, store_path: Path | None) -> None:
+        super().__init__()
+        self.setTitle("Measuring this machine")
+        self.setSubTitle(
+            f"A {mode.value} profile. The window stays usable; you can cancel at any time."
+        )
+        self.profile: Profile | None = None
+        self.job: ProfilingJob | None = None
+        self._mode, self._hardware, self._store_path = mode, hardware, store_path
+        self._bridge: ProfilingBridge | None = None
+        self._started_at = 0.0
+        self._eta: tuple[float, float] | None = None  # (seconds left, when that was said)
+        self._build_widgets()
+        self._clock = QTimer(self)
+        self._clock.setInterval(CLOCK_INTERVAL_MS)
+        self._clock.timeout.connect(self._show_time)
+
+    def _build_widgets(self) -> None:
+        self.bar = QProgressBar()
+        self.bar.setAccessibleName("Profiling progress")
+        self.step_label = QLabel("Not started")
+        self.step_label.setAccessibleName("Current step")
+        self.time_label = QLabel()
+        self.time_label.setAccessibleName("Elapsed and time left")
+        self.status_label = QLabel()
+        self.status_label.setWordWrap(True)
+        self.status_label.setAccessibleName("Profiling status")
+        self.cancel_button = QPushButton("Cancel profiling")
+        self.cancel_button.setAccessibleName("Cancel profiling")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.retry_button = QPushButton("Profile again")
+        self.retry_button.setAccessibleName("Profile again")
+        self.retry_button.clicked.connect(self.start)
+        self.retry_button.hide()
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.retry_button)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        for widget in (self.bar, self.step_label, self.time_label, self.status_label):
+            layout.addWidget(widget)
+        layout.addLayout(buttons)
+        layout.addStretch(1)
+
+    # -- QWizardPage ------------------------------------------------------------------------
+
+    def initializePage(self) -> None:
+        if self.profile is None and not self.is_running:
+            self.start()
+
+    def cleanupPage(self) -> None:
+        """Back to the hardware page: a run in progress is cancelled, not left behind."""
+        self.stop_job()
+
+    def isComplete(self) -> bool:
+        return self.profile is not None
+
+    # -- the job ----------------------------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        return self.job is not None and self.job.is_running
+
+    def start(self) -> None:
+        """Start a fresh job; events of an earlier one that are still queued are ignored."""
+        self._bridge = self._connected_bridge()
+        self.job = ProfilingJob(self._bridge, self._mode, self._hardware, self._store_path)
+        self._started_at, self._eta = time.monotonic(), None
+        self.bar.setRange(0, 0)  # busy until the first step reports
+        self.step_label.setText("Starting…")
+        self.status_label.clear()
+        self.cancel_button.setEnabled(True)
+        self.retry_button.hide()
+        self.job.start()
+        self._clock.start()
+        self._show_time()
+
+    def cancel(self) -> None:
+        if self.job is not None and self.job.is_running:  # is_running, narrowed for the checker
+            self.job.cancel()
+            self.cancel_button.setEnabled(False)
+            self.step_label.setText("Cancelling…")
+
+    def stop_job(self) -> None:
+        """Cancel and wait for the thread to end; the child process dies with the cancel."""
+        if self.job is None:
+            return
+        self.cancel()
+        if not self.job.wait(STOP_WAIT_S):
+            log.warning("the profiling thread did not end within %.0f s", STOP_WAIT_S)
+
+    def _connected_bridge(self) -> ProfilingBridge:
+        bridge = ProfilingBridge(self)
+        bridge.progress.connect(self._show_progress)
+        bridge.saved.connect(self._show_saved)
+        bridge.cancelled.connect(self._show_cancelled)
+        bridge.failed.connect(self._show_failed)
+        return bridge
+
+    def _from_current_job(self) -> bool:
+        return self.sender() is self._bridge
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def _show_progress(self, progress: ProfileProgress) -> None:
+        if not self._from_current_job():
+            return
+        self.bar.setRange(0, progress.total)
+        self.bar.setValue(progress.step)
+        if progress.step < progress.total:
+            shown = f"Measuring {progress.label} (step {progress.step + 1} of {progress.total})"
+            self.step_label.setText(shown)
+        self._eta = (progress.eta_s, time.monotonic()) if progress.eta_s is not None else None
+        self._show_time()
+
+    def _show_time(self) -> None:
+        now = time.monotonic()
+        left = None if self._eta is None else self._eta[0] - (now - self._eta[1])
+        elapsed = format_duration(now - self._started_at)
+        self.time_label.setText(f"{elapsed} elapsed, {time_left_text(left)}")
+
+    def _show_saved(self, outcome: ProfilingSaved) -> None:
+        if not self._from_current_job():
+            return
+        self._finish_run()
+        self.profile = outcome.profile
+        self.bar.setValue(self.bar.maximum())
+        self.step_label.setText(f"Done: all {self.bar.maximum()} steps measured")
+        took = format_duration(outcome.profile.duration_s)
+        self.time_label.setText(f"took {took}")
+        self.status_label.setText("The profile is stored. Press Next to see the figures.")
+        self.completeChanged.emit()
+
+    def _show_cancelled(self) -> None:
+        if not self._from_current_job():
+            return
+        self._finish_run()
+        self.step_label.setText("Cancelled")
+        self.status_label.setText(
+            "Profiling was cancelled and nothing was stored. Profile again, or Skip and run "
+            "it later from the menu."
+        )
+        self.retry_button.show()
+
+    def _show_failed(self, message: str) -> None:
+        if not self._from_current_job():
+            return
+        self._finish_run()
+        self.step_label.setText("Failed")
+        self.status_label.setText(f"{message}\nProfile again, or Skip and run it later.")
+        self.retry_button.show()
+
+    def _finish_run(self) -> None:
+        self._clock.stop()
+        self.cancel_button.setEnabled(False)
+        if self.bar.maximum() == 0:
+            self.bar.setRange(0, 1)
