@@ -33,6 +33,7 @@ from engine.model.chat_template import ChatMessage
 from engine.planning.parallelism import choose_parallelism
 from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
+from engine.runtime.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,8 @@ class SummaryJob:
         with BatchGenerator(
             self.model, self._parallel_choice[0], self.settings.n_ctx_per_sequence, plan=self._plan
         ) as engine:
+            if self._plan is not None and self._profile is not None:  # each step beside the plan
+                StepLog(self.model, self._plan, self._profile).attach(engine.scheduler)
             while not self._cancel.cancelled:
                 stats = engine.run(
                     self._requests(queue, job_id), self._on_result(job_id), self._cancel,

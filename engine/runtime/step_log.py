@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from engine.generation.decode_step import DecodeStep
+from engine.generation.scheduler import Scheduler
 from engine.machine.profile import Profile
 from engine.planning.cost_model import CostModel
 from engine.planning.execution import executable_plan, placement_for
@@ -43,15 +44,19 @@ class StepLog:
         self._cost = CostModel(profile)
         self.records: deque[StepRecord] = deque(maxlen=keep)
         self._placements = {f: placement_for(plan, f) for f in PlanFamily}
+        self._scheduler: Scheduler | None = None
 
-    def attach(self) -> StepLog:
-        """Watch the steps of the model's scheduler (the chat and vision turns)."""
-        self._model.scheduler.observers.append(self.record)
+    def attach(self, scheduler: Scheduler | None = None) -> StepLog:
+        """Watch the steps of a scheduler: the model's own (chat and vision turns) unless
+        another is given (a batch job's, on its own context of the same model)."""
+        self._scheduler = scheduler or self._model.scheduler
+        self._scheduler.observers.append(self.record)
         return self
 
     def detach(self) -> None:
-        if self.record in self._model.scheduler.observers:
-            self._model.scheduler.observers.remove(self.record)
+        if self._scheduler is not None and self.record in self._scheduler.observers:
+            self._scheduler.observers.remove(self.record)
+        self._scheduler = None
 
     def use_plan(self, plan: Plan) -> None:
         """The budget changed without moving any weight: predict with the new plan."""
