@@ -96,6 +96,9 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         "op_offload": params.op_offload,
         "seed": params.seed,
         "main_gpu": params.main_gpu,
+        # llama-cpp-python's default, said here because batch contexts copy it (one
+        # attention setting for every context: the same prompt gives the same tokens)
+        "flash_attn": False,
         # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at
         # /dev/null while loading, silencing every thread of the process; its
         # own Python-level chatter is captured by the runtime instead.

@@ -34,7 +34,7 @@ def inventory(make_synthetic) -> ModelInventory:
 
 
 def shipped_file(name: str):
-    return files("engine") / "described" / f"{name}.json"
+    return files("engine.machine") / "described" / f"{name}.json"
 
 
 def test_the_three_machines_are_described() -> None:

@@ -22,9 +22,14 @@ from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.execution import load_params_for
 from engine.planning.llama_costing import FIT_MARGIN_BYTES, vram_account_of
-from engine.planning.llama_fit import FitLayers, fit_baseline, fit_keys, fit_layers
-from engine.planning.llama_placements import (
+from engine.planning.llama_fit import (
+    FitLayers,
     _false_position_step,
+    fit_baseline,
+    fit_keys,
+    fit_layers,
+)
+from engine.planning.llama_placements import (
     layer_offload_baseline,
     llama_cpp_baselines,
     n_cpu_moe_baseline,

