@@ -47,14 +47,3 @@ class SamplingSettings:
 
 
 GREEDY = SamplingSettings(temperature=0.0)
-
-
-def make_generate_kwargs(settings: SamplingSettings) -> dict[str, Any]:
-    """Translate our settings into llama-cpp-python's `Llama.generate` keyword arguments."""
-    return {
-        "temp": settings.temperature,
-        "top_p": settings.top_p,
-        "top_k": settings.top_k,
-        "min_p": settings.min_p,
-        "repeat_penalty": settings.repeat_penalty,
-    }

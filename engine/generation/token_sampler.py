@@ -1,12 +1,13 @@
 """Choosing each sequence's next token: llama.cpp's sampler chain, one per sequence.
 
-The text chat samples through llama-cpp-python's `Llama.generate`, which builds
-llama.cpp's sampler chain from the same settings; vision turns and batch jobs
-read the logits of their own sequences, so they build the chain here, in the
-same order - repeat penalty (over the last 64 sampled tokens), then greedy at
-temperature 0, else top-k, typical (off), top-p, min-p, temperature and a draw
-seeded like the model's context. The same settings therefore sample alike
-whether or not an image joined the conversation or a document is summarised.
+Every stream the scheduler runs (a chat turn, a vision turn, a document of a
+batch job) draws its tokens through one of these, built from its
+`SamplingSettings` in llama-cpp-python's order (so a user of plain
+llama-cpp-python gets the same draws) - repeat penalty (over the last 64
+sampled tokens), then greedy at temperature 0, else top-k, typical (off),
+top-p, min-p, temperature and a draw seeded like the model's context. The
+same settings therefore sample alike whether or not an image joined the
+conversation or a document is summarised.
 
 A chain keeps state (the penalty's recent tokens, the random stream), so each
 sequence gets its own and frees it when it ends.
