@@ -7,6 +7,7 @@ what llama.cpp was asked to do.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -16,6 +17,7 @@ import llama_cpp
 import psutil
 
 from engine.known_fields import known_fields
+from engine.llama.ggml_library import has_gpu_backend
 
 DEFAULT_N_CTX = 4096
 CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this
@@ -96,9 +98,9 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         "op_offload": params.op_offload,
         "seed": params.seed,
         "main_gpu": params.main_gpu,
-        # llama-cpp-python's default, said here because batch contexts copy it (one
-        # attention setting for every context: the same prompt gives the same tokens)
-        "flash_attn": False,
+        # every context of the model (batch contexts copy it) attends the same way, so the
+        # same prompt gives the same tokens in a chat turn and in a batch job
+        "flash_attn": flash_attention(),
         # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at
         # /dev/null while loading, silencing every thread of the process; its
         # own Python-level chatter is captured by the runtime instead.
@@ -109,3 +111,17 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         # that one device, or none for -1; the default layer split spreads over every GPU
         kwargs["split_mode"] = llama_cpp.LLAMA_SPLIT_MODE_NONE
     return kwargs
+
+
+@functools.cache
+def flash_attention() -> bool:
+    """Flash attention on a CPU-only build; off where a GPU backend may place the compute.
+
+    Measured here (default model, 2 cores, a 459-token prompt): flash attention
+    evaluates the prompt 16% faster and decodes 5% faster, and batch jobs gain
+    more (16 sequences decode 1.4x one, against 1.0x without). On a GPU it also
+    changes the device compute buffer, which the VRAM account (calibrated
+    against llama.cpp's own allocations) does not model yet, so GPU builds keep
+    llama-cpp-python's default, off.
+    """
+    return not has_gpu_backend()
