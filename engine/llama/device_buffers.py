@@ -169,6 +169,10 @@ def _context_params(params: LoadParams, kwargs: dict[str, Any]) -> Any:
     context.n_batch = params.n_batch
     context.n_ubatch = min(params.n_ubatch, params.n_batch)
     context.n_seq_max = 1
-    context.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as Llama() loads
+    context.flash_attn_type = (  # as Llama() loads with make_llama_kwargs' flash_attn
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if kwargs["flash_attn"]
+        else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     context.op_offload = params.op_offload
     return context
