@@ -13,16 +13,16 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from app.arg_types import non_negative_float, positive_int, probability, size
-from app.ask_image_command import add_ask_image_command
-from app.chat_command import run_chat
-from app.gui_command import add_gui_command
-from app.info_command import run_info
+from app.commands.arg_types import non_negative_float, positive_int, probability, size
+from app.commands.ask_image_command import add_ask_image_command
+from app.commands.chat_command import run_chat
+from app.commands.gui_command import add_gui_command
+from app.commands.info_command import run_info
+from app.commands.plan_command import add_plan_command
+from app.commands.profile_command import add_profile_command
+from app.commands.summarize_command import add_summarize_command
 from app.logging_setup import configure_logging
-from app.plan_command import add_plan_command
-from app.profile_command import add_profile_command
 from app.selftest import run_selftest
-from app.summarize_command import add_summarize_command
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)

@@ -86,7 +86,8 @@ class ReplyFinished:
 
 @dataclass(frozen=True)
 class JobProgressed:
-    """A summarisation job moved on (app.summary_job.JobProgress, with the file just finished)."""
+    """A summarisation job moved on (app.summaries.summary_job.JobProgress, with the file just
+    finished)."""
 
     request_id: int
     progress: Any
@@ -94,7 +95,7 @@ class JobProgressed:
 
 @dataclass(frozen=True)
 class JobFinished:
-    """A summarisation job ended, done or cancelled (app.summary_job.JobOutcome)."""
+    """A summarisation job ended, done or cancelled (app.summaries.summary_job.JobOutcome)."""
 
     request_id: int
     outcome: Any

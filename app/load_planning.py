@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from app.auto_budget import AutoBudget, first_gpu
-from app.profile_store import ProfileStore
+from app.stores.profile_store import ProfileStore
 from app.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
 from engine.llama.load_params import LoadParams

@@ -5,10 +5,10 @@ big external disk) and expect, as in LM Studio or Jan, to import a file once
 and pick it again later. The list only points at files; it never copies
 them, and removing an entry leaves the file on disk unless the caller asks.
 
-Why SQLite: like `app.chat_store` and `app.profile_store`, each change is one
+Why SQLite: like `app.stores.chat_store` and `app.stores.profile_store`, each change is one
 short transaction in `models.sqlite3` in the data folder, upgraded in place by
 numbered migrations, and a damaged or foreign file is moved aside, never
-written to or deleted (see `app.sqlite_file`).
+written to or deleted (see `app.stores.sqlite_file`).
 
 The embedded default model is always listed first as a built-in entry. It is
 not stored (its path moves with the Python environment) and cannot be
@@ -39,8 +39,8 @@ from typing import Any
 
 from app.model_summary import kind_label
 from app.paths import app_paths
-from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
-from app.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction
+from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError, ModelFileError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory

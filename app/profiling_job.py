@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
-from app.profile_store import ProfileSaved, ProfileStore
+from app.stores.profile_store import ProfileSaved, ProfileStore
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
 from engine.errors import ShardChatError

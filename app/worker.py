@@ -32,10 +32,10 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
-from app.job_store import JobStore
 from app.load_planning import LoadRequest, PlannedLoad
 from app.resident_model import ResidentModel
-from app.summary_job import SummaryJob, SummarySettings
+from app.stores.job_store import JobStore
+from app.summaries.summary_job import SummaryJob, SummarySettings
 from engine.cancel import CancelToken
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.profile_store import ProfileStore
+from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile, ProfileMode
 from engine.model.default_model import default_model_path

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from app.plan_command import load_profile_for_planning
+from app.commands.plan_command import load_profile_for_planning
 from engine.cancel import CancelToken
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams, make_llama_kwargs

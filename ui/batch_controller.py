@@ -18,7 +18,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.batch_view import (
+from app.events import JobFinished, JobProgressed, RequestFailed
+from app.summaries.batch_view import (
     BatchView,
     cancelled,
     dropped_folder,
@@ -32,9 +33,8 @@ from app.batch_view import (
     with_output_folder,
     with_progress,
 )
-from app.document_scan import scan_folder
-from app.events import JobFinished, JobProgressed, RequestFailed
-from app.summary_job import SummarySettings
+from app.summaries.document_scan import scan_folder
+from app.summaries.summary_job import SummarySettings
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from ui.batch_panel import BatchPanel

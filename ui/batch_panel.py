@@ -1,6 +1,6 @@
 """The batch panel: summarise a folder beside the chat, and watch it go file by file.
 
-It renders an `app.batch_view.BatchView` and reports what the person asks for
+It renders an `app.summaries.batch_view.BatchView` and reports what the person asks for
 (a folder chosen or dropped, an output folder, Summarise, Pause, Resume,
 Cancel); `ui.batch_controller` decides what that does and hands back the next
 view. Only opening files (the output folder, a finished summary) happens
@@ -32,7 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.batch_view import (
+from app.stores.job_store import FileRecord
+from app.summaries.batch_view import (
     FAILED_STATE,
     FAIRNESS,
     BatchView,
@@ -40,7 +41,6 @@ from app.batch_view import (
     shown_output_folder,
     summary_file,
 )
-from app.job_store import FileRecord
 from ui.model_drop import GgufDropFilter
 
 COLUMNS = ("File", "Status", "Tokens", "Seconds", "Note")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QListWidgetItem
 
-from app.chat_records import StoredMessage
-from app.chat_store import ChatStore
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
+from app.stores.chat_records import StoredMessage
+from app.stores.chat_store import ChatStore
 from app.units import format_bytes
 from app.worker import EngineWorker
 from engine.errors import BadInputError

@@ -11,9 +11,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
-from app.chat_store import ChatStore
 from app.load_planning import LoadRequest, stored_profile
 from app.model_library import ModelLibrary
+from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.chat_records import Change, Conversation, StoredMessage
-from app.chat_schema import APPLICATION_ID, SCHEMA_VERSION
-from app.chat_store import (
+from app.paths import app_paths
+from app.stores.chat_records import Change, Conversation, StoredMessage
+from app.stores.chat_schema import APPLICATION_ID, SCHEMA_VERSION
+from app.stores.chat_store import (
     CONVERSATION_CREATED,
     CONVERSATION_DELETED,
     CONVERSATION_RENAMED,
@@ -29,9 +30,8 @@ from app.chat_store import (
     MESSAGES_TRUNCATED,
     ChatStore,
 )
-from app.paths import app_paths
-from app.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID
-from app.profile_store import ProfileStore
+from app.stores.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID
+from app.stores.profile_store import ProfileStore
 from engine.errors import BadInputError
 from engine.generation.stats import FinishReason, GenerationStats
 from engine.model.chat_template import ChatMessage
@@ -204,7 +204,7 @@ def test_order_follows_actions_even_when_the_clock_stands_still(
         def now(cls, tz: tzinfo | None = None) -> StoppedClock:  # type: ignore[override]
             return cls.fromtimestamp(frozen.timestamp(), tz)
 
-    monkeypatch.setattr("app.chat_store.datetime", StoppedClock)
+    monkeypatch.setattr("app.stores.chat_store.datetime", StoppedClock)
     first, second = new_chat(store, "first"), new_chat(store, "second")
     store.add_message(first, "user", "bump")
     assert [c.id for c in store.conversations()] == [first, second]
@@ -407,7 +407,7 @@ def test_a_killed_process_loses_only_the_unsaved_part_of_the_reply(tmp_path: Pat
     script = f"""
 import os
 from pathlib import Path
-from app.chat_store import ChatStore
+from app.stores.chat_store import ChatStore
 store = ChatStore(Path({str(path)!r}))
 cid = store.create_conversation("killed").conversation_id
 store.add_message(cid, "user", "Write a poem")
@@ -489,7 +489,7 @@ def test_a_corrupt_or_foreign_file_is_moved_aside_and_a_fresh_store_starts(
     path = tmp_path / "chats.sqlite3"
     CORRUPT[case](path)
     original = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="app.chat_store"):
+    with caplog.at_level(logging.WARNING, logger="app.stores.chat_store"):
         store = ChatStore(path)
     with store:
         aside = store.recovered_from
@@ -534,7 +534,7 @@ def test_a_hand_edited_settings_row_reads_as_empty_with_a_warning(
     conn.execute("UPDATE conversations SET settings_json = '{broken' WHERE id = ?", (cid,))
     conn.commit()
     conn.close()
-    with caplog.at_level(logging.WARNING, logger="app.chat_store"):
+    with caplog.at_level(logging.WARNING, logger="app.stores.chat_store"):
         assert store.conversation(cid).settings == {}
     assert f"settings of conversation {cid}" in caplog.text
 

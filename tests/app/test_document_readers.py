@@ -18,7 +18,7 @@ from pathlib import Path
 import docx
 import pytest
 
-from app.document_readers import (
+from app.summaries.document_readers import (
     DEFAULT_MAX_BYTES,
     Document,
     UnreadableDocument,

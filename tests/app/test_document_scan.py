@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.document_scan import (
+from app.summaries.document_scan import (
     FolderScan,
     Skipped,
     check_output_folder,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.job_store import DONE, FAILED, PENDING, FileRecord, JobStore
+from app.stores.job_store import DONE, FAILED, PENDING, FileRecord, JobStore
 
 
 def test_the_same_request_resumes_the_unfinished_job(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.profile_store import ProfileStore
+from app.stores.profile_store import ProfileStore
 from engine.llama.ggml_devices import CHILD_LABEL
 from engine.machine.hardware import probe_hardware
 

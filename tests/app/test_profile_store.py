@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from app.paths import app_paths
-from app.profile_store import (
+from app.stores.profile_store import (
     APPLICATION_ID,
     MAX_PROFILE_BYTES,
     MIGRATIONS,
     SCHEMA_VERSION,
     ProfileStore,
 )
-from app.sqlite_migrations import applied_migrations, apply_migrations
+from app.stores.sqlite_migrations import applied_migrations, apply_migrations
 from engine.errors import BadInputError
 from engine.machine.profile import (
     AttentionPoint,
@@ -378,7 +378,7 @@ def test_a_corrupt_or_foreign_file_is_moved_aside_and_a_fresh_store_starts(
     path = tmp_path / "profiles.sqlite3"
     CORRUPT[case](path)
     original = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="app.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="app.stores.profile_store"):
         store = ProfileStore(path)
     with store:
         aside = store.recovered_from
@@ -445,7 +445,7 @@ def test_a_row_with_broken_json_is_skipped_with_a_warning(
             (LAPTOP, BUILD, "2025-05-09T10:00:00.000000+00:00", '{"fingerprint": "trunc'),
         )
     conn.close()
-    with caplog.at_level(logging.WARNING, logger="app.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="app.stores.profile_store"):
         assert store.latest(LAPTOP) == good
         assert [s.fingerprint for s in store.list()] == [DESKTOP, LAPTOP]
     assert f"unreadable profile {cursor.lastrowid}" in caplog.text

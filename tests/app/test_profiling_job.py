@@ -9,7 +9,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.profile_store import ProfileStore
 from app.profiling_job import (
     ProfilingCancelled,
     ProfilingFailed,
@@ -17,6 +16,7 @@ from app.profiling_job import (
     ProfilingSaved,
     needs_profiling,
 )
+from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import ProfileMode
 

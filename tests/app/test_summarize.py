@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from docx import Document as DocxDocument
 
-from app.job_store import JobStore
-from app.summary_job import JobOutcome, SummaryJob, SummarySettings
+from app.stores.job_store import JobStore
+from app.summaries.summary_job import JobOutcome, SummaryJob, SummarySettings
 from engine.cancel import CancelToken
 from engine.machine.profile import Profile
 from engine.planning.parallelism import choose_parallelism

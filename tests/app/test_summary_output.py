@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.atomic_files import remove_leftovers, write_text_atomic
-from app.job_store import DONE, SKIPPED, FileRecord
-from app.summary_output import summary_path, write_reports, write_summary
+from app.stores.atomic_files import remove_leftovers, write_text_atomic
+from app.stores.job_store import DONE, SKIPPED, FileRecord
+from app.summaries.summary_output import summary_path, write_reports, write_summary
 
 
 def test_summaries_mirror_the_tree_and_keep_the_whole_name(tmp_path: Path) -> None:

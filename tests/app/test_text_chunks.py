@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.text_chunks import split_by_tokens
+from app.summaries.text_chunks import split_by_tokens
 
 
 def words(text: str) -> int:

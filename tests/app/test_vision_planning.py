@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from app.commands.plan_command import load_profile_for_planning
 from app.load_planning import LoadRequest
-from app.plan_command import load_profile_for_planning
 from app.vision_planning import planned_vision
 from engine.errors import BadInputError
 from engine.model.inventory import read_inventory

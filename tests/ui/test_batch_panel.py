@@ -23,7 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.batch_view import (
+from app.events import JobFinished, JobProgressed, ReplyFinished
+from app.stores.job_store import DONE, PENDING, SKIPPED, FileRecord
+from app.summaries.batch_view import (
     FAILED_STATE,
     FAIRNESS,
     FINISHED,
@@ -39,10 +41,8 @@ from app.batch_view import (
     with_outcome,
     with_progress,
 )
-from app.events import JobFinished, JobProgressed, ReplyFinished
-from app.job_store import DONE, PENDING, SKIPPED, FileRecord
-from app.summary_job import JobOutcome, JobProgress
-from app.summary_output import REPORT_MD, summary_path
+from app.summaries.summary_job import JobOutcome, JobProgress
+from app.summaries.summary_output import REPORT_MD, summary_path
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.chat_store import ChatStore
 from app.load_planning import PlannedLoad
+from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog, QWizard
 
-from app.profile_store import ProfileStore
+from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import ProfileMode
 from engine.model.default_model import default_model_path

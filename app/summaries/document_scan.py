@@ -1,7 +1,7 @@
 """Which files of a folder a summary job reads, which it skips and why, and where it writes.
 
 The scan only looks at the file system; whether a file holds text is
-`app.document_readers`' question. It follows symlinks (people link notes in
+`app.summaries.document_readers`' question. It follows symlinks (people link notes in
 from elsewhere) but enters each real folder once, so a link back to an
 ancestor is reported as a symlink loop instead of recursing forever, and a
 file reached twice (a link, a hard link) is read once. It never enters the

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.arg_types import positive_int, size
+from app.commands.arg_types import positive_int, size
 from app.load_planning import LoadRequest, stored_profile
 from app.model_library import projector_for
 from engine.errors import BadInputError

@@ -4,7 +4,7 @@ WAL with `synchronous=NORMAL`: a commit is then an append to the WAL file
 without an fsync, cheap enough to call every half second while streaming, and
 a crash of the app never loses a committed transaction (a power cut may lose
 the last few, never corrupt the file). The message text is indexed for search
-by an FTS5 trigram index where this SQLite has one (see app.chat_store).
+by an FTS5 trigram index where this SQLite has one (see app.stores.chat_store).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from app.sqlite_file import StoreIdentity, connect_with
-from app.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity, connect_with
+from app.stores.sqlite_migrations import apply_migrations
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import app_paths
-from app.sqlite_file import StoreIdentity, connect_with, open_store, transaction
-from app.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction
+from app.stores.sqlite_migrations import apply_migrations
 
 STORE_FILE_NAME = "jobs.sqlite3"
 APPLICATION_ID = 0x53684A62  # "ShJb": ShardChat's summarisation jobs

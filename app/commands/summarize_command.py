@@ -14,17 +14,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.arg_types import positive_int
-from app.document_scan import checked_folder
+from app.commands.arg_types import positive_int
 from app.load_planning import planned_load, stored_profile
-from app.summary_job import (
+from app.summaries.document_scan import checked_folder
+from app.summaries.summary_job import (
     DEFAULT_CONTEXT_PER_SEQUENCE,
     JobOutcome,
     JobProgress,
     SummaryJob,
     SummarySettings,
 )
-from app.summary_prompts import DEFAULT_MAX_WORDS
+from app.summaries.summary_prompts import DEFAULT_MAX_WORDS
 from engine.cancel import CancelToken
 from engine.model.default_model import default_model_path
 from engine.runtime.loaded_model import inspect_model, load_model

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.document_scan import FolderScan, default_output_folder
-from app.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord
-from app.summary_output import summary_path
+from app.stores.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord
+from app.summaries.document_scan import FolderScan, default_output_folder
+from app.summaries.summary_output import summary_path
 from engine.errors import BadInputError
 
-if TYPE_CHECKING:  # app.summary_job pulls in llama.cpp; the panel must not
-    from app.summary_job import JobOutcome, JobProgress
+if TYPE_CHECKING:  # app.summaries.summary_job pulls in llama.cpp; the panel must not
+    from app.summaries.summary_job import JobOutcome, JobProgress
 
 IDLE, RUNNING, PAUSED, FINISHED, FAILED_STATE = "idle", "running", "paused", "finished", "failed"
 FAIRNESS = "Chat replies go first: the batch pauses while a reply is written."

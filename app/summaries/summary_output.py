@@ -12,8 +12,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from app.atomic_files import write_text_atomic
-from app.job_store import FileRecord
+from app.stores.atomic_files import write_text_atomic
+from app.stores.job_store import FileRecord
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 

@@ -8,9 +8,9 @@ stored as an *incomplete* assistant message when it starts and updated as it
 streams; `discard_incomplete()` at start-up drops the empty ones and keeps
 the partial text of the others, marked complete.
 
-Why WAL: see app.chat_schema, which makes and opens the file.
+Why WAL: see app.stores.chat_schema, which makes and opens the file.
 
-Why so careful on open: exactly as `app.profile_store`, a damaged or foreign
+Why so careful on open: exactly as `app.stores.profile_store`, a damaged or foreign
 `chats.sqlite3` is never written to and never deleted. It is moved aside to
 `chats.sqlite3.corrupt-YYYYmmdd-HHMMSS` (with its -wal/-shm/-journal), a
 warning is logged, `recovered_from` says where it went, and a fresh store
@@ -47,7 +47,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from app.chat_records import (
+from app.paths import app_paths
+from app.stores.chat_records import (
     Change,
     Conversation,
     StoredMessage,
@@ -61,7 +62,7 @@ from app.chat_records import (
     message_from_row,
     no_conversation,
 )
-from app.chat_schema import (
+from app.stores.chat_schema import (
     CHAT_STORE_IDENTITY,
     CONVERSATION_SELECT,
     MESSAGE_SELECT,
@@ -70,8 +71,7 @@ from app.chat_schema import (
     connect_chat_store,
     has_table,
 )
-from app.paths import app_paths
-from app.sqlite_file import open_store, transaction
+from app.stores.sqlite_file import open_store, transaction
 from engine.errors import BadInputError
 from engine.generation.stats import GenerationStats
 from engine.model.chat_template import ChatMessage

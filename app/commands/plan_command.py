@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from app.arg_types import positive_int, size
-from app.profile_store import ProfileStore
+from app.commands.arg_types import positive_int, size
+from app.stores.profile_store import ProfileStore
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.machine.described_machines import described_names, load_described

@@ -2,7 +2,7 @@
 
 Why SQLite: a save is one transaction, so a crash or a full disk mid-save
 leaves the previous profile intact; the schema is versioned by
-`app.sqlite_migrations`, so a newer ShardChat upgrades the file in place.
+`app.stores.sqlite_migrations`, so a newer ShardChat upgrades the file in place.
 
 Why so careful on open: the file lives in the user's data folder and may be
 damaged (a disk error, a copy cut short) or not ours at all. Such a file is
@@ -30,10 +30,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from app.atomic_files import write_text_atomic
 from app.paths import app_paths
-from app.sqlite_file import StoreIdentity, connect_with, one_line, open_store, transaction
-from app.sqlite_migrations import apply_migrations
+from app.stores.atomic_files import write_text_atomic
+from app.stores.sqlite_file import StoreIdentity, connect_with, one_line, open_store, transaction
+from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError
 from engine.machine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.commands.plan_command import load_profile_for_planning
 from app.events import (
     FINAL_EVENTS,
     EngineEvent,
@@ -23,7 +24,6 @@ from app.events import (
     TokenStreamed,
 )
 from app.load_planning import planned_load
-from app.plan_command import load_profile_for_planning
 from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
 from engine.generation.sampling import SamplingSettings

@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
 
-from app.atomic_files import remove_leftovers
-from app.document_readers import Document, UnreadableDocument, read_document
-from app.document_scan import FolderScan, check_output_folder, checked_folder, scan_folder
-from app.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord, JobStore
-from app.summary_output import summary_path, write_reports, write_summary
-from app.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise, summarise_part
-from app.text_chunks import split_by_tokens
+from app.stores.atomic_files import remove_leftovers
+from app.stores.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord, JobStore
+from app.summaries.document_readers import Document, UnreadableDocument, read_document
+from app.summaries.document_scan import FolderScan, check_output_folder, checked_folder, scan_folder
+from app.summaries.summary_output import summary_path, write_reports, write_summary
+from app.summaries.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise, summarise_part
+from app.summaries.text_chunks import split_by_tokens
 from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
 from engine.generation.stats import FinishReason

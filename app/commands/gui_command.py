@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from app.arg_types import positive_int
+from app.commands.arg_types import positive_int
 from app.model_library import ModelLibrary
 from engine.runtime.loaded_model import inspect_model
 
@@ -43,7 +43,7 @@ def run_gui_command(args: argparse.Namespace) -> int:
     model_path = str(inspect_model(args.model or library_default()).path)
     if not has_display():
         print("shardchat: no display here; starting the terminal chat instead", file=sys.stderr)
-        from app.chat_command import run_chat
+        from app.commands.chat_command import run_chat
 
         chat_args = argparse.Namespace(
             prompt=[], model=model_path, system=None, temperature=0.7, top_p=0.95,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.profile_store import ProfileStore
 from app.profile_summary import render_profile
+from app.stores.profile_store import ProfileStore
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware

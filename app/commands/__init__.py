@@ -1,0 +1,1 @@
+"""The `shardchat` subcommands: each parses its arguments, runs, and prints."""

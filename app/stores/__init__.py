@@ -1,0 +1,1 @@
+"""What ShardChat keeps on disk: SQLite stores (chats, profiles, jobs) and atomic files."""

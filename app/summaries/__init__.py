@@ -1,0 +1,1 @@
+"""Summarising folders of documents: finding and reading them, prompting, the job, its report."""
