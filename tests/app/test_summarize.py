@@ -215,3 +215,24 @@ def test_the_planner_chooses_the_parallelism_unless_the_user_does(
     with JobStore(tmp_path / "other.sqlite3") as store:
         unprofiled = SummaryJob(default_model, folder, tmp_path / "plain", plain, store).run()
     assert unprofiled.parallel == 5 and "not profiled" in unprofiled.parallel_reason
+
+
+def test_a_planned_job_sets_every_step_beside_the_plan(
+    tmp_path: Path, default_model, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The step log watches the job's own scheduler, as it watches the chat's."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for i in range(2):
+        (folder / f"note{i}.txt").write_text(f"Note {i}. " + PROSE)
+    profile = Profile.from_json(RECORDED.read_text(encoding="utf-8"))
+    plan = make_plan(default_model.inventory, profile, PlanRequest(0, n_ctx=512))
+    settings = SummarySettings(max_words=8, n_ctx_per_sequence=512)
+    with caplog.at_level("DEBUG", logger="shardchat.steps"), JobStore(tmp_path / "j.db") as store:
+        outcome = SummaryJob(
+            default_model, folder, tmp_path / "out", settings, store, plan=plan, profile=profile
+        ).run()
+    assert outcome.count("done") == 2
+    logged = [r.getMessage() for r in caplog.records if r.name == "shardchat.steps"]
+    assert logged and all("predicted" in line and "measured" in line for line in logged)
+    assert any("tokens -> tier" in line for line in logged)
