@@ -138,9 +138,10 @@ class Scheduler:
     def step(self) -> list[Stream]:
         """Advance every stream by one llama_decode (and any image it continues with); the
         streams that ended."""
-        ended = [s for s in self.active() if s.request.cancel.cancelled]
-        for stream in ended:
-            self.retire(stream)
+        streams = self.active()
+        for stream in streams:
+            if stream.request.cancel.cancelled:
+                self.retire(stream)
         for stream in self.active():
             image = stream.next_image()
             if image is not None:
@@ -148,8 +149,7 @@ class Scheduler:
         stepping = [s for s in self.active() if s.is_decoding or s.prompt_chunk(1)]
         if stepping:
             self._feed_tokens(stepping)
-        ended += [s for s in stepping if s.done]
-        return ended
+        return [s for s in streams if s.done]
 
     def _feed_tokens(self, stepping: list[Stream]) -> None:
         chunks = self._prompt_chunks(stepping)
