@@ -131,7 +131,7 @@ def _print_outcome(outcome: JobOutcome, as_json: bool) -> None:
     width = max([len(r.path) for r in outcome.records] + [4])
     print(f"{'file':{width}}  {'status':8}{'tokens in':>10}{'out':>6}{'s':>7}  note")
     for r in outcome.records:
-        note = r.error or ""
+        note = r.error or r.note or ""
         print(
             f"{r.path:{width}}  {r.status:8}{r.tokens_in:>10}{r.tokens_out:>6}"
             f"{r.seconds:>7.1f}  {note}"

@@ -27,7 +27,7 @@ PENDING, DONE, FAILED, SKIPPED = "pending", "done", "failed", "skipped"
 _JOB_COLUMNS = ("id", "input_folder", "output_folder", "settings_json", "status", "created_at")
 _FILE_COLUMNS = (
     "job_id", "path", "status", "pages", "characters", "tokens_in", "tokens_out", "seconds",
-    "error",
+    "error", "note",
 )  # fmt: skip
 _IDENTITY = StoreIdentity(
     "job store", APPLICATION_ID, (("jobs", _JOB_COLUMNS), ("files", _FILE_COLUMNS)),
@@ -58,7 +58,12 @@ def m001_jobs(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
 
-MIGRATIONS = (m001_jobs,)
+def m002_file_notes(conn: sqlite3.Connection) -> None:
+    """A note beside a file's outcome that is not an error (a summary that began to loop)."""
+    conn.execute("ALTER TABLE files ADD COLUMN note TEXT")
+
+
+MIGRATIONS = (m001_jobs, m002_file_notes)
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,14 @@ class FileRecord:
     tokens_out: int = 0
     seconds: float = 0.0
     error: str | None = None
+    note: str | None = None  # said of a file done, e.g. that its summary began to loop
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.path, "status": self.status, "pages": self.pages,
             "characters": self.characters, "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out, "seconds": round(self.seconds, 3), "error": self.error,
+            "note": self.note,
         }  # fmt: skip
 
 
@@ -142,14 +149,15 @@ class JobStore:
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT OR REPLACE INTO files (job_id, path, status, pages, characters,"
-                " tokens_in, tokens_out, seconds, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " tokens_in, tokens_out, seconds, error, note)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, record.path, record.status, record.pages, record.characters,
-                 record.tokens_in, record.tokens_out, record.seconds, record.error),
+                 record.tokens_in, record.tokens_out, record.seconds, record.error, record.note),
             )  # fmt: skip
 
     def files(self, job_id: int) -> list[FileRecord]:
         rows = self._conn.execute(
-            "SELECT path, status, pages, characters, tokens_in, tokens_out, seconds, error"
+            "SELECT path, status, pages, characters, tokens_in, tokens_out, seconds, error, note"
             " FROM files WHERE job_id = ? ORDER BY path",
             (job_id,),
         ).fetchall()

@@ -27,6 +27,7 @@ from app.summaries.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise,
 from app.summaries.text_chunks import split_by_tokens
 from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
+from engine.generation.sampling import SUMMARY_SAMPLING, SamplingSettings
 from engine.generation.stats import FinishReason
 from engine.machine.profile import Profile
 from engine.model.chat_template import ChatMessage
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CONTEXT_PER_SEQUENCE = 2048
 DEFAULT_PARALLEL = 8
 _SAFETY_TOKENS = 16
+_LOOPED = "the model began repeating itself; the summary ends where it did"
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,13 @@ class SummarySettings:
     exclude: tuple[str, ...] = ()
     parallel: int | None = None  # sequences decoding together; None: the planner's choice
     n_ctx_per_sequence: int = DEFAULT_CONTEXT_PER_SEQUENCE
+    sampling: SamplingSettings = SUMMARY_SAMPLING  # its max_tokens is not used (max_words is)
 
     def identity(self) -> dict:
         """What makes two runs the same job (parallelism only changes the speed)."""
-        return {k: v for k, v in asdict(self).items() if k != "parallel"}
+        identity = {k: v for k, v in asdict(self).items() if k != "parallel"}
+        identity["sampling"] = self.sampling.to_dict()
+        return identity
 
     @property
     def max_tokens(self) -> int:
@@ -99,6 +104,7 @@ class _Doc:
     tokens_in: int = 0
     tokens_out: int = 0
     seconds: float = 0.0
+    looped: bool = False  # a part's summary began to repeat itself and was cut there
 
     @property
     def parts(self) -> int:
@@ -191,7 +197,11 @@ class SummaryJob:
         self._parallel_choice = self._parallelism(len(pending))
         log.info("summarising with %s", self._parallel_choice[1])
         with BatchGenerator(
-            self.model, self._parallel_choice[0], self.settings.n_ctx_per_sequence, plan=self._plan
+            self.model,
+            self._parallel_choice[0],
+            self.settings.n_ctx_per_sequence,
+            self.settings.sampling,
+            plan=self._plan,
         ) as engine:
             if self._plan is not None and self._profile is not None:  # each step beside the plan
                 StepLog(self.model, self._plan, self._profile).attach(engine.scheduler)
@@ -359,15 +369,17 @@ class SummaryJob:
             if part
         )
         write_summary(self.output_folder, doc.relative, summary, footer)
-        self._finish(job_id, self._record(doc, DONE))
+        self._finish(job_id, self._record(doc, DONE, note=_LOOPED if doc.looped else None))
 
     def _fail(self, job_id: int, doc: _Doc, reason: str) -> None:
         self._finish(job_id, self._record(doc, FAILED, reason))
 
-    def _record(self, doc: _Doc, status: str, error: str | None = None) -> FileRecord:
+    def _record(
+        self, doc: _Doc, status: str, error: str | None = None, note: str | None = None
+    ) -> FileRecord:
         return FileRecord(
             doc.relative, status, doc.document.pages, doc.document.characters,
-            doc.tokens_in, doc.tokens_out, doc.seconds, error,
+            doc.tokens_in, doc.tokens_out, doc.seconds, error, note,
         )  # fmt: skip
 
     def _finish(self, job_id: int, record: FileRecord) -> None:

@@ -53,7 +53,7 @@ def report_markdown(input_folder: Path, records: list[FileRecord]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in records:
-        note = (r.error or "").replace("|", "\\|")
+        note = (r.error or r.note or "").replace("|", "\\|")
         lines.append(
             f"| {_cell(r.path)} | {r.status} | {r.pages or ''} | {r.characters or ''} | "
             f"{r.tokens_in} | {r.tokens_out} | {r.seconds:.1f} | {note} |"

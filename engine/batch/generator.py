@@ -85,9 +85,10 @@ class BatchGenerator:
         self._sequences_started = 0
 
     def next_seed(self) -> int:
-        """A new sequence's sampler seed. With a fixed seed each sequence draws from its own
-        stream (seed + its admission number), so a run is reproducible."""
-        seed = self.model.params.seed
+        """A new sequence's sampler seed. With a fixed seed (the settings', else the model's)
+        each sequence draws from its own stream (seed + its admission number), so a run is
+        reproducible."""
+        seed = self.model.params.seed if self.settings.seed is None else self.settings.seed
         if seed != llama_cpp.LLAMA_DEFAULT_SEED:  # the default means a random seed each
             seed = (seed + self._sequences_started) % llama_cpp.LLAMA_DEFAULT_SEED
         self._sequences_started += 1

@@ -160,11 +160,12 @@ class BatchRun:
         self, seq_id: int, request: BatchRequest, tokens: list[int], stop: tuple[str, ...]
     ) -> None:
         shares = self._prefix is not None and self._prefix.reusable(tokens) > 0
-        settings = self._gen.settings.with_changes(max_tokens=request.max_tokens)
+        seed = self._gen.next_seed()
+        settings = self._gen.settings.with_changes(max_tokens=request.max_tokens, seed=seed)
         pieces = (TextRun(tuple(tokens)),)
         wanted = StreamRequest(pieces, settings, stop, self._cancel, request.key, reuse_cache=False)
         copy_from = self._holder if shares else None
-        self._scheduler.admit(wanted, seq_id, self._gen.next_seed(), copy_from)
+        self._scheduler.admit(wanted, seq_id, seed, copy_from)
 
     def _establish_prefix(self, prompts: list[list[int]]) -> None:
         """Evaluate the prompts' common opening once, in the holder sequence."""

@@ -33,7 +33,9 @@ def generate(
                 yield GenerationResponse(text, len(stream.generated))
         if stream.finish is FinishReason.ERROR:
             raise BadInputError(stream.error or "llama.cpp failed while generating")
-        yield GenerationResponse(text, len(stream.generated), stream.finish, stream.stats())
+        yield GenerationResponse(
+            text, len(stream.generated), stream.finish, stream.stats(), stream.kept_text
+        )
     finally:
         if not stream.done:
             scheduler.retire(stream)

@@ -83,7 +83,7 @@ class Scheduler:
             raise BadInputError(f"the prompt takes {size} tokens; the context holds {room}")
         if not request.pieces or not isinstance(request.pieces[-1], TextRun):
             raise BadInputError("a prompt must end with text (the reply starts after it)")
-        sampler = TokenSampler(request.settings, self.context.n_vocab, seed)
+        sampler = TokenSampler(request.settings, self.context.handle, seed, self.n_ctx_per_sequence)
         stream = Stream(request, seq_id, sampler, 0, 0)
         stream.reused, stream.n_past = self._reuse(seq_id, stream.identities, request, copy_from)
         stream.fed = stream.clock.reused = stream.reused

@@ -15,6 +15,7 @@ class FinishReason(str, Enum):
     STOP = "stop"  # the model ended its turn (end-of-generation token or stop string)
     LENGTH = "length"  # max_tokens reached
     CONTEXT = "context"  # the context window (a batch sequence's share of it) is full
+    REPETITION = "repetition"  # the reply repeated itself (engine.generation.loop_guard)
     CANCELLED = "cancelled"
     ERROR = "error"  # a batch request that failed alone (its result says why)
 
@@ -44,9 +45,11 @@ class GenerationStats:
 
 @dataclass(frozen=True)
 class GenerationResponse:
-    """One streamed piece: new text, or, last of all, the finish reason and statistics."""
+    """One streamed piece: new text, or, last of all, the finish reason and statistics
+    (and, for a reply ended for repetition, the reply without its repeats)."""
 
     text: str
     generated_tokens: int
     finish_reason: FinishReason | None = None
     stats: GenerationStats | None = None
+    kept_text: str | None = None

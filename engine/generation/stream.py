@@ -5,7 +5,8 @@ Every reply ShardChat generates is a stream: a chat turn, a vision turn (its
 images are pieces of the prompt like its text runs) and each document of a
 summary job. A stream first feeds its prompt - text in chunks, each image in
 one go - then carries one token per decode step. It turns its sampled tokens
-into text (UTF-8 safe, stop strings held back) and knows when it is done.
+into text (UTF-8 safe, stop strings held back) and knows when it is done,
+a reply that loops included (`loop_guard`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.cancel import CancelToken
+from engine.generation.loop_guard import LoopGuard
 from engine.generation.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import FinishReason, GenerationStats
@@ -90,9 +92,11 @@ class Stream:
         self.finish: FinishReason | None = None
         self.error: str | None = None
         self.clock = TurnClock(len(self.identities), reused)
-        self._text = TextAssembler(request.stop)
+        self._text = TextAssembler((*request.stop, *request.settings.stop))
         self._said: list[str] = []  # text not yet taken by the consumer
         self._reply: list[str] = []
+        self._loops = LoopGuard() if request.settings.stop_loops else None
+        self.kept_text: str | None = None  # a looping reply without its repeats
 
     @property
     def prompt_left(self) -> int:
@@ -108,7 +112,8 @@ class Stream:
 
     @property
     def text(self) -> str:
-        return "".join(self._reply)
+        """The reply; one ended for repetition without its repeats."""
+        return "".join(self._reply) if self.kept_text is None else self.kept_text
 
     def next_image(self) -> EncodedImage | None:
         """The image the prompt continues with, if it continues with one."""
@@ -130,9 +135,12 @@ class Stream:
         if handle.is_end_of_generation(token):
             self.end(FinishReason.STOP)
             return
-        self._say(self._text.feed(token_bytes(handle.vocab, token)))
+        piece = self._text.feed(token_bytes(handle.vocab, token))
+        self._say(piece)
         if self._text.stopped:
             self.end(FinishReason.STOP)
+        elif self._looped(token, piece, handle):
+            self.end(FinishReason.REPETITION)
         elif len(self.generated) >= self.request.settings.max_tokens:
             self.end(FinishReason.LENGTH)
         elif self.n_past + 1 >= n_ctx:  # prompt and reply must fit the window together
@@ -156,6 +164,21 @@ class Stream:
 
     def stats(self) -> GenerationStats:
         return self.clock.stats(self.finish or FinishReason.CANCELLED)
+
+    def _looped(self, token: int, piece: str, handle: LlamaHandle) -> bool:
+        """Whether the reply now repeats itself; if so, what of it to keep is noted."""
+        if self._loops is None:
+            return False
+        keep_tokens = self._loops.add_token(token)
+        if keep_tokens is not None:
+            kept = b"".join(token_bytes(handle.vocab, t) for t in self.generated[:keep_tokens])
+            self.kept_text = kept.decode("utf-8", errors="ignore").rstrip()
+            return True
+        keep_chars = self._loops.add_text(piece)
+        if keep_chars is not None:
+            self.kept_text = "".join(self._reply)[:keep_chars].rstrip()
+            return True
+        return False
 
     def _say(self, piece: str) -> None:
         if piece:

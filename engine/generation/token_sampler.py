@@ -2,15 +2,14 @@
 
 Every stream the scheduler runs (a chat turn, a vision turn, a document of a
 batch job) draws its tokens through one of these, built from its
-`SamplingSettings` in llama-cpp-python's order (so a user of plain
-llama-cpp-python gets the same draws) - repeat penalty (over the last 64
-sampled tokens), then greedy at temperature 0, else top-k, typical (off),
-top-p, min-p, temperature and a draw seeded like the model's context. The
-same settings therefore sample alike whether or not an image joined the
-conversation or a document is summarised.
+`SamplingSettings` in llama.cpp's own order (common/sampling.cpp): the
+penalties (repeat, frequency, presence) over the reply's last tokens, DRY,
+then greedy at temperature 0, else top-k, typical (off), top-p, min-p,
+temperature and a seeded draw. The same settings therefore sample alike
+whether or not an image joined the conversation or a document is summarised.
 
-A chain keeps state (the penalty's recent tokens, the random stream), so each
-sequence gets its own and frees it when it ends.
+A chain keeps state (the penalties' recent tokens, DRY's history, the random
+stream), so each sequence gets its own and frees it when it ends.
 """
 
 from __future__ import annotations
@@ -19,24 +18,31 @@ import ctypes
 
 import llama_cpp
 
-from engine.generation.sampling import SamplingSettings
+from engine.generation.sampling import WHOLE_CONTEXT, SamplingSettings
+from engine.llama.handle import LlamaHandle
 
-PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size, llama.cpp's penalty_last_n
+DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")  # llama.cpp's defaults: DRY restarts at these
 _MIN_KEEP = 1
 
 
 class TokenSampler:
-    """llama.cpp's sampler chain for one sequence; close() frees it."""
+    """llama.cpp's sampler chain for one sequence; close() frees it.
 
-    def __init__(self, settings: SamplingSettings, n_vocab: int, seed: int) -> None:
+    `n_ctx` is what a penalty window of -1 (the whole context) means; `seed`
+    is used unless the settings name one."""
+
+    def __init__(
+        self, settings: SamplingSettings, handle: LlamaHandle, seed: int, n_ctx: int
+    ) -> None:
         params = llama_cpp.llama_sampler_chain_default_params()
         self._chain: llama_cpp.llama_sampler_p | None = llama_cpp.llama_sampler_chain_init(params)
-        for stage in _stages(settings, n_vocab, seed):
+        chosen_seed = seed if settings.seed is None else settings.seed
+        for stage in _stages(settings, handle, chosen_seed, n_ctx):
             llama_cpp.llama_sampler_chain_add(self._chain, stage)  # the chain owns the stage
 
     def sample(self, ctx: ctypes.c_void_p, index: int) -> int:
         """The next token from the logits of batch `index` (-1: the last) of `ctx`'s last
-        decode; the chain takes it into its history (the penalty's window)."""
+        decode; the chain takes it into its history (the penalties' window)."""
         if self._chain is None:
             raise RuntimeError("the sampler is closed")
         return int(llama_cpp.llama_sampler_sample(self._chain, ctx, index))
@@ -53,21 +59,52 @@ class TokenSampler:
         self.close()
 
 
-def _stages(settings: SamplingSettings, n_vocab: int, seed: int) -> list[llama_cpp.llama_sampler_p]:
-    """The chain's samplers in llama-cpp-python's order (Llama._init_sampler)."""
+def _stages(
+    settings: SamplingSettings, handle: LlamaHandle, seed: int, n_ctx: int
+) -> list[llama_cpp.llama_sampler_p]:
+    """The chain's samplers in llama.cpp's order; disabled ones cost nothing (llama.cpp
+    makes an empty stage of a penalty that changes nothing)."""
+    s = settings
     stages = [
         llama_cpp.llama_sampler_init_penalties(
-            n_vocab, PENALTY_WINDOW, settings.repeat_penalty, 0.0, 0.0
+            handle.n_vocab,
+            _window(s.repeat_last_n, n_ctx),
+            s.repeat_penalty,
+            s.frequency_penalty,
+            s.presence_penalty,
         )
     ]
-    if settings.is_greedy:
+    if s.uses_dry:
+        stages.append(_dry(s, handle, n_ctx))
+    if s.is_greedy:
         return [*stages, llama_cpp.llama_sampler_init_greedy()]
     return [
         *stages,
-        llama_cpp.llama_sampler_init_top_k(settings.top_k),
+        llama_cpp.llama_sampler_init_top_k(s.top_k),
         llama_cpp.llama_sampler_init_typical(1.0, _MIN_KEEP),
-        llama_cpp.llama_sampler_init_top_p(settings.top_p, _MIN_KEEP),
-        llama_cpp.llama_sampler_init_min_p(settings.min_p, _MIN_KEEP),
-        llama_cpp.llama_sampler_init_temp(settings.temperature),
+        llama_cpp.llama_sampler_init_top_p(s.top_p, _MIN_KEEP),
+        llama_cpp.llama_sampler_init_min_p(s.min_p, _MIN_KEEP),
+        llama_cpp.llama_sampler_init_temp(s.temperature),
         llama_cpp.llama_sampler_init_dist(seed),
     ]
+
+
+def _dry(s: SamplingSettings, handle: LlamaHandle, n_ctx: int) -> llama_cpp.llama_sampler_p:
+    """DRY's stage; llama.cpp tokenizes the breakers now, so the array need not outlive it."""
+    breakers = (ctypes.c_char_p * len(DRY_SEQUENCE_BREAKERS))(
+        *(b.encode("utf-8") for b in DRY_SEQUENCE_BREAKERS)
+    )
+    stage: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_init_dry(
+        handle.vocab,
+        s.dry_multiplier,
+        s.dry_base,
+        s.dry_allowed_length,
+        _window(s.dry_last_n, n_ctx),
+        breakers,
+        len(DRY_SEQUENCE_BREAKERS),
+    )
+    return stage
+
+
+def _window(last_n: int, n_ctx: int) -> int:
+    return n_ctx if last_n == WHOLE_CONTEXT else last_n

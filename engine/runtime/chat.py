@@ -90,11 +90,14 @@ class ChatSession:
         self.messages = candidate
         pieces: list[str] = []
         self._continues_in_cache = True
+        kept: str | None = None  # a reply that looped is remembered without its repeats
         for response in stream:
             pieces.append(response.text)
+            kept = response.kept_text if response.kept_text is not None else kept
             yield response, fitted.dropped_messages
-        if "".join(pieces):
-            self.messages.append(ChatMessage("assistant", "".join(pieces)))
+        reply = "".join(pieces) if kept is None else kept
+        if reply:
+            self.messages.append(ChatMessage("assistant", reply))
 
     def reply(
         self,
@@ -108,6 +111,7 @@ class ChatSession:
         pieces: list[str] = []
         dropped = 0
         stats: GenerationStats | None = None
+        kept: str | None = None
         stream = self.stream_reply(user_text, settings, cancel or CancelToken(), images)
         for response, dropped_now in stream:
             dropped = dropped_now
@@ -116,8 +120,9 @@ class ChatSession:
                 if on_text is not None:
                     on_text(response.text)
             stats = response.stats or stats
+            kept = response.kept_text if response.kept_text is not None else kept
         assert stats is not None  # generate always ends with the statistics
-        return ChatReply("".join(pieces), stats, dropped)
+        return ChatReply("".join(pieces) if kept is None else kept, stats, dropped)
 
     def _vision_for(self, images: Sequence[ImageFile]) -> ModelVision | None:
         """The model's vision runtime; refuses new images when the model has none."""

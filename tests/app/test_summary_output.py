@@ -21,7 +21,7 @@ def test_summaries_mirror_the_tree_and_keep_the_whole_name(tmp_path: Path) -> No
 
 def test_reports_list_every_file_with_its_outcome(tmp_path: Path) -> None:
     records = [
-        FileRecord("a|b.txt", DONE, None, 300, 80, 30, 2.25),
+        FileRecord("a|b.txt", DONE, None, 300, 80, 30, 2.25, note="it began to loop"),
         FileRecord("img.png", SKIPPED, error="binary file (PNG image)"),
     ]
     write_reports(tmp_path, tmp_path / "in", records)
@@ -30,9 +30,11 @@ def test_reports_list_every_file_with_its_outcome(tmp_path: Path) -> None:
     assert data["files"][0] == {
         "file": "a|b.txt", "status": "done", "pages": None, "characters": 300,
         "tokens_in": 80, "tokens_out": 30, "seconds": 2.25, "error": None,
+        "note": "it began to loop",
     }  # fmt: skip
     markdown = (tmp_path / "report.md").read_text()
     assert "| a\\|b.txt | done |" in markdown and "binary file (PNG image)" in markdown
+    assert "it began to loop" in markdown
 
 
 def test_a_killed_writer_leaves_only_a_temp_file_which_is_cleared(tmp_path: Path) -> None:
