@@ -37,6 +37,8 @@ def vocabulary_facts(
     model: llama_cpp.llama_model_p, vocab: llama_cpp.llama_vocab_p, candidates: Iterable[str]
 ) -> VocabularyFacts:
     template = llama_cpp.llama_model_chat_template(model, None)
+    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_NONE:
+        candidates = ()  # no tokenizer at all (profiler micro-models): llama_tokenize aborts
     return VocabularyFacts(
         chat_template=template.decode("utf-8", errors="replace") if template else None,
         bos_token=_token_text(vocab, llama_cpp.llama_vocab_bos(vocab)),

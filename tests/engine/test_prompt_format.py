@@ -211,3 +211,14 @@ def test_format_choices_list_the_template_only_for_a_model_with_one() -> None:
     assert format_choices()[:3] == ("auto", "template", "completion")
     assert "template" not in format_choices(has_template=False)
     assert {"gemma", "chatml", "llama3", "phi3"} <= set(format_choices())
+
+
+def test_a_model_without_any_tokenizer_loads_in_completion_mode(make_synthetic) -> None:
+    # profiler micro-models have llama.cpp's "none" vocabulary, where llama_tokenize aborts
+    path = make_synthetic("llama", vocab_size=256)
+    model = _load(path)
+    try:
+        assert model.prompt_format.kind is FormatKind.COMPLETION
+    finally:
+        model.close()
+    assert prompt_format_of_file(path).kind is FormatKind.COMPLETION
