@@ -15,8 +15,6 @@ default model's tokenizer (GPT-2 BPE, merges kept) and:
 
 from __future__ import annotations
 
-from engine.model.synthetic_spec import SyntheticSpec
-
 # The copied tokenizer's own chat markers (ids 1 and 2, BOS and EOS) and their plain names.
 DEFAULT_VOCABULARY_MARKERS = {
     "<|im_start|>": "<|synthetic_reserved_1|>",
@@ -35,8 +33,3 @@ def marker_vocabulary(markers: tuple[str, ...]) -> dict[str, object]:
         ),
         "chat_template": "",
     }
-
-
-def marker_spec(architecture: str, markers: tuple[str, ...], **fields: object) -> SyntheticSpec:
-    """A tiny synthetic model's spec whose vocabulary holds `markers` and no chat template."""
-    return SyntheticSpec(architecture, **{**marker_vocabulary(markers), **fields})  # type: ignore[arg-type]
