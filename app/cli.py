@@ -13,7 +13,13 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from app.commands.arg_types import non_negative_float, positive_int, probability, size
+from app.commands.arg_types import (
+    add_prompt_format_option,
+    non_negative_float,
+    positive_int,
+    probability,
+    size,
+)
 from app.commands.ask_image_command import add_ask_image_command
 from app.commands.chat_command import run_chat
 from app.commands.gui_command import add_gui_command
@@ -130,7 +136,16 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
     chat.add_argument(
         "--stats", action="store_true", help="print time to first token and tokens/s to stderr"
     )
+    _add_chat_format_options(chat)
     chat.set_defaults(command="chat", run=run_chat)
+
+
+def _add_chat_format_options(chat: argparse.ArgumentParser) -> None:
+    add_prompt_format_option(chat)
+    chat.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="as shardchat --verbose, and say which prompt format the model got and why",
+    )  # fmt: skip
 
 
 def _add_info(commands: argparse._SubParsersAction) -> None:
@@ -142,6 +157,7 @@ def _add_info(commands: argparse._SubParsersAction) -> None:
     )
     info.add_argument("model", metavar="MODEL", help="GGUF file, or 'default'")
     info.add_argument("--json", action="store_true", help="print the inventory as JSON")
+    add_prompt_format_option(info)
     info.set_defaults(command="info", run=run_info)
 
 

@@ -26,6 +26,8 @@ class ModelLoaded:
     plan: Any = None  # the engine.planning.plan.Plan it runs under, or None (not profiled)
     vision: str | None = None  # the projector's VLMOpt choices when it sees images
     vision_problem: str | None = None  # why a paired projector could not be used
+    prompt_format: str = ""  # the prompt format its conversations are written in
+    prompt_format_reason: str = ""  # why that one (engine.model.prompt_format)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,16 @@ class PlacementFellBack:
     request_id: int
     requested: str  # the placement asked for, e.g. "layers:20"
     message: str  # what it needs, for the user
+
+
+@dataclass(frozen=True)
+class PromptFormatChosen:
+    """The loaded model's prompt format after a setting changed, and why it is that one."""
+
+    request_id: int
+    name: str
+    kind: str  # template, builtin or completion
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,7 @@ EngineEvent = (
     | ConversationStarted
     | PlanChanged
     | PlacementFellBack
+    | PromptFormatChosen
     | TokenStreamed
     | ReplyFinished
     | JobProgressed
@@ -127,6 +140,7 @@ FINAL_EVENTS = (
     ModelUnloaded,
     ConversationStarted,
     PlanChanged,
+    PromptFormatChosen,
     ReplyFinished,
     JobFinished,
     RequestFailed,

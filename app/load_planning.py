@@ -58,6 +58,7 @@ class LoadRequest:
     mmproj_path: str | None = None  # the paired vision projector, if any
     choice: PlacementChoice = AUTO  # the planner's placement, CPU only, or one by hand
     gpu: int | None = None  # which GPU (llama.cpp's index); None: the first
+    prompt_format: str | None = None  # None: the model's setting in the model library
 
     def planned(self) -> PlannedLoad:
         inventory = read_inventory(self.model_path) if self.profile is not None else None

@@ -44,6 +44,7 @@ from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError, ModelFileError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
+from engine.model.prompt_format import AUTO, check_format_name
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,11 @@ MIGRATIONS_TABLE = "_migrations"
 PROJECTOR_MARK = "mmproj"  # a file whose name holds this is taken for a vision projector
 GGUF_SUFFIX = ".gguf"
 
-_COLUMNS = ("id", "path", "mmproj_path", "name", "architecture", "kind", "added_at", "is_default")
+# A list written before m002 lacks prompt_format until it is migrated, so it is not required.
+_REQUIRED = ("id", "path", "mmproj_path", "name", "architecture", "kind", "added_at", "is_default")
+_COLUMNS = (*_REQUIRED, "prompt_format")
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM models"
-_IDENTITY = StoreIdentity("model list", APPLICATION_ID, (("models", _COLUMNS),), MIGRATIONS_TABLE)
+_IDENTITY = StoreIdentity("model list", APPLICATION_ID, (("models", _REQUIRED),), MIGRATIONS_TABLE)
 
 
 def m001_models(conn: sqlite3.Connection) -> None:
@@ -76,7 +79,13 @@ def m001_models(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA user_version = 1")
 
 
-MIGRATIONS = (m001_models,)
+def m002_prompt_format(conn: sqlite3.Connection) -> None:
+    """Each model's prompt-format setting (engine.model.prompt_format): auto unless chosen."""
+    conn.execute(f"ALTER TABLE models ADD COLUMN prompt_format TEXT NOT NULL DEFAULT '{AUTO}'")
+    conn.execute("PRAGMA user_version = 2")
+
+
+MIGRATIONS = (m001_models, m002_prompt_format)
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class ModelEntry:
     mmproj_exists: bool  # False when none is paired or its file is gone
     file_bytes: int | None  # None when the file is missing
     added_at: str | None  # UTC ISO 8601; None for the built-in
+    prompt_format: str = AUTO  # its prompt-format setting (the built-in's is always auto)
 
     @property
     def kind_text(self) -> str:
@@ -226,6 +236,18 @@ class ModelLibrary:
         self._set_projector(entry.path, None)
         return self._require(entry.path)
 
+    def set_prompt_format(self, model_path: str | os.PathLike[str], name: str) -> ModelEntry:
+        """Choose how a listed model's prompts are written: auto, template, completion or a
+        llama.cpp built-in format; used from its next load (or switched on the loaded one)."""
+        entry = self._require_stored(model_path, "always uses its own chat template")
+        check_format_name(name)
+        with self._transaction():
+            self._conn.execute(
+                "UPDATE models SET prompt_format = ? WHERE path = ?", (name, str(entry.path))
+            )
+        log.info("prompt format of %s is now %s", entry.path, name)
+        return self._require(entry.path)
+
     def set_default(self, path: str | os.PathLike[str]) -> ModelEntry:
         """Make a listed model the default; the built-in one clears the stored choice."""
         entry = self._require(path)
@@ -330,6 +352,13 @@ def projector_for(model_path: Path) -> Path | None:
     return lone_projector_beside(Path(model_path).resolve())
 
 
+def prompt_format_for(model_path: str | os.PathLike[str]) -> str:
+    """The prompt-format setting stored for this model; auto when it is not listed."""
+    with ModelLibrary() as library:
+        entry = library.find(model_path)
+    return entry.prompt_format if entry is not None else AUTO
+
+
 def lone_projector_beside(model_path: Path) -> Path | None:
     """The one vision projector in the model's folder, if there is exactly one and it checks out."""
     try:
@@ -395,7 +424,7 @@ def _file_bytes(path: Path) -> int | None:
 
 
 def _entry_from_row(row: tuple[Any, ...]) -> ModelEntry:
-    _id, path_text, mmproj_text, name, architecture, kind, added_at, is_default = row
+    _id, path_text, mmproj_text, name, architecture, kind, added_at, is_default, fmt = row
     path = Path(path_text)
     mmproj = None if mmproj_text is None else Path(mmproj_text)
     return ModelEntry(
@@ -410,6 +439,7 @@ def _entry_from_row(row: tuple[Any, ...]) -> ModelEntry:
         mmproj_exists=mmproj is not None and mmproj.is_file(),
         file_bytes=_file_bytes(path),
         added_at=added_at,
+        prompt_format=fmt,
     )
 
 

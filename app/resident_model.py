@@ -16,6 +16,8 @@ from app.load_planning import PlannedLoad, with_vision
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
+from engine.model.prompt_format import AUTO as AUTO_FORMAT
+from engine.model.prompt_format import PromptFormat
 from engine.planning.placement_choice import (
     AUTO,
     PlacementChoice,
@@ -58,6 +60,7 @@ class ResidentModel:
         self.plan: Plan | None = None
         self.profile: Profile | None = None
         self.mmproj: str | None = None  # the loaded model's projector, while it sees images
+        self.prompt_format = AUTO_FORMAT  # the loaded model's setting; reloads keep it
         self._steps: StepLog | None = None
 
     def require(self) -> LoadedModel:
@@ -71,9 +74,12 @@ class ResidentModel:
         plan: Plan | None,
         profile: Profile | None,
         planned: PlannedLoad | None = None,
+        prompt_format: str = AUTO_FORMAT,
     ) -> Attached:
-        """Free the resident model and load this one (a bad file is refused first)."""
+        """Free the resident model and load this one (a bad file is refused first), its
+        prompts written in `prompt_format` (engine.model.prompt_format)."""
         inspect_model(params.model_path)
+        self.prompt_format = prompt_format
         self._replace(params, plan, profile)
         return self._attach_projector(planned)
 
@@ -107,6 +113,13 @@ class ResidentModel:
         self._reattach_projector(load)
         return Replanned(new_plan, reloaded, planner_plan, fell_back, wanted)
 
+    def use_prompt_format(self, name: str) -> PromptFormat:
+        """Switch the loaded model's prompt format (kept across re-plans); a refused name
+        changes nothing."""
+        chosen = self.require().use_prompt_format(name)
+        self.prompt_format = name
+        return chosen
+
     def drain_steps(self) -> tuple[StepRecord, ...]:
         return tuple(self._steps.drain()) if self._steps else ()
 
@@ -119,7 +132,7 @@ class ResidentModel:
 
     def _replace(self, params: LoadParams, plan: Plan | None, profile: Profile | None) -> None:
         self.close()
-        self.model = load_model(params)
+        self.model = load_model(params, self.prompt_format)
         self.plan, self.profile = plan, profile
         if plan is not None and profile is not None:
             self._steps = StepLog(self.model, plan, profile).attach()

@@ -28,11 +28,13 @@ from app.events import (
     ModelUnloaded,
     PlacementFellBack,
     PlanChanged,
+    PromptFormatChosen,
     ReplyFinished,
     RequestFailed,
     TokenStreamed,
 )
 from app.load_planning import LoadRequest, PlannedLoad
+from app.model_library import prompt_format_for
 from app.resident_model import ResidentModel
 from app.stores.job_store import JobStore
 from app.summaries.summary_job import SummaryJob, SummarySettings
@@ -43,6 +45,7 @@ from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
 from engine.model.chat_template import ChatMessage
 from engine.model.image_input import ImageFile
+from engine.model.prompt_format import AUTO
 from engine.planning.placement_choice import (
     PlacementChoice,
 )
@@ -59,6 +62,7 @@ class _LoadModel:
     params: LoadParams
     plan: Plan | None = None
     profile: Profile | None = None
+    prompt_format: str | None = None  # None: the model's setting in the model library
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,11 @@ class _SetPlacement:
 
 
 @dataclass(frozen=True)
+class _SetPromptFormat:
+    name: str
+
+
+@dataclass(frozen=True)
 class _Stop:
     pass
 
@@ -134,6 +143,7 @@ class EngineWorker:
             _SendMessage: self._send,
             _SetBudget: self._set_budget,
             _SetPlacement: self._set_placement,
+            _SetPromptFormat: self._set_prompt_format,
             _Summarize: self._summarize,
         }
 
@@ -144,14 +154,19 @@ class EngineWorker:
         return self
 
     def load_model(
-        self, params: LoadParams, plan: Plan | None = None, profile: Profile | None = None
+        self,
+        params: LoadParams,
+        plan: Plan | None = None,
+        profile: Profile | None = None,
+        prompt_format: str | None = None,
     ) -> int:
         """Load a model in place of the current one; the conversation carries over.
 
         With a plan (and the profile it was made from), every llama_decode is timed
-        against the plan's prediction and reported with each reply.
+        against the plan's prediction and reported with each reply. `prompt_format`
+        (engine.model.prompt_format): None takes the model's setting in the model library.
         """
-        return self._submit(_LoadModel(params, plan, profile))
+        return self._submit(_LoadModel(params, plan, profile, prompt_format))
 
     def load_planned(self, request: LoadRequest) -> int:
         """Plan the model for this machine here, on the worker, then load it under that plan.
@@ -196,6 +211,11 @@ class EngineWorker:
         set_budget, so a reply in progress finishes first.
         """
         return self._submit(_SetPlacement(choice))
+
+    def set_prompt_format(self, name: str) -> int:
+        """Write the loaded model's prompts in another format from its next turn on
+        (PromptFormatChosen says which and why); an unknown name is refused (bad input)."""
+        return self._submit(_SetPromptFormat(name))
 
     def summarize(
         self, input_folder: Path, output_folder: Path | None, settings: SummarySettings
@@ -279,7 +299,10 @@ class EngineWorker:
 
     def _load(self, entry: _Queued) -> None:
         request: _LoadModel = entry.request  # type: ignore[assignment]
-        self._load_under(entry.request_id, request.params, request.plan, request.profile)
+        self._load_under(
+            entry.request_id, request.params, request.plan, request.profile,
+            prompt_format=_prompt_format_of(request.params.model_path, request.prompt_format),
+        )  # fmt: skip
 
     def _load_planned(self, entry: _Queued) -> None:
         request: _LoadPlanned = entry.request  # type: ignore[assignment]
@@ -287,7 +310,8 @@ class EngineWorker:
             load = request.request.planned()
         except ValueError as exc:
             raise BadInputError(str(exc)) from exc
-        self._load_under(entry.request_id, load.params, load.plan, load.profile, load)
+        fmt = _prompt_format_of(request.request.model_path, request.request.prompt_format)
+        self._load_under(entry.request_id, load.params, load.plan, load.profile, load, fmt)
 
     def _load_under(
         self,
@@ -296,10 +320,11 @@ class EngineWorker:
         plan: Plan | None,
         profile: Profile | None,
         planned: PlannedLoad | None = None,
+        prompt_format: str = AUTO,
     ) -> None:
         started = time.perf_counter()
         history = self._session.messages if self._session else []
-        attached = self._resident.load(params, plan, profile, planned)
+        attached = self._resident.load(params, plan, profile, planned, prompt_format)
         model = self._resident.require()
         self._session = ChatSession(model, history=history)  # the conversation carries over
         inventory = model.inventory
@@ -316,7 +341,16 @@ class EngineWorker:
                 plan=plan,
                 vision=attached.vision,
                 vision_problem=attached.problem,
+                prompt_format=model.prompt_format.name,
+                prompt_format_reason=model.prompt_format.reason,
             )
+        )
+
+    def _set_prompt_format(self, entry: _Queued) -> None:
+        request: _SetPromptFormat = entry.request  # type: ignore[assignment]
+        chosen = self._resident.use_prompt_format(request.name)
+        self._emit(
+            PromptFormatChosen(entry.request_id, chosen.name, chosen.kind.value, chosen.reason)
         )
 
     def _set_budget(self, entry: _Queued) -> None:
@@ -391,3 +425,8 @@ class EngineWorker:
         self._emit(
             ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps)
         )
+
+
+def _prompt_format_of(model_path: str, requested: str | None) -> str:
+    """The format a load asked for, else the one the model library keeps for the model."""
+    return requested if requested is not None else prompt_format_for(model_path)

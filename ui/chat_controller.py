@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QListWidgetItem
 
-from app.events import ModelLoaded, ReplyFinished, RequestFailed
+from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
@@ -59,6 +60,7 @@ class ChatController(QObject):
         self._profile = load.profile
         self._plan: Plan | None = None
         self.vision: str | None = None  # the VLMOpt choices while the model sees images
+        self._prompt_format = ""  # which prompt format the loaded model got, and why
         self._previous: tuple[str, int, Plan | None, str] | None = None  # kept if a load fails
         self.model_name = ""
         self._default_n_ctx = self._loaded_n_ctx
@@ -92,6 +94,7 @@ class ChatController(QObject):
         b.token_streamed.connect(self._on_token)
         b.reply_finished.connect(self._on_reply_finished)
         b.request_failed.connect(self._on_failed)
+        b.prompt_format_chosen.connect(self._on_prompt_format_chosen)
 
     # --- actions ---
 
@@ -238,6 +241,20 @@ class ChatController(QObject):
 
     # --- engine events (GUI thread, queued) ---
 
+    def use_prompt_format(self, model_path: str, name: str) -> None:
+        """A model's prompt-format setting changed: the loaded model follows it at once."""
+        if self.model_ready and Path(model_path).resolve() == Path(self._model_path).resolve():
+            self.worker.set_prompt_format(name)
+
+    def _on_prompt_format_chosen(self, event: PromptFormatChosen) -> None:
+        self._prompt_format = f"Prompt format: {event.name} ({event.reason})"
+        self._show_model_tooltip()
+        self.window.statusBar().showMessage(self._prompt_format, 8000)
+
+    def _show_model_tooltip(self) -> None:
+        vision = [f"Vision: {self.vision}"] if self.vision else []
+        self.window.model_label.setToolTip("\n".join([self._prompt_format, *vision]))
+
     def _on_model_loaded(self, event: ModelLoaded) -> None:
         if event.request_id != self._load_request:
             return
@@ -251,7 +268,8 @@ class ChatController(QObject):
         self.window.model_label.setText(
             f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
         )
-        self.window.model_label.setToolTip(f"Vision: {event.vision}" if event.vision else "")
+        self._prompt_format = f"Prompt format: {event.prompt_format} ({event.prompt_format_reason})"
+        self._show_model_tooltip()
         if event.vision_problem:
             self.window.statusBar().showMessage(
                 f"loaded without vision: {event.vision_problem}", 12000

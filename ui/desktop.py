@@ -94,6 +94,7 @@ class Desktop:
         manager = ModelManager(self.models, parent=self.window)
         manager.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         manager.load_requested.connect(self.chat.load_model)
+        manager.prompt_format_changed.connect(self.chat.use_prompt_format)
         manager.open()
         return manager
 

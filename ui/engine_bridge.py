@@ -19,6 +19,7 @@ from app.events import (
     ModelUnloaded,
     PlacementFellBack,
     PlanChanged,
+    PromptFormatChosen,
     ReplyFinished,
     RequestFailed,
     TokenStreamed,
@@ -34,6 +35,7 @@ class EngineBridge(QObject):
     conversation_started = Signal(object)  # ConversationStarted
     plan_changed = Signal(object)  # PlanChanged
     placement_fell_back = Signal(object)  # PlacementFellBack: a manual placement did not fit
+    prompt_format_chosen = Signal(object)  # PromptFormatChosen
     token_streamed = Signal(int, str)  # request id, text piece
     reply_finished = Signal(object)  # ReplyFinished
     job_progressed = Signal(object)  # JobProgressed
@@ -54,6 +56,7 @@ _SIGNAL_BY_EVENT: dict[type, str] = {
     ConversationStarted: "conversation_started",
     PlanChanged: "plan_changed",
     PlacementFellBack: "placement_fell_back",
+    PromptFormatChosen: "prompt_format_chosen",
     ReplyFinished: "reply_finished",
     JobProgressed: "job_progressed",
     JobFinished: "job_finished",

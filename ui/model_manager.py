@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -39,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from app.model_library import ModelEntry, ModelLibrary, is_projector_name
 from app.model_summary import summarize
+from app.prompt_format_setting import chosen_format_text, prompt_format_choices
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.model.inventory import read_inventory
@@ -59,6 +61,7 @@ class ModelManager(QDialog):
 
     default_changed = Signal(str)  # path of the model that is now the default
     load_requested = Signal(str, object)  # model path, projector path or None
+    prompt_format_changed = Signal(str, str)  # model path, its new prompt-format setting
 
     def __init__(self, library: ModelLibrary, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -69,6 +72,8 @@ class ModelManager(QDialog):
         self.details = _table(("Property", "Value"), stretch_column=1)
         self.breakdown = _table(("Part", "Size", "Share"), stretch_column=0)
         self.message = QLabel(wordWrap=True)
+        self.prompt_format = QComboBox()
+        self.prompt_format.addItems(prompt_format_choices())
         self.import_button = QPushButton("Import GGUF…")
         self.pair_button = QPushButton("Pair vision projector…")
         self.unpair_button = QPushButton("Unpair")
@@ -93,6 +98,10 @@ class ModelManager(QDialog):
         left_column.addWidget(self.message)
         right = QWidget()
         right_column = QVBoxLayout(right)
+        format_row = QHBoxLayout()
+        format_row.addWidget(QLabel("Prompt format"))
+        format_row.addWidget(self.prompt_format, stretch=1)
+        right_column.addLayout(format_row)
         right_column.addWidget(QLabel("Details"))
         right_column.addWidget(self.details, stretch=3)
         right_column.addWidget(QLabel("Size by part"))
@@ -122,6 +131,8 @@ class ModelManager(QDialog):
         self.details.setAccessibleName("Model details")
         self.breakdown.setAccessibleName("Model size by part")
         self.message.setAccessibleName("Model manager message")
+        self.prompt_format.setAccessibleName("Prompt format of the selected model")
+        self.prompt_format.view().setAccessibleName("Prompt formats")
         self.close_buttons.setAccessibleName("Close the model manager")
         for button in self._action_buttons():
             button.setAccessibleName(button.text().rstrip("…"))
@@ -135,6 +146,7 @@ class ModelManager(QDialog):
         self.default_button.clicked.connect(self.set_default)
         self.load_button.clicked.connect(self.request_load)
         self.remove_button.clicked.connect(self.remove)
+        self.prompt_format.activated.connect(lambda _index: self.set_prompt_format())
         self.close_buttons.rejected.connect(self.reject)
 
     # -- rendering -----------------------------------------------------------------------------
@@ -167,6 +179,9 @@ class ModelManager(QDialog):
         entry = self.selected()
         self._show_details(entry)
         self._enable_buttons(entry)
+        self.prompt_format.blockSignals(True)
+        self.prompt_format.setCurrentText(entry.prompt_format if entry else "auto")
+        self.prompt_format.blockSignals(False)
 
     def _show_details(self, entry: ModelEntry | None) -> None:
         facts: list[tuple[str, str]] = []
@@ -183,7 +198,7 @@ class ModelManager(QDialog):
                 except BadInputError as exc:
                     facts.append(("Problem", str(exc)))
                 else:
-                    facts = summary.facts() + facts
+                    facts = summary.facts() + [("Prompt format", chosen_format_text(entry))] + facts
                     parts = [(s.label, s.size_text, s.percent_text) for s in summary.breakdown]
         _fill(self.details, facts)
         _fill(self.breakdown, parts)
@@ -197,6 +212,7 @@ class ModelManager(QDialog):
         self.unpair_button.setEnabled(stored and paired)
         self.default_button.setEnabled(present and not is_default)
         self.load_button.setEnabled(present)
+        self.prompt_format.setEnabled(stored)  # the built-in model keeps its own template
         self.remove_button.setEnabled(stored)
 
     def show_message(self, text: str, problem: bool = False) -> None:
@@ -286,6 +302,16 @@ class ModelManager(QDialog):
             return
         if self._act(lambda: self.library.set_default(entry.path), f"{entry.name} is the default"):
             self.default_changed.emit(str(entry.path))
+
+    def set_prompt_format(self) -> None:
+        """The prompt-format choice: stored for the selected model, and applied to it now
+        if it is the loaded one (the main window decides)."""
+        entry, name = self.selected(), self.prompt_format.currentText()
+        if entry is None or name == entry.prompt_format:
+            return
+        change = partial(self.library.set_prompt_format, entry.path, name)
+        if self._act(change, f"{entry.name} writes its prompts as {name!r} from now on"):
+            self.prompt_format_changed.emit(str(entry.path), name)
 
     def request_load(self) -> None:
         """Ask the main window to load the selected model (and its projector), then close."""

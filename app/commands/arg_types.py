@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from app.model_library import prompt_format_for
 from app.units import parse_size
+from engine.errors import BadInputError
+from engine.model.prompt_format import check_format_name
 
 
 def size(text: str) -> int:
@@ -34,3 +38,27 @@ def probability(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError("must be in (0, 1]")
     return value
+
+
+def prompt_format(text: str) -> str:
+    """auto, template, completion or one of llama.cpp's built-in chat formats."""
+    try:
+        return check_format_name(text)
+    except BadInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_prompt_format_option(parser: argparse.ArgumentParser) -> None:
+    """--prompt-format NAME, the same for every command that loads a model."""
+    parser.add_argument(
+        "--prompt-format", type=prompt_format, default=None, metavar="NAME",
+        help="how prompts are written: auto (the model's chat template, else the format its "
+        "vocabulary's special tokens belong to, else plain completion), template, completion, "
+        "or a llama.cpp built-in format (chatml, gemma, llama3, mistral-v7, phi3, ...); "
+        "default: the model's setting in the model list, else auto",
+    )  # fmt: skip
+
+
+def chosen_prompt_format(requested: str | None, model_path: str | os.PathLike[str]) -> str:
+    """--prompt-format when given, else the model's setting in the model list."""
+    return requested if requested is not None else prompt_format_for(model_path)

@@ -11,7 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.commands.arg_types import positive_int, size
+from app.commands.arg_types import (
+    add_prompt_format_option,
+    chosen_prompt_format,
+    positive_int,
+    size,
+)
 from app.load_planning import LoadRequest, stored_profile
 from app.model_library import projector_for
 from engine.errors import BadInputError
@@ -44,6 +49,7 @@ def add_ask_image_command(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
     cmd.add_argument("--max-tokens", type=positive_int, default=512)
     cmd.add_argument("--temperature", type=float, default=0.2)
+    add_prompt_format_option(cmd)
     cmd.set_defaults(command="ask-image", run=run_ask_image)
 
 
@@ -63,7 +69,7 @@ def run_ask_image(args: argparse.Namespace) -> int:
     if load.vision is None:
         raise BadInputError(load.vision_problem or f"{mmproj}: not a usable vision projector")
     vision = load.vision
-    model = load_model(load.params)
+    model = load_model(load.params, chosen_prompt_format(args.prompt_format, model_path))
     try:
         runtime = attach_projector(model, mmproj, vision.options)
         settings = SamplingSettings(temperature=args.temperature, max_tokens=args.max_tokens)

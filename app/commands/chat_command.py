@@ -18,6 +18,7 @@ from app.commands.plan_command import load_profile_for_planning
 from app.events import (
     FINAL_EVENTS,
     EngineEvent,
+    ModelLoaded,
     PlacementFellBack,
     ReplyFinished,
     RequestFailed,
@@ -58,7 +59,10 @@ def run_chat(args: argparse.Namespace) -> int:
         params = params.with_changes(n_threads=args.threads, n_threads_batch=args.threads)
     prompt = _prompt_from(args)
     with _engine() as engine:
-        engine.call(engine.worker.load_model(params, plan, profile))
+        loaded = engine.call(engine.worker.load_model(params, plan, profile, args.prompt_format))
+        if getattr(args, "verbose", False) and isinstance(loaded, ModelLoaded):
+            print(f"prompt format: {loaded.prompt_format} ({loaded.prompt_format_reason})",
+                  file=sys.stderr)  # fmt: skip
         if args.system:
             engine.call(engine.worker.start_conversation(args.system))
         if prompt is not None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from app.commands.arg_types import chosen_prompt_format
 from app.units import format_bytes, format_count
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.model.prompt_format import PromptFormat
+from engine.runtime.loaded_model import prompt_format_of_file
 
 _BLOCK_COLUMNS = (
     SubLayerKind.ATTENTION,
@@ -21,16 +24,28 @@ _BLOCK_COLUMNS = (
 def run_info(args: argparse.Namespace) -> int:
     path = default_model_path() if args.model == "default" else args.model
     inventory = read_inventory(path)
+    chosen = None  # a projector writes no prompts
+    if not inventory.is_vision_projector:
+        chosen = prompt_format_of_file(path, chosen_prompt_format(args.prompt_format, path))
     if args.json:
-        print(json.dumps(inventory.to_dict(), indent=2, default=str))
+        data = inventory.to_dict()
+        if chosen is not None:
+            data["prompt_format"] = {
+                "name": chosen.name, "kind": chosen.kind.value, "reason": chosen.reason
+            }  # fmt: skip
+        print(json.dumps(data, indent=2, default=str))
     else:
-        print(render_inventory(inventory))
+        print(render_inventory(inventory, chosen))
     return 0
 
 
-def render_inventory(inventory: ModelInventory) -> str:
-    """The summary lines, then one row per block and the global sub-layers."""
-    return "\n".join([*_summary(inventory), "", *_block_table(inventory), *_globals(inventory)])
+def render_inventory(inventory: ModelInventory, prompt_format: PromptFormat | None = None) -> str:
+    """The summary lines (with the prompt format the model gets, and why), then one row per
+    block and the global sub-layers."""
+    summary = _summary(inventory)
+    if prompt_format is not None:
+        summary.append(f"prompt format  {prompt_format.describe()}")
+    return "\n".join([*summary, "", *_block_table(inventory), *_globals(inventory)])
 
 
 def _summary(inv: ModelInventory) -> list[str]:

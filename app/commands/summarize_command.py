@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import add_prompt_format_option, chosen_prompt_format, positive_int
 from app.load_planning import planned_load, stored_profile
 from app.summaries.document_scan import checked_folder
 from app.summaries.summary_job import (
@@ -60,6 +60,7 @@ def add_summarize_command(commands: argparse._SubParsersAction) -> None:
         help="context per document sequence, in tokens",
     )  # fmt: skip
     cmd.add_argument("--json", action="store_true", help="print report.json when done")
+    add_prompt_format_option(cmd)
     cmd.set_defaults(command="summarize", run=run_summarize)
 
 
@@ -74,7 +75,7 @@ def run_summarize(args: argparse.Namespace) -> int:
     cancel = CancelToken()
     bar = tqdm(total=0, unit="file", disable=not sys.stderr.isatty(), file=sys.stderr)
     load = planned_load(str(model_path), args.ctx, stored_profile())  # no profile: no plan
-    model = load_model(load.params)
+    model = load_model(load.params, chosen_prompt_format(args.prompt_format, model_path))
     try:
         job = SummaryJob(
             model, Path(args.folder), _out(args), settings, None,

@@ -1,20 +1,39 @@
 """Turning a list of chat messages into the prompt text the model was trained on.
 
-We render the GGUF's own `tokenizer.chat_template` (Jinja2, as Hugging Face
-does) so every model speaks its own format; a model that ships no template
-gets ChatML, the most common one.
+A model that ships `tokenizer.chat_template` gets it, rendered as Hugging Face
+does (Jinja2, in llama-cpp-python's ImmutableSandboxedEnvironment: a template
+cannot reach Python's internals, so a hostile GGUF cannot run code). Without
+one, or with one that fails a trial render, engine.model.prompt_format picks
+the format its vocabulary's special tokens belong to, else plain completion;
+the user may choose another per model.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from engine.errors import BadInputError
+from engine.model.prompt_format import (
+    AUTO,
+    COMPLETION_STOP,
+    FormatKind,
+    PromptFormat,
+    builtin_stop,
+    choose_format,
+    render_builtin,
+    render_completion,
+)
 
 if TYPE_CHECKING:
     from engine.model.image_input import ImageFile
+
+log = logging.getLogger(__name__)
 
 # mtmd's default media marker: where an image's tokens go in the rendered prompt
 MEDIA_MARKER = "<__media__>"
@@ -25,6 +44,11 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+# What a template may raise while rendering: its own raise_exception (ValueError), the
+# sandbox refusing an attribute (jinja2.SecurityError), or plain mistakes in it.
+_TEMPLATE_ERRORS = (jinja2.TemplateError, ValueError, TypeError, LookupError, AttributeError)
+_TRIAL: list[Any] = [{"role": "user", "content": "Hello"}]
 
 
 @dataclass(frozen=True)
@@ -54,25 +78,100 @@ class RenderedPrompt:
 
 
 class ChatTemplate:
-    """A model's chat template, ready to render message lists."""
+    """A model's prompt format (`format`: which, and why), ready to render message lists.
 
-    def __init__(self, template: str | None, bos_token: str, eos_token: str) -> None:
-        self.source = template or CHATML_TEMPLATE
-        self.is_fallback = template is None
-        self._bos_token = bos_token
-        self._formatter = Jinja2ChatFormatter(
-            template=self.source, eos_token=eos_token, bos_token=bos_token
+    `template`: the GGUF's own chat template, if any; `special_tokens`: which of
+    prompt_format.FAMILY_MARKERS the vocabulary has as special tokens; `requested`:
+    the per-model setting (auto, template, completion or a llama.cpp built-in name).
+    """
+
+    def __init__(
+        self,
+        template: str | None,
+        bos_token: str,
+        eos_token: str,
+        *,
+        special_tokens: frozenset[str] = frozenset(),
+        requested: str = AUTO,
+    ) -> None:
+        self.source = template or None  # the GGUF's template text (None: it has none)
+        self.special_tokens = special_tokens
+        self._bos_token, self._eos_token = bos_token, eos_token
+        self._formatter, problem = self._sandboxed(self.source)
+        self.format: PromptFormat = choose_format(
+            self.source is not None, special_tokens, requested, problem
         )
+        if problem and self.format.kind is not FormatKind.TEMPLATE:
+            log.warning("the model's chat template is not used: %s", problem)
 
-    def render(self, messages: Sequence[ChatMessage]) -> RenderedPrompt:
-        """Render messages with the generation prompt for the assistant's next turn."""
+    @property
+    def is_fallback(self) -> bool:
+        """The model's own template is not what renders."""
+        return self.format.kind is not FormatKind.TEMPLATE
+
+    @property
+    def has_thinking_switch(self) -> bool:
+        """The template in use reads `enable_thinking` (Qwen3's do), so render() can pass it."""
+        return not self.is_fallback and "enable_thinking" in (self.source or "")
+
+    def with_format(self, requested: str) -> ChatTemplate:
+        """The same model's template under another prompt-format setting."""
+        return ChatTemplate(
+            self.source, self._bos_token, self._eos_token,
+            special_tokens=self.special_tokens, requested=requested,
+        )  # fmt: skip
+
+    def render(
+        self, messages: Sequence[ChatMessage], *, enable_thinking: bool | None = None
+    ) -> RenderedPrompt:
+        """Render messages with the generation prompt for the assistant's next turn.
+
+        `enable_thinking` goes into the template's context when not None (only a
+        template with `has_thinking_switch` reads it)."""
         # plain role/content dicts: what the formatter's TypedDict union describes, by role
         plain: list[Any] = [m.to_dict() for m in messages]
-        response = self._formatter(messages=plain)
+        kind = self.format.kind
+        if kind is FormatKind.TEMPLATE:
+            text, stop = self._render_template(plain, enable_thinking)
+        elif kind is FormatKind.BUILTIN:
+            text = render_builtin(self.format.name, plain)
+            stop = builtin_stop(self.format.name, self._eos_token)
+        else:
+            text, stop = render_completion(plain), COMPLETION_STOP
+        adds_bos = bool(self._bos_token) and text.startswith(self._bos_token)
+        return RenderedPrompt(text=text, stop=stop, template_adds_bos=adds_bos)
+
+    def _render_template(
+        self, plain: list[Any], enable_thinking: bool | None
+    ) -> tuple[str, tuple[str, ...]]:
+        assert self._formatter is not None  # the format is TEMPLATE only when it compiled
+        extra: dict[str, Any] = {}
+        if enable_thinking is not None:
+            extra["enable_thinking"] = enable_thinking
+        try:
+            response = self._formatter(messages=plain, **extra)
+        except _TEMPLATE_ERRORS as exc:
+            raise BadInputError(
+                f"the model's chat template refused this conversation ({_one_line(exc)}); "
+                "choose another prompt format for the model"
+            ) from exc
         stop = response.stop if isinstance(response.stop, list) else [response.stop]
-        adds_bos = bool(self._bos_token) and response.prompt.startswith(self._bos_token)
-        return RenderedPrompt(
-            text=response.prompt,
-            stop=tuple(s for s in stop if s),
-            template_adds_bos=adds_bos,
-        )
+        return response.prompt, tuple(s for s in stop if s)
+
+    def _sandboxed(self, template: str | None) -> tuple[Jinja2ChatFormatter | None, str | None]:
+        """The template compiled in the sandbox and tried on one user message, or why not."""
+        if template is None:
+            return None, None
+        try:
+            formatter = Jinja2ChatFormatter(
+                template=template, eos_token=self._eos_token, bos_token=self._bos_token
+            )
+            formatter(messages=_TRIAL)
+        except _TEMPLATE_ERRORS as exc:
+            return None, f"{type(exc).__name__}: {_one_line(exc)}"
+        return formatter, None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] + ("..." if len(text) > 200 else "")

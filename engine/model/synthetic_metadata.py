@@ -43,13 +43,26 @@ def add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> No
         writer.add_tokenizer_model("none")
         return
     for key, value, vtype, sub_type in _tokenizer_fields():
-        if spec.extra_tokens and key == gguf.Keys.Tokenizer.LIST:
-            if taken := set(spec.extra_tokens).intersection(value):
-                raise ValueError(f"extra_tokens already in the vocabulary: {sorted(taken)}")
-            value = [*value, *spec.extra_tokens]
+        if key == gguf.Keys.Tokenizer.LIST:
+            value = _token_list(value, spec)
         elif spec.extra_tokens and key == gguf.Keys.Tokenizer.TOKEN_TYPE:
             value = [*value, *[gguf.TokenType.CONTROL] * len(spec.extra_tokens)]
+        elif key == gguf.Keys.Tokenizer.CHAT_TEMPLATE and spec.chat_template is not None:
+            continue  # written below, if at all
         writer.add_key_value(key, value, vtype, sub_type)
+    if spec.chat_template:
+        writer.add_chat_template(spec.chat_template)
+
+
+def _token_list(tokens: list[str], spec: SyntheticSpec) -> list[str]:
+    """The copied token texts, renamed as the spec says, with its extra tokens appended."""
+    renames = dict(spec.renamed_tokens)
+    if missing := set(renames).difference(tokens):
+        raise ValueError(f"renamed_tokens not in the vocabulary: {sorted(missing)}")
+    tokens = [renames.get(token, token) for token in tokens]
+    if taken := set(spec.extra_tokens).intersection(tokens):
+        raise ValueError(f"extra_tokens already in the vocabulary: {sorted(taken)}")
+    return [*tokens, *spec.extra_tokens]
 
 
 def _add_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:

@@ -65,6 +65,11 @@ class SyntheticSpec:
     # Special (control) tokens appended to the copied tokenizer, as a VLM's tokenizer adds its
     # image markers (mtmd looks some up as single tokens). Needs the tokenizer (vocab_size None).
     extra_tokens: tuple[str, ...] = ()
+    # (old, new) texts of copied tokens to rename, keeping their ids and types: how a test
+    # takes ChatML's <|im_start|>/<|im_end|> out of a vocabulary (engine.model.synthetic_vocab)
+    renamed_tokens: tuple[tuple[str, str], ...] = ()
+    # None: the default model's chat template; "": none at all; other text: that template
+    chat_template: str | None = None
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHES:
@@ -81,6 +86,8 @@ class SyntheticSpec:
             raise ValueError(f"n_expert_used must be in 1..{self.n_expert}")
         if self.extra_tokens and self.vocab_size is not None:
             raise ValueError("extra_tokens need the copied tokenizer; vocab_size must be None")
+        if (self.renamed_tokens or self.chat_template is not None) and self.vocab_size is not None:
+            raise ValueError("renamed_tokens and chat_template need the copied tokenizer")
         if len(set(self.extra_tokens)) != len(self.extra_tokens):
             raise ValueError(f"extra_tokens repeat a token: {self.extra_tokens}")
         if self.architecture == "qwen2vl" and self.head_size % 2:

@@ -29,10 +29,12 @@ from engine.llama import offload_boundary
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs
+from engine.llama.vocabulary import VocabularyFacts, read_vocabulary, vocabulary_facts
 from engine.model.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
 from engine.model.gguf_file import check_model_path
 from engine.model.image_input import ImageFile, RgbImage
 from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.prompt_format import AUTO, FAMILY_MARKERS, PromptFormat
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +67,36 @@ class LoadedModel:
     Its scheduler runs the conversation's streams (text and vision turns) in the
     model's own context, one sequence of the whole window."""
 
-    def __init__(self, params: LoadParams, llm: llama_cpp.Llama, inventory: ModelInventory):
+    def __init__(
+        self,
+        params: LoadParams,
+        llm: llama_cpp.Llama,
+        inventory: ModelInventory,
+        prompt_format: str = AUTO,
+    ):
         self.params = params
         self.llm = llm
         self.handle = LlamaHandle.of(llm)
         self.inventory = inventory
-        self.chat_template = _chat_template_of(llm, self.handle)
+        facts = vocabulary_facts(self.handle.model, self.handle.vocab, FAMILY_MARKERS)
+        self.chat_template = chat_template_for(facts, prompt_format)
         self.scheduler = Scheduler(DecodeContext.of_model(self.handle, params))
         self.vision: ModelVision | None = None  # set by vision_runtime.attach_projector
 
     @property
     def n_ctx(self) -> int:
         return self.scheduler.n_ctx_per_sequence
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """Which prompt format renders this model's conversations, and why."""
+        return self.chat_template.format
+
+    def use_prompt_format(self, requested: str) -> PromptFormat:
+        """Switch the prompt format (auto, template, completion or a llama.cpp built-in
+        name); BadInputError for a name that is not one, and the format stays as it was."""
+        self.chat_template = self.chat_template.with_format(requested)
+        return self.chat_template.format
 
     def tokenize_prompt(self, prompt: RenderedPrompt) -> list[int]:
         """Tokens of a rendered prompt; BOS is added unless the template wrote it."""
@@ -97,8 +117,10 @@ class LoadedModel:
         return self.handle.wants_bos()
 
 
-def load_model(params: LoadParams) -> LoadedModel:
-    """Load a GGUF with exactly these parameters; ModelFileError if it is not a usable model."""
+def load_model(params: LoadParams, prompt_format: str = AUTO) -> LoadedModel:
+    """Load a GGUF with exactly these parameters; ModelFileError if it is not a usable model.
+
+    `prompt_format`: the model's prompt-format setting (engine.model.prompt_format)."""
     path = check_model_path(params.model_path)
     inventory = inspect_model(path)
     llama_log.install()
@@ -117,7 +139,11 @@ def load_model(params: LoadParams) -> LoadedModel:
         log.debug("llama-cpp-python said while loading: %s", chatter.getvalue())
     llm.verbose = False  # no per-turn prints to stderr from here on
     log.info("loaded %s in %.2f s with %s", path.name, time.perf_counter() - started, params)
-    return LoadedModel(params, llm, inventory)
+    try:
+        return LoadedModel(params, llm, inventory, prompt_format)
+    except BaseException:
+        llm.close()  # a refused prompt format frees the model it came with
+        raise
 
 
 def set_op_offload_boundary(min_batch: int | None) -> None:
@@ -147,9 +173,18 @@ def _within_trained_context(params: LoadParams, inventory: ModelInventory) -> Lo
     return params
 
 
-def _chat_template_of(llm: llama_cpp.Llama, handle: LlamaHandle) -> ChatTemplate:
+def chat_template_for(facts: VocabularyFacts, prompt_format: str = AUTO) -> ChatTemplate:
+    """The model's ChatTemplate under its prompt-format setting."""
     return ChatTemplate(
-        template=llm.metadata.get("tokenizer.chat_template"),
-        bos_token=handle.token_text(llama_cpp.llama_vocab_bos(handle.vocab)),
-        eos_token=handle.token_text(llama_cpp.llama_vocab_eos(handle.vocab)),
+        facts.chat_template,
+        facts.bos_token,
+        facts.eos_token,
+        special_tokens=facts.special_tokens,
+        requested=prompt_format,
     )
+
+
+def prompt_format_of_file(path: str | os.PathLike[str], prompt_format: str = AUTO) -> PromptFormat:
+    """The prompt format a model would load with, reading only its vocabulary."""
+    facts = read_vocabulary(check_model_path(path), FAMILY_MARKERS)
+    return chat_template_for(facts, prompt_format).format

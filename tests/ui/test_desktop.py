@@ -16,6 +16,7 @@ from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
+from engine.model.synthetic_vocab import marker_vocabulary
 from engine.vision.synthetic import write_synthetic_vlm
 from ui.desktop import Desktop
 from ui.image_attachments import load_image_file
@@ -304,3 +305,25 @@ def test_a_vision_model_answers_about_a_dropped_image_and_shows_it(
     assert window.input.toPlainText() == "What is in the picture?"
     assert [a.name for a in window.input.attachments()] == ["red.png"]
     assert [m.images for m in desktop.store.messages(chat.conversation_id)] == []
+
+
+def test_the_model_line_says_the_prompt_format_and_follows_a_new_setting(
+    qtbot, desktops, make_synthetic
+) -> None:
+    gemma_like = make_synthetic("llama", **marker_vocabulary(("<start_of_turn>", "<end_of_turn>")))
+    with ModelLibrary() as library:
+        library.add(gemma_like)
+        library.set_prompt_format(gemma_like, "chatml")  # stored: used by the first load
+    desktop = open_desktop(qtbot, gemma_like)
+    desktops.append(desktop)
+    assert desktop.window.model_label.toolTip() == (
+        "Prompt format: chatml (llama.cpp's built-in 'chatml', as set)"
+    )
+    manager = desktop.open_models()
+    manager.refresh(select=gemma_like.resolve())
+    manager.prompt_format.setCurrentText("auto")
+    with qtbot.waitSignal(desktop.bridge.prompt_format_chosen, timeout=TIMEOUT_MS):
+        manager.prompt_format.activated.emit(manager.prompt_format.currentIndex())
+    tooltip = desktop.window.model_label.toolTip()
+    assert tooltip.startswith("Prompt format: gemma (no chat template; the vocabulary has")
+    assert send(qtbot, desktop, "Hi").stats.generated_tokens >= 1

@@ -17,6 +17,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QWidget
 
 from app.model_library import ModelLibrary
+from engine.model.synthetic_vocab import marker_vocabulary
 from ui.model_drop import GgufDropFilter, dropped_paths, gguf_paths
 from ui.model_manager import DEFAULT, KIND, NAME, SIZE, STATUS, ModelManager
 
@@ -345,3 +346,28 @@ def test_a_gguf_only_filter_lets_other_drops_through(qtbot, tmp_path: Path) -> N
     with qtbot.waitSignal(dropper.files_dropped) as dropped:
         assert dropper.handle_drop(file_mime(tmp_path / "photo.png", tmp_path / "m.GGUF"))
     assert dropped.args == [[tmp_path / "m.GGUF"]]
+
+
+# -- the prompt format ---------------------------------------------------------------------------
+
+
+def test_the_prompt_format_is_shown_chosen_and_stored_per_model(
+    qtbot, dialog: ModelManager, library: ModelLibrary, make_synthetic, tmp_path: Path
+) -> None:
+    gemma = tmp_path / "gemma-like.gguf"
+    markers = ("<start_of_turn>", "<end_of_turn>")
+    shutil.copyfile(make_synthetic("llama", **marker_vocabulary(markers)), gemma)
+    dialog.import_files([gemma])
+    dialog.refresh(select=gemma.resolve())
+    assert dialog.prompt_format.isEnabled() and dialog.prompt_format.currentText() == "auto"
+    assert details(dialog)["Prompt format"].startswith("gemma (no chat template; the vocabulary")
+    changes: list[tuple[str, str]] = []
+    dialog.prompt_format_changed.connect(lambda path, name: changes.append((path, name)))
+    dialog.prompt_format.setCurrentText("completion")
+    dialog.prompt_format.activated.emit(dialog.prompt_format.currentIndex())
+    assert changes == [(str(gemma.resolve()), "completion")]
+    assert library.find(gemma).prompt_format == "completion"  # type: ignore[union-attr]
+    assert details(dialog)["Prompt format"] == "completion (plain text completion, as set)"
+    dialog.refresh(select=library.models()[0].path)  # the built-in keeps its own template
+    assert not dialog.prompt_format.isEnabled()
+    assert details(dialog)["Prompt format"] == "template (the model's own chat template)"
