@@ -13,23 +13,19 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from app.commands.arg_types import (
-    add_prompt_format_option,
-    non_negative_float,
-    positive_int,
-    probability,
-    size,
-)
+from app.commands.arg_types import add_prompt_format_option, positive_int, size
 from app.commands.ask_image_command import add_ask_image_command
 from app.commands.chat_command import run_chat
 from app.commands.gui_command import add_gui_command
 from app.commands.info_command import run_info
 from app.commands.plan_command import add_plan_command
 from app.commands.profile_command import add_profile_command
+from app.commands.sampling_options import add_sampling_options
 from app.commands.summarize_command import add_summarize_command
 from app.logging_setup import configure_logging
 from app.selftest import run_selftest
 from engine.errors import BadInputError
+from engine.generation.sampling import SamplingSettings
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +101,6 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
     chat.add_argument("prompt", nargs="*", metavar="PROMPT", help="the message to send")
     chat.add_argument("--model", "-m", metavar="PATH", help="GGUF model file")
     chat.add_argument("--system", metavar="TEXT", help="system prompt")
-    chat.add_argument("--temperature", type=non_negative_float, default=0.7)
-    chat.add_argument("--top-p", type=probability, default=0.95)
-    chat.add_argument("--max-tokens", type=positive_int, default=512)
     chat.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
     chat.add_argument("--threads", type=positive_int, default=None, help="CPU threads")
     chat.add_argument(
@@ -137,6 +130,7 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
         "--stats", action="store_true", help="print time to first token and tokens/s to stderr"
     )
     _add_chat_format_options(chat)
+    add_sampling_options(chat, SamplingSettings())
     chat.set_defaults(command="chat", run=run_chat)
 
 

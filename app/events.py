@@ -94,6 +94,11 @@ class ReplyFinished:
     stats: GenerationStats
     dropped_messages: int
     steps: tuple[Any, ...] = ()  # engine.runtime.step_log.StepRecord per llama_decode, if planned
+    context_window: int = 0  # tokens the model's window holds; the turn used prompt + reply
+
+    @property
+    def context_used(self) -> int:
+        return self.stats.prompt_tokens + self.stats.generated_tokens
 
 
 @dataclass(frozen=True)

@@ -423,7 +423,14 @@ class EngineWorker:
         )
         steps = self._resident.drain_steps()
         self._emit(
-            ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps)
+            ReplyFinished(
+                entry.request_id,
+                reply.text,
+                reply.stats,
+                reply.dropped_messages,
+                steps,
+                model.n_ctx,
+            )  # fmt: skip
         )
 
 

@@ -296,8 +296,15 @@ class ChatController(QObject):
         stats = event.stats
         self.window.speed_label.setText(
             f"{stats.time_to_first_token_s:.2f} s to first token · "
-            f"{stats.decode_tokens_per_s:.1f} tokens/s · {stats.finish_reason.value}"
+            f"{stats.decode_tokens_per_s:.1f} tokens/s · {stats.finish_reason.value} · "
+            f"context {event.context_used:,} / {event.context_window:,} tokens"
         )
+        if event.dropped_messages:
+            self.window.statusBar().showMessage(
+                f"the {event.dropped_messages} oldest messages were left out of the prompt to "
+                "fit the context window; the conversation keeps them",
+                12000,
+            )
         self._refresh_list()
         self._apply_context_length()
 

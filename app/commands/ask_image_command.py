@@ -17,6 +17,7 @@ from app.commands.arg_types import (
     positive_int,
     size,
 )
+from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import LoadRequest, stored_profile
 from app.model_library import projector_for
 from engine.errors import BadInputError
@@ -27,6 +28,8 @@ from engine.model.image_input import image_file
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import inspect_model, load_model
 from engine.vision.runtime import attach_projector
+
+IMAGE_QUESTION_SAMPLING = SamplingSettings(temperature=0.2)  # a description, not a story
 
 
 def add_ask_image_command(commands: argparse._SubParsersAction) -> None:
@@ -47,8 +50,7 @@ def add_ask_image_command(commands: argparse._SubParsersAction) -> None:
         help="VRAM budget for VLMOpt (default: what other programs leave free; 0: CPU only)",
     )  # fmt: skip
     cmd.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
-    cmd.add_argument("--max-tokens", type=positive_int, default=512)
-    cmd.add_argument("--temperature", type=float, default=0.2)
+    add_sampling_options(cmd, IMAGE_QUESTION_SAMPLING)
     add_prompt_format_option(cmd)
     cmd.set_defaults(command="ask-image", run=run_ask_image)
 
@@ -72,7 +74,7 @@ def run_ask_image(args: argparse.Namespace) -> int:
     model = load_model(load.params, chosen_prompt_format(args.prompt_format, model_path))
     try:
         runtime = attach_projector(model, mmproj, vision.options)
-        settings = SamplingSettings(temperature=args.temperature, max_tokens=args.max_tokens)
+        settings = sampling_from(args, IMAGE_QUESTION_SAMPLING)
         reply = ChatSession(model).reply(
             question, settings, on_text=lambda text: print(text, end="", flush=True),
             images=images,

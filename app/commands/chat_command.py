@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.commands.plan_command import load_profile_for_planning
+from app.commands.sampling_options import sampling_from
 from app.events import (
     FINAL_EVENTS,
     EngineEvent,
@@ -46,9 +47,7 @@ def run_chat(args: argparse.Namespace) -> int:
     model_path = Path(args.model) if args.model else default_model_path()
     inspect_model(model_path)  # bad input fails here, before any thread starts
     try:
-        settings = SamplingSettings(
-            temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
-        )
+        settings = sampling_from(args, SamplingSettings())
         params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
         plan, profile = None, None
         if args.vram is not None or choice.is_manual or args.gpu is not None:
@@ -194,6 +193,7 @@ def _print_stats(reply: ReplyFinished) -> None:
         f"{stats.time_to_first_token_s:.2f} s to first token",
         f"{stats.decode_tokens_per_s:.1f} tokens/s",
         f"{stats.generated_tokens} tokens ({stats.finish_reason.value})",
+        f"context {reply.context_used}/{reply.context_window} tokens",
     ]
     if reply.dropped_messages:
         parts.append(f"{reply.dropped_messages} oldest messages left out to fit the context")

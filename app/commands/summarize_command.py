@@ -15,6 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.commands.arg_types import add_prompt_format_option, chosen_prompt_format, positive_int
+from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import planned_load, stored_profile
 from app.summaries.document_scan import checked_folder
 from app.summaries.summary_job import (
@@ -26,6 +27,7 @@ from app.summaries.summary_job import (
 )
 from app.summaries.summary_prompts import DEFAULT_MAX_WORDS
 from engine.cancel import CancelToken
+from engine.generation.sampling import SUMMARY_SAMPLING
 from engine.model.default_model import default_model_path
 from engine.runtime.loaded_model import inspect_model, load_model
 
@@ -60,6 +62,7 @@ def add_summarize_command(commands: argparse._SubParsersAction) -> None:
         help="context per document sequence, in tokens",
     )  # fmt: skip
     cmd.add_argument("--json", action="store_true", help="print report.json when done")
+    add_sampling_options(cmd, SUMMARY_SAMPLING, max_tokens=False)
     add_prompt_format_option(cmd)
     cmd.set_defaults(command="summarize", run=run_summarize)
 
@@ -68,7 +71,7 @@ def run_summarize(args: argparse.Namespace) -> int:
     settings = SummarySettings(
         prompt=args.prompt, max_words=args.max_words, recursive=args.recursive,
         include=tuple(args.include), exclude=tuple(args.exclude), parallel=args.parallel,
-        n_ctx_per_sequence=args.ctx,
+        n_ctx_per_sequence=args.ctx, sampling=sampling_from(args, SUMMARY_SAMPLING),
     )  # fmt: skip
     model_path = inspect_model(args.model or default_model_path()).path
     checked_folder(Path(args.folder).expanduser())  # refuse a bad folder before loading

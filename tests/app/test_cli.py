@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,22 @@ def test_chat_reads_a_piped_prompt_and_prints_stats_on_request() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     assert "tokens/s" in done.stderr and "to first token" in done.stderr
+    used, window = map(int, re.search(r"context (\d+)/(\d+) tokens", done.stderr).groups())
+    assert 8 < used < window == 4096
+
+
+def test_sampling_flags_reach_the_reply_and_bad_ones_are_refused_in_one_line() -> None:
+    args = ("chat", "--temperature", "0", "--max-tokens", "40", "List the days of the week.")
+    plain = shardchat(*args, "--repeat-penalty", "1")
+    penalised = shardchat(*args, "--repeat-penalty", "1.6", "--dry-multiplier", "1.5")
+    assert plain.returncode == penalised.returncode == 0, plain.stderr + penalised.stderr
+    assert plain.stdout.strip() and penalised.stdout.strip() != plain.stdout.strip()
+    stopped = shardchat(*args, "--repeat-penalty", "1", "--stop", "Wednesday")
+    assert "Tuesday" in stopped.stdout and "Wednesday" not in stopped.stdout
+    for bad in (("--top-p", "0"), ("--repeat-penalty", "0"), ("--dry-base", "0.5")):
+        refused = shardchat("chat", *bad, "Hi")
+        assert refused.returncode == 2 and bad[0][2:].replace("-", "_") in refused.stderr
+        assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
 
 
 def test_greedy_cli_replies_are_reproducible() -> None:

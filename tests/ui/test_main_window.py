@@ -63,6 +63,7 @@ def test_enter_sends_and_the_reply_streams_into_view_and_history(qtbot, app_part
     shown = window.chat_view.toPlainText()
     assert "What is the capital of France?" in shown and messages[1].content.strip()[:20] in shown
     assert "tokens/s" in window.speed_label.text()
+    assert " / 1,024 tokens" in window.speed_label.text()  # how much of the context is used
     assert window.conversations.currentItem().text().startswith("What is the capital")
     assert window.send_button.isEnabled() and not window.stop_button.isEnabled()
 
