@@ -44,9 +44,13 @@ class GenerationStats:
 
 @dataclass(frozen=True)
 class GenerationResponse:
-    """One streamed piece: new text, or, last of all, the finish reason and statistics."""
+    """One streamed piece: new text, or, last of all, the finish reason and statistics.
+
+    A chat turn's text is the answer only; a reasoning model's thinking streams
+    apart in `thinking` (engine.generation.thinking)."""
 
     text: str
     generated_tokens: int
     finish_reason: FinishReason | None = None
     stats: GenerationStats | None = None
+    thinking: str = ""

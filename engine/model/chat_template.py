@@ -38,10 +38,12 @@ class ChatMessage:
     role: str
     content: str
     images: tuple[ImageFile, ...] = field(default=(), repr=False)
+    thinking: str = ""  # an assistant turn's reasoning, rendered as reasoning_content
 
     def to_dict(self) -> dict[str, str]:
         markers = "".join(f"{MEDIA_MARKER}\n" for _ in self.images)
-        return {"role": self.role, "content": markers + self.content}
+        reasoning = {"reasoning_content": self.thinking} if self.thinking else {}
+        return {"role": self.role, "content": markers + self.content, **reasoning}
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,21 @@ class ChatTemplate:
             template=self.source, eos_token=eos_token, bos_token=bos_token
         )
 
-    def render(self, messages: Sequence[ChatMessage]) -> RenderedPrompt:
+    @property
+    def has_thinking_switch(self) -> bool:
+        """The template reads `enable_thinking` (Qwen3's think / don't think switch)."""
+        return "enable_thinking" in self.source
+
+    def render(
+        self, messages: Sequence[ChatMessage], *, enable_thinking: bool | None = None
+    ) -> RenderedPrompt:
         """Render messages with the generation prompt for the assistant's next turn."""
         # plain role/content dicts: what the formatter's TypedDict union describes, by role
         plain: list[Any] = [m.to_dict() for m in messages]
-        response = self._formatter(messages=plain)
+        switch: dict[str, Any] = (
+            {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        )
+        response = self._formatter(messages=plain, **switch)
         stop = response.stop if isinstance(response.stop, list) else [response.stop]
         adds_bos = bool(self._bos_token) and response.prompt.startswith(self._bos_token)
         return RenderedPrompt(
