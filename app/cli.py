@@ -130,6 +130,18 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
     chat.add_argument(
         "--stats", action="store_true", help="print time to first token and tokens/s to stderr"
     )
+    chat.add_argument(
+        "--show-thinking",
+        action="store_true",
+        help="print a reasoning model's thinking to stderr (hidden by default)",
+    )
+    chat.add_argument(
+        "--think",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let a reasoning model think, or not, where its chat template has the switch "
+        "(default: the template's own choice)",
+    )
     chat.set_defaults(command="chat", run=run_chat)
 
 

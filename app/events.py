@@ -26,6 +26,7 @@ class ModelLoaded:
     plan: Any = None  # the engine.planning.plan.Plan it runs under, or None (not profiled)
     vision: str | None = None  # the projector's VLMOpt choices when it sees images
     vision_problem: str | None = None  # why a paired projector could not be used
+    thinking_switch: bool = False  # the chat template can be told to think or not
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class ConversationStarted:
 class TokenStreamed:
     request_id: int
     text: str
+    thinking: str = ""  # a piece of a reasoning model's thinking (text is then empty)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class ReplyFinished:
     stats: GenerationStats
     dropped_messages: int
     steps: tuple[Any, ...] = ()  # engine.runtime.step_log.StepRecord per llama_decode, if planned
+    thinking: str = ""  # a reasoning model's thinking, apart from the answer in text
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ class _SendMessage:
     text: str
     settings: SamplingSettings
     images: tuple[ImageFile, ...] = ()
+    thinking: bool | None = None  # think or not, where the template has the switch
 
 
 @dataclass(frozen=True)
@@ -170,10 +171,17 @@ class EngineWorker:
         return self._submit(_StartConversation(system_prompt, tuple(history)))
 
     def send_message(
-        self, text: str, settings: SamplingSettings, images: Sequence[ImageFile] = ()
+        self,
+        text: str,
+        settings: SamplingSettings,
+        images: Sequence[ImageFile] = (),
+        thinking: bool | None = None,
     ) -> int:
-        """A user message (with images for a model that has a projector); the reply streams."""
-        return self._submit(_SendMessage(text, settings, tuple(images)))
+        """A user message (with images for a model that has a projector); the reply streams.
+
+        `thinking` turns a reasoning model's thinking on or off where its template has
+        the switch (None: the template's default)."""
+        return self._submit(_SendMessage(text, settings, tuple(images), thinking))
 
     def set_budget(self, vram_budget_bytes: int) -> int:
         """Re-plan the loaded model for a new VRAM budget; reload only if the placement moves.
@@ -316,6 +324,7 @@ class EngineWorker:
                 plan=plan,
                 vision=attached.vision,
                 vision_problem=attached.problem,
+                thinking_switch=model.chat_template.has_thinking_switch,
             )
         )
 
@@ -386,8 +395,17 @@ class EngineWorker:
             entry.cancel,
             on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
             images=request.images,
+            thinking=request.thinking,
+            on_thinking=lambda text: self._emit(TokenStreamed(entry.request_id, "", text)),
         )
         steps = self._resident.drain_steps()
         self._emit(
-            ReplyFinished(entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps)
+            ReplyFinished(
+                entry.request_id,
+                reply.text,
+                reply.stats,
+                reply.dropped_messages,
+                steps,
+                reply.thinking,
+            )  # fmt: skip
         )

@@ -49,6 +49,8 @@ def add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> No
             value = [*value, *spec.extra_tokens]
         elif spec.extra_tokens and key == gguf.Keys.Tokenizer.TOKEN_TYPE:
             value = [*value, *[gguf.TokenType.CONTROL] * len(spec.extra_tokens)]
+        elif spec.chat_template is not None and key == gguf.Keys.Tokenizer.CHAT_TEMPLATE:
+            value = spec.chat_template
         writer.add_key_value(key, value, vtype, sub_type)
 
 

@@ -65,6 +65,8 @@ class SyntheticSpec:
     # Special (control) tokens appended to the copied tokenizer, as a VLM's tokenizer adds its
     # image markers (mtmd looks some up as single tokens). Needs the tokenizer (vocab_size None).
     extra_tokens: tuple[str, ...] = ()
+    # A chat template in place of the default model's (a reasoning model's, say).
+    chat_template: str | None = None
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHES:
