@@ -68,6 +68,7 @@ class ChatController(QObject):
         self._reply_request: int | None = None
         self._reply_message: int | None = None
         self._reply_text = ""
+        self._reply_thinking = ""  # a reasoning model's thinking, apart from the answer
         self._saved_at = 0.0
         self._connect()
 
@@ -90,6 +91,7 @@ class ChatController(QObject):
         w.chat_view.image_opened.connect(self.show_image)
         b.model_loaded.connect(self._on_model_loaded)
         b.token_streamed.connect(self._on_token)
+        b.thinking_streamed.connect(self._on_thinking)
         b.reply_finished.connect(self._on_reply_finished)
         b.request_failed.connect(self._on_failed)
 
@@ -135,6 +137,7 @@ class ChatController(QObject):
         for signal, slot in (
             (b.model_loaded, self._on_model_loaded), (b.token_streamed, self._on_token),
             (b.reply_finished, self._on_reply_finished), (b.request_failed, self._on_failed),
+            (b.thinking_streamed, self._on_thinking),
         ):  # fmt: skip
             signal.disconnect(slot)
         w = self.window
@@ -174,6 +177,7 @@ class ChatController(QObject):
         self._retitle(text)
         change = self.store.add_message(self.conversation_id, "assistant", "", complete=False)
         self._reply_message, self._reply_text = change.message_id, ""
+        self._reply_thinking = ""
         self._render()
         self.window.chat_view.show_streaming("")
         self._reply_request = self.worker.send_message(text, self._sampling(), images)
@@ -265,14 +269,22 @@ class ChatController(QObject):
         if request_id != self._reply_request:
             return
         self._reply_text += text
-        self.window.chat_view.show_streaming(self._reply_text)
+        self.window.chat_view.show_streaming(self._reply_text, self._reply_thinking)
+        if time.monotonic() - self._saved_at > SAVE_INTERVAL_S:
+            self._save_reply(complete=False)
+
+    def _on_thinking(self, request_id: int, thinking: str) -> None:
+        if request_id != self._reply_request:
+            return
+        self._reply_thinking += thinking
+        self.window.chat_view.show_streaming(self._reply_text, self._reply_thinking)
         if time.monotonic() - self._saved_at > SAVE_INTERVAL_S:
             self._save_reply(complete=False)
 
     def _on_reply_finished(self, event: ReplyFinished) -> None:
         if event.request_id != self._reply_request:
             return
-        self._reply_text = event.text
+        self._reply_text, self._reply_thinking = event.text, event.thinking
         self._save_reply(complete=True, stats=event.stats.to_dict())
         self._end_reply()
         stats = event.stats
@@ -406,9 +418,9 @@ class ChatController(QObject):
         if self.conversation_id is None:
             return
         shown = [
-            (m.role, m.content, m.images)
+            (m.role, m.content, m.images, m.thinking)
             for m in self.store.messages(self.conversation_id)
-            if m.content or m.complete
+            if m.content or m.thinking or m.complete
         ]
         self.window.chat_view.show_messages(shown)
 
@@ -427,7 +439,9 @@ class ChatController(QObject):
 
     def _save_reply(self, complete: bool, stats: dict | None = None) -> None:
         if self._reply_message is not None:
-            self.store.update_message(self._reply_message, self._reply_text, complete, stats)
+            self.store.update_message(
+                self._reply_message, self._reply_text, complete, stats, self._reply_thinking
+            )
             self._saved_at = time.monotonic()
 
     def _end_reply(self) -> None:
