@@ -26,6 +26,7 @@ from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
 from engine.model.image_input import ImageFile
 from engine.planning.plan import Plan
+from ui.conversation_settings import THINKING_KEY
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import image_from_bytes
 from ui.image_viewer import ImageViewer
@@ -69,6 +70,7 @@ class ChatController(QObject):
         self._reply_message: int | None = None
         self._reply_text = ""
         self._reply_thinking = ""  # a reasoning model's thinking, apart from the answer
+        self._thinking_switch = False  # the model's template can be told to think or not
         self._saved_at = 0.0
         self._connect()
 
@@ -180,7 +182,9 @@ class ChatController(QObject):
         self._reply_thinking = ""
         self._render()
         self.window.chat_view.show_streaming("")
-        self._reply_request = self.worker.send_message(text, self._sampling(), images)
+        self._reply_request = self.worker.send_message(
+            text, self._sampling(), images, thinking=self._thinking()
+        )
         self.window.set_busy(True)
 
     def show_image(self, image: ImageFile) -> ImageViewer:
@@ -251,6 +255,7 @@ class ChatController(QObject):
         self.plan_used.emit(event.plan)
         self.model_name = event.model_name
         self.vision = event.vision
+        self._thinking_switch = event.thinking_switch
         sees = " · sees images" if event.vision else ""
         self.window.model_label.setText(
             f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
@@ -370,6 +375,7 @@ class ChatController(QObject):
         self.window.settings.show_settings(
             conversation.system_prompt, self._sampling(), self._n_ctx()
         )
+        self.window.settings.show_thinking(self._thinking_switch, self._thinking() is not False)
         self._render()
         if not self.model_ready:
             return
@@ -377,6 +383,12 @@ class ChatController(QObject):
             self._reload_for_context(self._n_ctx())  # reopens this conversation when loaded
             return
         self.worker.start_conversation(None, self.store.history(conversation_id))
+
+    def _thinking(self) -> bool | None:
+        """The conversation's Think choice where the model has the switch, else None."""
+        assert self.conversation_id is not None
+        stored = self.store.conversation(self.conversation_id).settings.get(THINKING_KEY)
+        return stored if self._thinking_switch and isinstance(stored, bool) else None
 
     def _n_ctx(self) -> int:
         """The open conversation's context length: its own setting, else the app's."""

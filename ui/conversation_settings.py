@@ -9,11 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QSpinBox,
+    QWidget,
+)
 
 from engine.generation.sampling import SamplingSettings
 
 MIN_CONTEXT, MAX_CONTEXT = 512, 262144
+THINKING_KEY = "thinking"  # the Think toggle, stored beside the sampling settings
 
 
 class ConversationSettings(QWidget):
@@ -43,6 +52,7 @@ class ConversationSettings(QWidget):
             inner.addRow(label, widget)
             numbers.addLayout(inner)
         form.addRow(numbers)
+        self._add_think_toggle(form)
         self.setLayout(form)
         self.system_prompt.editingFinished.connect(
             lambda: self.system_prompt_changed.emit(self.system_prompt.text())
@@ -57,7 +67,29 @@ class ConversationSettings(QWidget):
             top_p=self.top_p.value(),
             max_tokens=self.max_tokens.value(),
         ).to_dict()
-        return {**settings, "n_ctx": self.n_ctx.value()}
+        return {**settings, "n_ctx": self.n_ctx.value(), **self._thinking_setting()}
+
+    # --- the Think toggle: a reasoning model's think / don't think switch ---
+
+    def _add_think_toggle(self, form: QFormLayout) -> None:
+        """Off until a model whose chat template has the switch is loaded."""
+        self.think = QCheckBox("Think before answering")
+        self.think.setChecked(True)
+        self.think.setEnabled(False)
+        self.think.setAccessibleName("Think before answering")
+        self.think.setToolTip("only models whose chat template has a think switch (Qwen3)")
+        self.think.toggled.connect(lambda _on: self.sampling_changed.emit(self.sampling()))
+        form.addRow("Reasoning", self.think)
+
+    def _thinking_setting(self) -> dict[str, bool]:
+        return {THINKING_KEY: self.think.isChecked()} if self.think.isEnabled() else {}
+
+    def show_thinking(self, available: bool, on: bool) -> None:
+        """Whether the loaded model can be told to think, and the conversation's choice."""
+        self.think.blockSignals(True)
+        self.think.setEnabled(available)
+        self.think.setChecked(on)
+        self.think.blockSignals(False)
 
     def show_settings(self, system_prompt: str, sampling: SamplingSettings, n_ctx: int) -> None:
         widgets = (self.system_prompt, self.temperature, self.top_p, self.max_tokens, self.n_ctx)
