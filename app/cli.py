@@ -131,6 +131,18 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
     )
     _add_chat_format_options(chat)
     add_sampling_options(chat, SamplingSettings())
+    chat.add_argument(
+        "--show-thinking",
+        action="store_true",
+        help="print a reasoning model's thinking to stderr (hidden by default)",
+    )
+    chat.add_argument(
+        "--think",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let a reasoning model think, or not, where its chat template has the switch "
+        "(default: the template's own choice)",
+    )
     chat.set_defaults(command="chat", run=run_chat)
 
 

@@ -28,6 +28,7 @@ class ModelLoaded:
     vision_problem: str | None = None  # why a paired projector could not be used
     prompt_format: str = ""  # the prompt format its conversations are written in
     prompt_format_reason: str = ""  # why that one (engine.model.prompt_format)
+    thinking_switch: bool = False  # the chat template can be told to think or not
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class ConversationStarted:
 class TokenStreamed:
     request_id: int
     text: str
+    thinking: str = ""  # a piece of a reasoning model's thinking (text is then empty)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class ReplyFinished:
     @property
     def context_used(self) -> int:
         return self.stats.prompt_tokens + self.stats.generated_tokens
+
+    thinking: str = ""  # a reasoning model's thinking, apart from the answer in text
 
 
 @dataclass(frozen=True)

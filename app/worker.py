@@ -86,6 +86,7 @@ class _SendMessage:
     text: str
     settings: SamplingSettings
     images: tuple[ImageFile, ...] = ()
+    thinking: bool | None = None  # think or not, where the template has the switch
 
 
 @dataclass(frozen=True)
@@ -185,10 +186,17 @@ class EngineWorker:
         return self._submit(_StartConversation(system_prompt, tuple(history)))
 
     def send_message(
-        self, text: str, settings: SamplingSettings, images: Sequence[ImageFile] = ()
+        self,
+        text: str,
+        settings: SamplingSettings,
+        images: Sequence[ImageFile] = (),
+        thinking: bool | None = None,
     ) -> int:
-        """A user message (with images for a model that has a projector); the reply streams."""
-        return self._submit(_SendMessage(text, settings, tuple(images)))
+        """A user message (with images for a model that has a projector); the reply streams.
+
+        `thinking` turns a reasoning model's thinking on or off where its template has
+        the switch (None: the template's default)."""
+        return self._submit(_SendMessage(text, settings, tuple(images), thinking))
 
     def set_budget(self, vram_budget_bytes: int) -> int:
         """Re-plan the loaded model for a new VRAM budget; reload only if the placement moves.
@@ -343,6 +351,7 @@ class EngineWorker:
                 vision_problem=attached.problem,
                 prompt_format=model.prompt_format.name,
                 prompt_format_reason=model.prompt_format.reason,
+                thinking_switch=model.chat_template.has_thinking_switch,
             )
         )
 
@@ -420,6 +429,8 @@ class EngineWorker:
             entry.cancel,
             on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
             images=request.images,
+            thinking=request.thinking,
+            on_thinking=lambda text: self._emit(TokenStreamed(entry.request_id, "", text)),
         )
         steps = self._resident.drain_steps()
         self._emit(
@@ -430,6 +441,7 @@ class EngineWorker:
                 reply.dropped_messages,
                 steps,
                 model.n_ctx,
+                reply.thinking,
             )  # fmt: skip
         )
 

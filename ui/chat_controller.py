@@ -27,6 +27,7 @@ from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
 from engine.model.image_input import ImageFile
 from engine.planning.plan import Plan
+from ui.conversation_settings import THINKING_KEY
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import image_from_bytes
 from ui.image_viewer import ImageViewer
@@ -70,6 +71,8 @@ class ChatController(QObject):
         self._reply_request: int | None = None
         self._reply_message: int | None = None
         self._reply_text = ""
+        self._reply_thinking = ""  # a reasoning model's thinking, apart from the answer
+        self._thinking_switch = False  # the model's template can be told to think or not
         self._saved_at = 0.0
         self._connect()
 
@@ -92,6 +95,7 @@ class ChatController(QObject):
         w.chat_view.image_opened.connect(self.show_image)
         b.model_loaded.connect(self._on_model_loaded)
         b.token_streamed.connect(self._on_token)
+        b.thinking_streamed.connect(self._on_thinking)
         b.reply_finished.connect(self._on_reply_finished)
         b.request_failed.connect(self._on_failed)
         b.prompt_format_chosen.connect(self._on_prompt_format_chosen)
@@ -138,6 +142,7 @@ class ChatController(QObject):
         for signal, slot in (
             (b.model_loaded, self._on_model_loaded), (b.token_streamed, self._on_token),
             (b.reply_finished, self._on_reply_finished), (b.request_failed, self._on_failed),
+            (b.thinking_streamed, self._on_thinking),
         ):  # fmt: skip
             signal.disconnect(slot)
         w = self.window
@@ -177,9 +182,12 @@ class ChatController(QObject):
         self._retitle(text)
         change = self.store.add_message(self.conversation_id, "assistant", "", complete=False)
         self._reply_message, self._reply_text = change.message_id, ""
+        self._reply_thinking = ""
         self._render()
         self.window.chat_view.show_streaming("")
-        self._reply_request = self.worker.send_message(text, self._sampling(), images)
+        self._reply_request = self.worker.send_message(
+            text, self._sampling(), images, thinking=self._thinking()
+        )
         self.window.set_busy(True)
 
     def show_image(self, image: ImageFile) -> ImageViewer:
@@ -264,6 +272,7 @@ class ChatController(QObject):
         self.plan_used.emit(event.plan)
         self.model_name = event.model_name
         self.vision = event.vision
+        self._thinking_switch = event.thinking_switch
         sees = " · sees images" if event.vision else ""
         self.window.model_label.setText(
             f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
@@ -283,14 +292,22 @@ class ChatController(QObject):
         if request_id != self._reply_request:
             return
         self._reply_text += text
-        self.window.chat_view.show_streaming(self._reply_text)
+        self.window.chat_view.show_streaming(self._reply_text, self._reply_thinking)
+        if time.monotonic() - self._saved_at > SAVE_INTERVAL_S:
+            self._save_reply(complete=False)
+
+    def _on_thinking(self, request_id: int, thinking: str) -> None:
+        if request_id != self._reply_request:
+            return
+        self._reply_thinking += thinking
+        self.window.chat_view.show_streaming(self._reply_text, self._reply_thinking)
         if time.monotonic() - self._saved_at > SAVE_INTERVAL_S:
             self._save_reply(complete=False)
 
     def _on_reply_finished(self, event: ReplyFinished) -> None:
         if event.request_id != self._reply_request:
             return
-        self._reply_text = event.text
+        self._reply_text, self._reply_thinking = event.text, event.thinking
         self._save_reply(complete=True, stats=event.stats.to_dict())
         self._end_reply()
         stats = event.stats
@@ -383,6 +400,7 @@ class ChatController(QObject):
         self.window.settings.show_settings(
             conversation.system_prompt, self._sampling(), self._n_ctx()
         )
+        self.window.settings.show_thinking(self._thinking_switch, self._thinking() is not False)
         self._render()
         if not self.model_ready:
             return
@@ -390,6 +408,12 @@ class ChatController(QObject):
             self._reload_for_context(self._n_ctx())  # reopens this conversation when loaded
             return
         self.worker.start_conversation(None, self.store.history(conversation_id))
+
+    def _thinking(self) -> bool | None:
+        """The conversation's Think choice where the model has the switch, else None."""
+        assert self.conversation_id is not None
+        stored = self.store.conversation(self.conversation_id).settings.get(THINKING_KEY)
+        return stored if self._thinking_switch and isinstance(stored, bool) else None
 
     def _n_ctx(self) -> int:
         """The open conversation's context length: its own setting, else the app's."""
@@ -431,9 +455,9 @@ class ChatController(QObject):
         if self.conversation_id is None:
             return
         shown = [
-            (m.role, m.content, m.images)
+            (m.role, m.content, m.images, m.thinking)
             for m in self.store.messages(self.conversation_id)
-            if m.content or m.complete
+            if m.content or m.thinking or m.complete
         ]
         self.window.chat_view.show_messages(shown)
 
@@ -452,7 +476,9 @@ class ChatController(QObject):
 
     def _save_reply(self, complete: bool, stats: dict | None = None) -> None:
         if self._reply_message is not None:
-            self.store.update_message(self._reply_message, self._reply_text, complete, stats)
+            self.store.update_message(
+                self._reply_message, self._reply_text, complete, stats, self._reply_thinking
+            )
             self._saved_at = time.monotonic()
 
     def _end_reply(self) -> None:

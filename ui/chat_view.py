@@ -5,7 +5,9 @@ messages, and while a reply streams it passes the growing text, which is
 re-rendered at most every RENDER_INTERVAL_MS so long replies stay smooth.
 Every finished code block has a copy link under it; other links open in the
 system browser. A message's images show as thumbnails above its text; clicking
-one asks (image_opened) for the image to be shown whole.
+one asks (image_opened) for the image to be shown whole. A reasoning model's
+thinking shows live while it streams, then folds into one line above the answer
+that opens it again when clicked.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ RENDER_INTERVAL_MS = 50
 THUMBNAIL_PX = 120
 THUMBNAILS_KEPT = 256
 THUMB_SCHEME, OPEN_SCHEME = "thumb", "image"  # a thumbnail's source / its link
+THINK_SCHEME = "think"  # think:N folds or unfolds message N's thinking
 _SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 _KEEP_ASPECT = Qt.AspectRatioMode.KeepAspectRatio
 _SMOOTH = Qt.TransformationMode.SmoothTransformation
@@ -41,6 +44,9 @@ class ChatView(QTextBrowser):
         self._images: list[ImageFile] = []  # every shown image, by its index in thumb:N
         self._thumbnails: dict[str, QImage] = {}  # by ImageFile.key, kept across renders
         self._streaming: str | None = None
+        self._thinking: list[str] = []  # each shown message's thinking ("" for none)
+        self._streaming_thinking = ""
+        self._unfolded: set[int] = set()  # messages whose thinking is shown whole
         self._codes: list[str] = []
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -48,13 +54,15 @@ class ChatView(QTextBrowser):
         self._timer.timeout.connect(self._render)
 
     def show_messages(self, messages: Sequence[tuple]) -> None:
-        """(role, text) or (role, text, images) of the conversation; replaces what is shown."""
-        self._images, self._messages = [], []
+        """(role, text), (role, text, images) or (role, text, images, thinking) of the
+        conversation; replaces what is shown."""
+        self._images, self._messages, self._thinking = [], [], []
         for role, text, *rest in messages:
             images = tuple(rest[0]) if rest else ()
             links = [self._thumbnail_link(image) for image in images]
             self._messages.append((role, " ".join(links) + "\n\n" + text if links else text))
-        self._streaming = None
+            self._thinking.append(rest[1] if len(rest) > 1 else "")
+        self._streaming, self._streaming_thinking = None, ""
         self._render()
 
     def shown_images(self) -> list[ImageFile]:
@@ -93,19 +101,42 @@ class ChatView(QTextBrowser):
             )
         return self._thumbnails[image.key]
 
-    def show_streaming(self, text: str) -> None:
-        """The reply as it grows; rendered after the shown messages."""
-        self._streaming = text
+    def show_streaming(self, text: str, thinking: str = "") -> None:
+        """The reply as it grows, and its thinking; rendered after the shown messages."""
+        self._streaming, self._streaming_thinking = text, thinking
         if not self._timer.isActive():
             self._timer.start()
 
     def markdown(self) -> str:
-        shown = list(self._messages)
+        pairs = enumerate(zip(self._messages, self._thinking, strict=True))
+        shown = [
+            (role, self._thinking_block(index, thought, live=False) + text)
+            for index, ((role, text), thought) in pairs
+        ]
         if self._streaming is not None:
-            shown.append(("assistant", self._streaming + " ▌"))
+            live = not self._streaming  # still thinking: no answer yet
+            block = self._thinking_block(len(shown), self._streaming_thinking, live)
+            shown.append(("assistant", block + self._streaming + " ▌"))
         return "\n\n---\n\n".join(
             f"**{_SPEAKERS.get(role, role)}**\n\n{text}" for role, text in shown
         )
+
+    def toggle_thinking(self, index: int) -> None:
+        """Fold or unfold message `index`'s thinking (what its link does)."""
+        self._unfolded.symmetric_difference_update({index})
+        self._render()
+
+    def _thinking_block(self, index: int, thinking: str, live: bool) -> str:
+        """Folded: one line saying how long the thinking is; unfolded or live: all of it."""
+        if not thinking:
+            return ""
+        quoted = "\n".join(f"> {line}" for line in thinking.splitlines())
+        if live:
+            return f"*Thinking…*\n\n{quoted}\n\n"
+        unfolded = index in self._unfolded
+        action = "hide" if unfolded else "show"
+        link = f"[Thought for {len(thinking.split())} words — click to {action}]"
+        return f"{link}({THINK_SCHEME}:{index})\n\n" + (f"{quoted}\n\n" if unfolded else "")
 
     def code_blocks(self) -> list[str]:
         """The code of every finished block shown, in order (what the copy links copy)."""
@@ -120,6 +151,8 @@ class ChatView(QTextBrowser):
             index = int(url.path()) if url.path().isdigit() else -1
             if 0 <= index < len(self._codes):
                 self.copy_code(index)
+        elif url.scheme() == THINK_SCHEME and url.path().isdigit():
+            self.toggle_thinking(int(url.path()))
         elif url.scheme() == OPEN_SCHEME:
             index = int(url.path()) if url.path().isdigit() else -1
             if 0 <= index < len(self._images):

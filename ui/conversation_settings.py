@@ -28,6 +28,7 @@ from engine.generation.sampling import SamplingSettings
 MIN_CONTEXT, MAX_CONTEXT = 512, 262144
 NO_SEED = -1  # the seed box's "random" (the model's seed)
 STOP_SEPARATOR = ","
+THINKING_KEY = "thinking"  # the Think toggle, stored beside the sampling settings
 
 
 class ConversationSettings(QWidget):
@@ -79,7 +80,7 @@ class ConversationSettings(QWidget):
             max_tokens=self.max_tokens.value(),
             stop_loops=self.stop_loops.isChecked(),
         ).to_dict()
-        return {**settings, "n_ctx": self.n_ctx.value()}
+        return {**settings, "n_ctx": self.n_ctx.value(), **self._thinking_setting()}
 
     def show_settings(self, system_prompt: str, sampling: SamplingSettings, n_ctx: int) -> None:
         widgets = (self.system_prompt, self.stop, self.stop_loops, *self._numbers())
@@ -161,6 +162,7 @@ class ConversationSettings(QWidget):
         grid.addWidget(self.stop_loops, 2, 3)
         self._advanced.setVisible(False)
         form.addRow(self._advanced)
+        self._add_think_toggle(form)
         return form
 
     def _connect(self) -> None:
@@ -172,6 +174,28 @@ class ConversationSettings(QWidget):
         self.stop.editingFinished.connect(lambda: self.sampling_changed.emit(self.sampling()))
         self.stop_loops.toggled.connect(lambda _on: self.sampling_changed.emit(self.sampling()))
         self.more.toggled.connect(self._advanced.setVisible)
+
+    # --- the Think toggle: a reasoning model's think / don't think switch ---
+
+    def _add_think_toggle(self, form: QFormLayout) -> None:
+        """Off until a model whose chat template has the switch is loaded."""
+        self.think = QCheckBox("Think before answering")
+        self.think.setChecked(True)
+        self.think.setEnabled(False)
+        self.think.setAccessibleName("Think before answering")
+        self.think.setToolTip("only models whose chat template has a think switch (Qwen3)")
+        self.think.toggled.connect(lambda _on: self.sampling_changed.emit(self.sampling()))
+        form.addRow("Reasoning", self.think)
+
+    def _thinking_setting(self) -> dict[str, bool]:
+        return {THINKING_KEY: self.think.isChecked()} if self.think.isEnabled() else {}
+
+    def show_thinking(self, available: bool, on: bool) -> None:
+        """Whether the loaded model can be told to think, and the conversation's choice."""
+        self.think.blockSignals(True)
+        self.think.setEnabled(available)
+        self.think.setChecked(on)
+        self.think.blockSignals(False)
 
 
 def _spin(low: float, high: float, step: float) -> QDoubleSpinBox:

@@ -37,6 +37,7 @@ class EngineBridge(QObject):
     placement_fell_back = Signal(object)  # PlacementFellBack: a manual placement did not fit
     prompt_format_chosen = Signal(object)  # PromptFormatChosen
     token_streamed = Signal(int, str)  # request id, text piece
+    thinking_streamed = Signal(int, str)  # request id, piece of a reasoning model's thinking
     reply_finished = Signal(object)  # ReplyFinished
     job_progressed = Signal(object)  # JobProgressed
     job_finished = Signal(object)  # JobFinished
@@ -45,7 +46,10 @@ class EngineBridge(QObject):
     def __call__(self, event: EngineEvent) -> None:
         self.any_event.emit(event)
         if isinstance(event, TokenStreamed):
-            self.token_streamed.emit(event.request_id, event.text)
+            if event.thinking:
+                self.thinking_streamed.emit(event.request_id, event.thinking)
+            if event.text:
+                self.token_streamed.emit(event.request_id, event.text)
             return
         getattr(self, _SIGNAL_BY_EVENT[type(event)]).emit(event)
 

@@ -57,11 +57,13 @@ def run_chat(args: argparse.Namespace) -> int:
     if args.threads:
         params = params.with_changes(n_threads=args.threads, n_threads_batch=args.threads)
     prompt = _prompt_from(args)
-    with _engine() as engine:
+    with _engine(args.show_thinking, args.think) as engine:
         loaded = engine.call(engine.worker.load_model(params, plan, profile, args.prompt_format))
         if getattr(args, "verbose", False) and isinstance(loaded, ModelLoaded):
             print(f"prompt format: {loaded.prompt_format} ({loaded.prompt_format_reason})",
                   file=sys.stderr)  # fmt: skip
+        if args.think is not None and isinstance(loaded, ModelLoaded):
+            _note_missing_switch(loaded)
         if args.system:
             engine.call(engine.worker.start_conversation(args.system))
         if prompt is not None:
@@ -116,12 +118,27 @@ def _non_empty(prompt: str) -> str:
     return prompt
 
 
-class _Engine:
-    """The worker plus a queue of its events, read on this thread."""
+def _note_missing_switch(loaded: ModelLoaded) -> None:
+    if not loaded.thinking_switch:
+        print(
+            f"shardchat: {loaded.model_name or 'this model'}'s chat template has no think "
+            "switch; --think/--no-think change nothing",
+            file=sys.stderr,
+        )
 
-    def __init__(self) -> None:
+
+class _Engine:
+    """The worker plus a queue of its events, read on this thread.
+
+    A reasoning model's thinking is not the answer: it stays off stdout, and goes
+    to stderr (dim on a terminal) only with --show-thinking."""
+
+    def __init__(self, show_thinking: bool = False, thinking: bool | None = None) -> None:
         self.events: queue.Queue[EngineEvent] = queue.Queue()
         self.worker = EngineWorker(self.events.put).start()
+        self.show_thinking = show_thinking
+        self.thinking = thinking  # --think / --no-think, None: the template's default
+        self._thinking_shown = False  # thinking printed, not yet ended by a newline
 
     def call(self, request_id: int) -> EngineEvent:
         """Wait for the request's final event, printing streamed text; Ctrl-C cancels it."""
@@ -132,12 +149,30 @@ class _Engine:
                 self.worker.cancel(request_id)
                 continue
             if isinstance(event, TokenStreamed):
+                self._show_thinking(event.thinking)
+                if event.text and self._thinking_shown:
+                    self._end_thinking()
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
             elif isinstance(event, PlacementFellBack):
                 print(f"shardchat: {event.message}", file=sys.stderr)
             elif isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
+                if self._thinking_shown:
+                    self._end_thinking()
                 return _raise_if_failed(event)
+
+    def _show_thinking(self, thinking: str) -> None:
+        if not (thinking and self.show_thinking):
+            return
+        dim = sys.stderr.isatty()
+        sys.stderr.write(f"\033[2m{thinking}\033[0m" if dim else thinking)
+        sys.stderr.flush()
+        self._thinking_shown = True
+
+    def _end_thinking(self) -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        self._thinking_shown = False
 
 
 def _raise_if_failed(event: EngineEvent) -> EngineEvent:
@@ -147,8 +182,8 @@ def _raise_if_failed(event: EngineEvent) -> EngineEvent:
 
 
 @contextlib.contextmanager
-def _engine() -> Iterator[_Engine]:
-    engine = _Engine()
+def _engine(show_thinking: bool = False, thinking: bool | None = None) -> Iterator[_Engine]:
+    engine = _Engine(show_thinking, thinking)
     try:
         yield engine
     finally:
@@ -156,7 +191,7 @@ def _engine() -> Iterator[_Engine]:
 
 
 def _one_reply(engine: _Engine, text: str, settings: SamplingSettings, show_stats: bool) -> None:
-    reply = engine.call(engine.worker.send_message(text, settings))
+    reply = engine.call(engine.worker.send_message(text, settings, thinking=engine.thinking))
     sys.stdout.write("\n")
     if show_stats and isinstance(reply, ReplyFinished):
         _print_stats(reply)

@@ -56,6 +56,7 @@ class StoredMessage:
     complete: bool
     created_at: str
     images: tuple[ImageFile, ...] = field(default=(), repr=False)
+    thinking: str = ""  # a reasoning model's thinking, apart from the answer in content
 
 
 # -- checking and encoding ---------------------------------------------------------------------
@@ -138,14 +139,16 @@ def conversation_from_row(path: Path, row: tuple[Any, ...]) -> Conversation:
 
 
 def message_from_row(path: Path, row: tuple[Any, ...]) -> StoredMessage:
-    row_id, conversation_id, position, role, content, stats_json, complete, created_at = row
+    row_id, conversation_id, position, role, content, stats_json, complete, created_at = row[:8]
+    thinking = row[8] or ""
     stats = None
     if stats_json is not None:
         decoded = _decode(path, stats_json, f"stats of message {row_id}")
         stats = decoded if isinstance(decoded, dict) else None
     return StoredMessage(
-        row_id, conversation_id, position, role, content, stats, bool(complete), created_at
-    )
+        row_id, conversation_id, position, role, content, stats, bool(complete), created_at,
+        thinking=thinking,
+    )  # fmt: skip
 
 
 def _decode(path: Path, text: str, what: str) -> object:

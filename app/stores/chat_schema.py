@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 STORE_FILE_NAME = "chats.sqlite3"
 APPLICATION_ID = 0x53684374  # "ShCt": ShardChat's chat history (profiles use "ShCh")
-SCHEMA_VERSION = 2  # PRAGMA user_version after the last migration below
+SCHEMA_VERSION = 3  # PRAGMA user_version after the last migration below
 MIGRATIONS_TABLE = "_migrations"
 
 CONVERSATION_COLUMNS = (
@@ -40,6 +40,7 @@ MESSAGE_COLUMNS = (
     "stats_json",
     "complete",
     "created_at",
+    "thinking",
 )
 CONVERSATION_SELECT = f"SELECT {', '.join(CONVERSATION_COLUMNS)} FROM conversations"
 MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
@@ -124,7 +125,13 @@ def m002_message_images(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA user_version = 2")
 
 
-MIGRATIONS = (m001_chats, m002_message_images)
+def m003_message_thinking(conn: sqlite3.Connection) -> None:
+    """A reasoning model's thinking beside its answer: shown again, never sent back."""
+    conn.execute("ALTER TABLE messages ADD COLUMN thinking TEXT")
+    conn.execute("PRAGMA user_version = 3")
+
+
+MIGRATIONS = (m001_chats, m002_message_images, m003_message_thinking)
 
 
 # -- opening, inspecting, recovering -----------------------------------------------------------

@@ -268,11 +268,13 @@ class ChatStore:
         content: str,
         complete: bool,
         stats: GenerationStats | Mapping[str, Any] | None = None,
+        thinking: str = "",
     ) -> Change:
         """Replace a message's text, completeness and stats: how a streamed reply is saved.
 
         Stats are replaced too (None clears them): statistics describe the text
-        they came with, so they must not outlive an edit.
+        they came with, so they must not outlive an edit. So is a reasoning model's
+        `thinking`, kept for showing again but left out of `history`.
         """
         check_id(message_id, "message")
         text = check_text(content, "message content")
@@ -286,8 +288,9 @@ class ChatStore:
             conversation_id, role = row
             check_role(role, complete)
             self._conn.execute(
-                "UPDATE messages SET content = ?, complete = ?, stats_json = ? WHERE id = ?",
-                (text, int(complete), stats_json, message_id),
+                "UPDATE messages SET content = ?, complete = ?, stats_json = ?, thinking = ?"
+                " WHERE id = ?",
+                (text, int(complete), stats_json, thinking or None, message_id),
             )
             self._touch(conversation_id, self._stamp())
         return Change(MESSAGE_UPDATED, conversation_id, message_id)

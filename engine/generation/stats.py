@@ -46,10 +46,14 @@ class GenerationStats:
 @dataclass(frozen=True)
 class GenerationResponse:
     """One streamed piece: new text, or, last of all, the finish reason and statistics
-    (and, for a reply ended for repetition, the reply without its repeats)."""
+    (and, for a reply ended for repetition, the reply without its repeats).
+
+    A chat turn's text is the answer only; a reasoning model's thinking streams
+    apart in `thinking` (engine.generation.thinking)."""
 
     text: str
     generated_tokens: int
     finish_reason: FinishReason | None = None
     stats: GenerationStats | None = None
     kept_text: str | None = None
+    thinking: str = ""

@@ -62,10 +62,12 @@ class ChatMessage:
     role: str
     content: str
     images: tuple[ImageFile, ...] = field(default=(), repr=False)
+    thinking: str = ""  # an assistant turn's reasoning, rendered as reasoning_content
 
     def to_dict(self) -> dict[str, str]:
         markers = "".join(f"{MEDIA_MARKER}\n" for _ in self.images)
-        return {"role": self.role, "content": markers + self.content}
+        reasoning = {"reasoning_content": self.thinking} if self.thinking else {}
+        return {"role": self.role, "content": markers + self.content, **reasoning}
 
 
 @dataclass(frozen=True)

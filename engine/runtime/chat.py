@@ -17,6 +17,7 @@ from engine.generation.replies import generate
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import FinishReason, GenerationResponse, GenerationStats
 from engine.generation.stream import StreamRequest
+from engine.generation.thinking import ThinkingSplitter, split_whole
 from engine.model.chat_template import ChatMessage, RenderedPrompt
 from engine.model.image_input import ImageFile
 from engine.runtime.context_window import fit_messages
@@ -25,11 +26,13 @@ from engine.runtime.loaded_model import LoadedModel, ModelVision
 
 @dataclass(frozen=True)
 class ChatReply:
-    """The assistant's whole reply to one user message."""
+    """The assistant's whole reply to one user message: the answer, and apart from it
+    a reasoning model's thinking."""
 
     text: str
     stats: GenerationStats
     dropped_messages: int
+    thinking: str = ""
 
     @property
     def finish_reason(self) -> FinishReason:
@@ -52,14 +55,26 @@ class ChatSession:
         if system_prompt and not (self.messages and self.messages[0].role == "system"):
             self.messages.insert(0, ChatMessage("system", system_prompt))
 
+    @property
+    def has_thinking_switch(self) -> bool:
+        """Whether the model's template can be told to think or not (`thinking=`)."""
+        return self.model.chat_template.has_thinking_switch
+
     def stream_reply(
         self,
         user_text: str,
         settings: SamplingSettings,
         cancel: CancelToken,
         images: Sequence[ImageFile] = (),
+        thinking: bool | None = None,
     ) -> Iterator[tuple[GenerationResponse, int]]:
         """Stream the reply to `user_text`; each item carries how many old messages were left out.
+
+        A reasoning model's thinking streams in the responses' `thinking`, apart
+        from the answer in `text`; the history keeps it beside the answer, and
+        later prompts show it only to templates that read `reasoning_content`.
+        `thinking` turns thinking on or off where the template has the switch
+        (None: the template's default); other templates ignore it.
 
         The user message joins the history only once the prompt fits, and the
         reply (even a cancelled, partial one) joins it when streaming ends. While
@@ -74,7 +89,12 @@ class ChatSession:
             for image in images:
                 vision.decoded(image)  # a bad image is refused before it joins the history
         seen = candidate if vision is not None else [replace(m, images=()) for m in candidate]
-        fitted = fit_messages(seen, self._prompt_of, self.model.n_ctx, settings.max_tokens)
+        fitted = fit_messages(
+            seen,
+            lambda messages: self._prompt_of(messages, thinking),
+            self.model.n_ctx,
+            settings.max_tokens,
+        )
         rendered, tokens = fitted.prompt
         shown = [image for message in fitted.messages for image in message.images]
         if shown:
@@ -88,16 +108,18 @@ class ChatSession:
             )
             stream = generate(self.model.scheduler, request, self.model.params.seed)
         self.messages = candidate
-        pieces: list[str] = []
+        answer: list[str] = []
+        thought: list[str] = []
         self._continues_in_cache = True
         kept: str | None = None  # a reply that looped is remembered without its repeats
-        for response in stream:
-            pieces.append(response.text)
+        for response in _split_thinking(stream, rendered.text):
+            answer.append(response.text)
+            thought.append(response.thinking)
             kept = response.kept_text if response.kept_text is not None else kept
             yield response, fitted.dropped_messages
-        reply = "".join(pieces) if kept is None else kept
-        if reply:
-            self.messages.append(ChatMessage("assistant", reply))
+        said = "".join(answer) if kept is None else kept
+        if said or "".join(thought):
+            self.messages.append(ChatMessage("assistant", said, thinking="".join(thought)))
 
     def reply(
         self,
@@ -106,15 +128,23 @@ class ChatSession:
         cancel: CancelToken | None = None,
         on_text: Callable[[str], None] | None = None,
         images: Sequence[ImageFile] = (),
+        thinking: bool | None = None,
+        on_thinking: Callable[[str], None] | None = None,
     ) -> ChatReply:
-        """Generate the whole reply, passing each new piece of text to `on_text`."""
+        """Generate the whole reply, passing each new piece of the answer to `on_text` and
+        of the thinking to `on_thinking`."""
         pieces: list[str] = []
+        thought: list[str] = []
         dropped = 0
         stats: GenerationStats | None = None
         kept: str | None = None
-        stream = self.stream_reply(user_text, settings, cancel or CancelToken(), images)
+        stream = self.stream_reply(user_text, settings, cancel or CancelToken(), images, thinking)
         for response, dropped_now in stream:
             dropped = dropped_now
+            if response.thinking:
+                thought.append(response.thinking)
+                if on_thinking is not None:
+                    on_thinking(response.thinking)
             if response.text:
                 pieces.append(response.text)
                 if on_text is not None:
@@ -122,7 +152,8 @@ class ChatSession:
             stats = response.stats or stats
             kept = response.kept_text if response.kept_text is not None else kept
         assert stats is not None  # generate always ends with the statistics
-        return ChatReply("".join(pieces) if kept is None else kept, stats, dropped)
+        text = "".join(pieces) if kept is None else kept
+        return ChatReply(text, stats, dropped, "".join(thought))
 
     def _vision_for(self, images: Sequence[ImageFile]) -> ModelVision | None:
         """The model's vision runtime; refuses new images when the model has none."""
@@ -136,13 +167,43 @@ class ChatSession:
         return vision
 
     def _prompt_of(
-        self, messages: Sequence[ChatMessage]
+        self, messages: Sequence[ChatMessage], thinking: bool | None = None
     ) -> tuple[int, tuple[RenderedPrompt, list[int]]]:
         """The rendered prompt and its text tokens, and how many tokens it takes with its
         images (known once encoded, estimated before)."""
-        rendered = self.model.chat_template.render(messages)
+        template = self.model.chat_template
+        if template.is_fallback or not reads_thinking(template.source or ""):
+            messages = [replace(m, thinking="") if m.thinking else m for m in messages]
+        switch = thinking if template.has_thinking_switch else None
+        rendered = template.render(messages, enable_thinking=switch)
         tokens = self.model.tokenize_prompt(rendered)
         images = [image for message in messages for image in message.images]
         vision = self.model.vision
         image_tokens = sum(vision.tokens_for(image) for image in images) if vision else 0
         return len(tokens) + image_tokens, (rendered, tokens)
+
+
+def reads_thinking(template_source: str) -> bool:
+    """Whether a chat template shows earlier turns' thinking (it reads `reasoning_content`);
+    to any other the history is the answers alone."""
+    return "reasoning_content" in template_source
+
+
+def _split_thinking(
+    stream: Iterator[GenerationResponse], prompt_text: str
+) -> Iterator[GenerationResponse]:
+    """The stream with each piece's text split into answer (`text`) and `thinking`; a reply
+    kept without its repeats keeps only its answer."""
+    splitter = ThinkingSplitter.after(prompt_text)
+    for response in stream:
+        if response.kept_text is not None:
+            response = replace(
+                response, kept_text=split_whole(response.kept_text, prompt_text).answer
+            )
+        part = splitter.feed(response.text)
+        if response.finish_reason is not None:
+            rest = splitter.finish()
+            part = replace(part, thinking=part.thinking + rest.thinking)
+            part = replace(part, answer=part.answer + rest.answer)
+        if part or response.finish_reason is not None:
+            yield replace(response, text=part.answer, thinking=part.thinking)

@@ -97,7 +97,7 @@ def test_default_file_is_in_the_data_folder_and_marked_as_ours() -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         applied = [row[0] for row in conn.execute("SELECT name FROM _migrations")]
-        assert applied == ["m001_chats", "m002_message_images"]
+        assert applied == ["m001_chats", "m002_message_images", "m003_message_thinking"]
     finally:
         conn.close()
 
@@ -654,3 +654,18 @@ def test_images_are_saved_with_their_user_message_and_go_with_it(store: ChatStor
     store.delete(conversation)
     count = store._conn.execute("SELECT COUNT(*) FROM message_images").fetchone()[0]
     assert count == 0 and asked.message_id  # the images went with their conversation
+
+
+def test_a_replys_thinking_is_saved_beside_it_and_left_out_of_the_history(
+    isolated_home: Path,
+) -> None:
+    with ChatStore() as store:
+        conversation = store.create_conversation("Thinking").conversation_id
+        store.add_message(conversation, "user", "Hi")
+        reply = store.add_message(conversation, "assistant", "", complete=False).message_id
+        store.update_message(reply, "Hello!", True, thinking="They greet me; greet back.")
+    with ChatStore() as store:
+        saved = store.messages(conversation)[-1]
+        assert (saved.content, saved.thinking) == ("Hello!", "They greet me; greet back.")
+        history = store.history(conversation)
+        assert history[-1].content == "Hello!" and not history[-1].thinking

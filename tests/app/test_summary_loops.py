@@ -61,12 +61,10 @@ def most_repeated_sentence(summary: str) -> int:
 def test_summaries_of_real_text_say_no_sentence_three_times(
     default_model: LoadedModel, tmp_path: Path
 ) -> None:
-    settings = SummarySettings(max_words=60, parallel=2)
+    settings = SummarySettings(parallel=2)
     found = summaries(default_model, settings, tmp_path / "now")
     assert all(most_repeated_sentence(s) < 3 for s in found.values()), found
     assert all(len(s.split()) > 10 for s in found.values()), found  # they do say something
-    before = SummarySettings(
-        max_words=60, parallel=2, sampling=GREEDY.with_changes(stop_loops=False)
-    )
+    before = SummarySettings(parallel=2, sampling=GREEDY.with_changes(stop_loops=False))
     looped = summaries(default_model, before, tmp_path / "before")
     assert max(most_repeated_sentence(s) for s in looped.values()) >= 3, looped

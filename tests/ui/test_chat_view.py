@@ -66,3 +66,32 @@ def test_thumbnails_are_made_once_and_a_click_asks_for_the_whole_image(qtbot) ->
     with qtbot.waitSignal(view.image_opened) as opened:
         view._on_link(QUrl("image:0"))
     assert opened.args[0].data == photo.data
+
+
+THOUGHT = "The user greets me.\nI greet back."
+
+
+def test_a_replys_thinking_streams_live_then_folds_above_the_answer(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show_messages([("user", "Hi")])
+    view.show_streaming("", THOUGHT)
+    qtbot.waitUntil(lambda: "I greet back." in view.toPlainText())
+    assert "Thinking…" in view.toPlainText()
+    view.show_streaming("Hello!", THOUGHT)
+    qtbot.waitUntil(lambda: "Hello!" in view.toPlainText())
+    assert "I greet back." not in view.toPlainText()
+    assert "Thought for 7 words — click to show" in view.toPlainText()
+
+
+def test_clicking_the_folded_thinking_shows_it_and_again_hides_it(qtbot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show_messages([("user", "Hi"), ("assistant", "Hello!", (), THOUGHT)])
+    text = view.toPlainText()
+    assert "click to show" in text and "I greet back." not in text
+    assert text.index("Thought for") < text.index("Hello!")
+    view.anchorClicked.emit(QUrl("think:1"))
+    assert "I greet back." in view.toPlainText() and "click to hide" in view.toPlainText()
+    view.anchorClicked.emit(QUrl("think:1"))
+    assert "I greet back." not in view.toPlainText()
