@@ -81,7 +81,7 @@ def measure(model: str | None, tokens: int, profile) -> int:  # noqa: ANN001 - P
         QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
 
-    settings = SamplingSettings(temperature=0.0, max_tokens=tokens)
+    settings = SamplingSettings(temperature=0.0, max_tokens=tokens, stop_loops=False)
     model_path = model or str(default_model_path())
     results: dict[str, tuple[float, float, int]] = {}
     started = time.perf_counter()

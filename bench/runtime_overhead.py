@@ -59,9 +59,8 @@ class Run:
 
 def run_ours(model: LoadedModel, max_tokens: int) -> Run:
     """One turn through ShardChat's chat session: template, context fit, stream, statistics."""
-    reply = ChatSession(model).reply(
-        QUESTION, GREEDY.with_changes(max_tokens=max_tokens), CancelToken(), lambda _piece: None
-    )
+    settings = GREEDY.with_changes(max_tokens=max_tokens, stop_loops=False)  # as llama-cpp-python
+    reply = ChatSession(model).reply(QUESTION, settings, CancelToken(), lambda _piece: None)
     stats = reply.stats
     decode_s = (stats.generated_tokens - 1) / stats.decode_tokens_per_s
     return Run(stats.prompt_tokens, stats.generated_tokens, stats.time_to_first_token_s, decode_s)

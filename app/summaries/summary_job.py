@@ -29,6 +29,7 @@ from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
 from engine.generation.sampling import SUMMARY_SAMPLING, SamplingSettings
 from engine.generation.stats import FinishReason
+from engine.generation.thinking import split_whole
 from engine.machine.profile import Profile
 from engine.model.chat_template import ChatMessage
 from engine.planning.parallelism import choose_parallelism
@@ -412,8 +413,9 @@ class SummaryJob:
 
 
 def _whole_sentences(result: BatchResult) -> str:
-    """A summary cut off at the token limit ends at its last full sentence, if it has one."""
-    text = result.text.strip()
+    """A summary cut off at the token limit ends at its last full sentence, if it has one; a
+    reasoning model's thinking is not part of it."""
+    text = split_whole(result.text).answer.strip()
     if not result.finish_reason.cut_short:
         return text
     end = max(text.rfind(mark) for mark in (". ", "! ", "? ", ".\n", "!\n", "?\n"))
