@@ -12,45 +12,22 @@ from app.load_planning import PlannedLoad
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
-from engine.llama.load_params import LoadParams
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.execution import load_params_for
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
+from tests.ui.chat_app import TIMEOUT_MS, running_chat_app, send
 from ui.chat_controller import ChatController, plan_summary
 from ui.engine_bridge import EngineBridge
 from ui.main_window import MainWindow
 
-TIMEOUT_MS = 60_000
-
 
 @pytest.fixture
 def app_parts(qtbot, default_model_file: Path, tmp_path: Path):
-    bridge = EngineBridge()
-    worker = EngineWorker(bridge).start()
-    store = ChatStore(tmp_path / "chats.sqlite3")
-    window = MainWindow()
-    qtbot.addWidget(window)
-    params = LoadParams(str(default_model_file), n_ctx=1024, n_threads=2)
-    controller = ChatController(
-        window, worker, bridge, store, PlannedLoad(params, None, None),
-        GREEDY.with_changes(max_tokens=24),
-    )  # fmt: skip
-    with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
-        controller.start()
-    window.show()
-    yield window, controller, store, bridge
-    controller.shutdown()
-    worker.shutdown()
-    store.close()
-
-
-def send(qtbot, window: MainWindow, bridge: EngineBridge, text: str) -> None:
-    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS):
-        qtbot.keyClicks(window.input, text)
-        qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    with running_chat_app(qtbot, default_model_file, tmp_path, n_ctx=1024, max_tokens=24) as parts:
+        yield parts
 
 
 def test_enter_sends_and_the_reply_streams_into_view_and_history(qtbot, app_parts) -> None:

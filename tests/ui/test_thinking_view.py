@@ -6,19 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
 
-from app.load_planning import PlannedLoad
-from app.stores.chat_store import ChatStore
-from app.worker import EngineWorker
-from engine.generation.sampling import GREEDY
-from engine.llama.load_params import LoadParams
 from engine.model.chat_template import CHATML_TEMPLATE
-from ui.chat_controller import ChatController
-from ui.engine_bridge import EngineBridge
-from ui.main_window import MainWindow
-
-TIMEOUT_MS = 60_000
+from tests.ui.chat_app import running_chat_app, send
 
 # ChatML whose generation prompt opens the thinking unless enable_thinking is false
 SWITCHED_TEMPLATE = CHATML_TEMPLATE.replace(
@@ -32,29 +22,8 @@ SWITCHED_TEMPLATE = CHATML_TEMPLATE.replace(
 @pytest.fixture
 def thinking_app(qtbot, make_synthetic, tmp_path: Path):
     model = make_synthetic("llama", "F16", chat_template=SWITCHED_TEMPLATE)
-    bridge = EngineBridge()
-    worker = EngineWorker(bridge).start()
-    store = ChatStore(tmp_path / "chats.sqlite3")
-    window = MainWindow()
-    qtbot.addWidget(window)
-    params = LoadParams(str(model), n_ctx=512, n_threads=2)
-    controller = ChatController(
-        window, worker, bridge, store, PlannedLoad(params, None, None),
-        GREEDY.with_changes(max_tokens=12),
-    )  # fmt: skip
-    with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
-        controller.start()
-    window.show()
-    yield window, controller, store, bridge
-    controller.shutdown()
-    worker.shutdown()
-    store.close()
-
-
-def send(qtbot, window: MainWindow, bridge: EngineBridge, text: str) -> None:
-    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS):
-        qtbot.keyClicks(window.input, text)
-        qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    with running_chat_app(qtbot, model, tmp_path, n_ctx=512, max_tokens=12) as parts:
+        yield parts
 
 
 def test_thinking_is_folded_above_the_answer_and_saved_apart(qtbot, thinking_app) -> None:
