@@ -13,7 +13,9 @@ details pane and for checking an imported file.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -52,6 +54,7 @@ MODEL_PATH = Qt.ItemDataRole.UserRole
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 PROJECTOR_FILTER = "GGUF vision projectors (*.gguf);;All files (*)"
 ERROR_STYLE = "color: #b00020;"
+FORMAT_ROW, FORMAT_PENDING = "Prompt format", "reading the vocabulary…"
 
 T = TypeVar("T")
 
@@ -62,6 +65,7 @@ class ModelManager(QDialog):
     default_changed = Signal(str)  # path of the model that is now the default
     load_requested = Signal(str, object)  # model path, projector path or None
     prompt_format_changed = Signal(str, str)  # model path, its new prompt-format setting
+    _format_described = Signal(object, str)  # the entry described, what its prompts are written in
 
     def __init__(self, library: ModelLibrary, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -74,6 +78,11 @@ class ModelManager(QDialog):
         self.message = QLabel(wordWrap=True)
         self.prompt_format = QComboBox()
         self.prompt_format.addItems(prompt_format_choices())
+        # a model's prompt format takes a vocabulary read (0.1 s for 49k tokens, more for
+        # 256k-token vocabularies): off the GUI thread, its row filled in when known
+        self._describer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-format")
+        self._format_described.connect(self._show_format)
+        self._shown: ModelEntry | None = None  # the entry the details pane describes
         self.import_button = QPushButton("Import GGUF…")
         self.pair_button = QPushButton("Pair vision projector…")
         self.unpair_button = QPushButton("Unpair")
@@ -184,6 +193,7 @@ class ModelManager(QDialog):
         self.prompt_format.blockSignals(False)
 
     def _show_details(self, entry: ModelEntry | None) -> None:
+        self._shown = entry
         facts: list[tuple[str, str]] = []
         parts: list[tuple[str, str, str]] = []
         if entry is not None:
@@ -198,10 +208,26 @@ class ModelManager(QDialog):
                 except BadInputError as exc:
                     facts.append(("Problem", str(exc)))
                 else:
-                    facts = summary.facts() + [("Prompt format", chosen_format_text(entry))] + facts
+                    facts = summary.facts() + [(FORMAT_ROW, FORMAT_PENDING)] + facts
+                    self._describer.submit(self._describe_format, entry)
                     parts = [(s.label, s.size_text, s.percent_text) for s in summary.breakdown]
         _fill(self.details, facts)
         _fill(self.breakdown, parts)
+
+    def _describe_format(self, entry: ModelEntry) -> None:
+        """On the describer's thread: what the entry's prompts are written in, to the GUI."""
+        text = chosen_format_text(entry)
+        with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
+            self._format_described.emit(entry, text)
+
+    def _show_format(self, entry: ModelEntry, text: str) -> None:
+        """Fill the prompt-format row if the entry (with that setting) is still shown."""
+        if self._shown != entry:
+            return
+        for row in range(self.details.rowCount()):
+            label = self.details.item(row, 0)
+            if label is not None and label.text() == FORMAT_ROW:
+                self.details.setItem(row, 1, QTableWidgetItem(text))
 
     def _enable_buttons(self, entry: ModelEntry | None) -> None:
         stored = entry is not None and not entry.builtin

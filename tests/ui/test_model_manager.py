@@ -360,14 +360,17 @@ def test_the_prompt_format_is_shown_chosen_and_stored_per_model(
     dialog.import_files([gemma])
     dialog.refresh(select=gemma.resolve())
     assert dialog.prompt_format.isEnabled() and dialog.prompt_format.currentText() == "auto"
-    assert details(dialog)["Prompt format"].startswith("gemma (no chat template; the vocabulary")
+    described = "gemma (no chat template; the vocabulary"
+    qtbot.waitUntil(lambda: details(dialog)["Prompt format"].startswith(described))
     changes: list[tuple[str, str]] = []
     dialog.prompt_format_changed.connect(lambda path, name: changes.append((path, name)))
     dialog.prompt_format.setCurrentText("completion")
     dialog.prompt_format.activated.emit(dialog.prompt_format.currentIndex())
     assert changes == [(str(gemma.resolve()), "completion")]
     assert library.find(gemma).prompt_format == "completion"  # type: ignore[union-attr]
-    assert details(dialog)["Prompt format"] == "completion (plain text completion, as set)"
+    completion = "completion (plain text completion, as set)"
+    qtbot.waitUntil(lambda: details(dialog)["Prompt format"] == completion)
     dialog.refresh(select=library.models()[0].path)  # the built-in keeps its own template
     assert not dialog.prompt_format.isEnabled()
-    assert details(dialog)["Prompt format"] == "template (the model's own chat template)"
+    own = "template (the model's own chat template)"
+    qtbot.waitUntil(lambda: details(dialog)["Prompt format"] == own)
