@@ -51,10 +51,13 @@ class TextAssembler:
 
     def _partial_stop_length(self) -> int:
         """Length of the longest tail of the held text that could begin a stop string."""
-        longest = 0
-        for stop in self._stop:
-            for size in range(min(len(stop) - 1, len(self._held)), 0, -1):
-                if self._held.endswith(stop[:size]):
-                    longest = max(longest, size)
-                    break
-        return longest
+        return max((partial_at_end(self._held, stop) for stop in self._stop), default=0)
+
+
+def partial_at_end(text: str, marker: str) -> int:
+    """Length of the longest tail of `text` that is a proper beginning of `marker`: what
+    must be held back while the next piece may complete the marker."""
+    for length in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-length:]):
+            return length
+    return 0

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.generation.text_assembly import partial_at_end
+
 # opening tag -> closing tag; the tags reasoning models are trained to write
 THINK_TAGS: dict[str, str] = {"<think>": "</think>", "<thinking>": "</thinking>"}
 
@@ -119,7 +121,7 @@ class ThinkingSplitter:
             return thought
         # held: a tail that may open the closing tag, and the whitespace before it
         # (whitespace right before the tag is left out)
-        body = text[: len(text) - _partial_tag_at_end(text, self._close_tag)]
+        body = text[: len(text) - partial_at_end(text, self._close_tag)]
         shown = body.rstrip()
         self._held = text[len(shown) :]
         return self._trimmed(shown)
@@ -131,14 +133,6 @@ class ThinkingSplitter:
         text = text.lstrip()
         self._trimming = not text
         return text
-
-
-def _partial_tag_at_end(text: str, tag: str) -> int:
-    """Length of the longest tail of `text` that is a proper beginning of `tag`."""
-    for length in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-length:]):
-            return length
-    return 0
 
 
 def split_whole(text: str, prompt_text: str = "") -> SplitText:

@@ -48,7 +48,3 @@ class LlamaHandle:
     def wants_bos(self) -> bool:
         """The vocabulary asks for a BOS token at the start of a prompt."""
         return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-
-    def token_text(self, token: int) -> str:
-        """A special token's text as the template writes it ("" for none)."""
-        return "" if token < 0 else llama_cpp.llama_vocab_get_text(self.vocab, token).decode()
