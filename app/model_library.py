@@ -352,8 +352,11 @@ def projector_for(model_path: Path) -> Path | None:
     return lone_projector_beside(Path(model_path).resolve())
 
 
-def prompt_format_for(model_path: str | os.PathLike[str]) -> str:
-    """The prompt-format setting stored for this model; auto when it is not listed."""
+def prompt_format_for(model_path: str | os.PathLike[str], requested: str | None = None) -> str:
+    """`requested` when given (a --prompt-format, a load's own), else the prompt-format
+    setting stored for this model; auto when it is not listed."""
+    if requested is not None:
+        return requested
     with ModelLibrary() as library:
         entry = library.find(model_path)
     return entry.prompt_format if entry is not None else AUTO

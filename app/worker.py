@@ -309,7 +309,7 @@ class EngineWorker:
         request: _LoadModel = entry.request  # type: ignore[assignment]
         self._load_under(
             entry.request_id, request.params, request.plan, request.profile,
-            prompt_format=_prompt_format_of(request.params.model_path, request.prompt_format),
+            prompt_format=prompt_format_for(request.params.model_path, request.prompt_format),
         )  # fmt: skip
 
     def _load_planned(self, entry: _Queued) -> None:
@@ -318,7 +318,7 @@ class EngineWorker:
             load = request.request.planned()
         except ValueError as exc:
             raise BadInputError(str(exc)) from exc
-        fmt = _prompt_format_of(request.request.model_path, request.request.prompt_format)
+        fmt = prompt_format_for(request.request.model_path, request.request.prompt_format)
         self._load_under(entry.request_id, load.params, load.plan, load.profile, load, fmt)
 
     def _load_under(
@@ -444,8 +444,3 @@ class EngineWorker:
                 reply.thinking,
             )  # fmt: skip
         )
-
-
-def _prompt_format_of(model_path: str, requested: str | None) -> str:
-    """The format a load asked for, else the one the model library keeps for the model."""
-    return requested if requested is not None else prompt_format_for(model_path)

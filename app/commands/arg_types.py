@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 
-from app.model_library import prompt_format_for
 from app.units import parse_size
 from engine.errors import BadInputError
 from engine.model.prompt_format import check_format_name
@@ -57,8 +55,3 @@ def add_prompt_format_option(parser: argparse.ArgumentParser) -> None:
         "or a llama.cpp built-in format (chatml, gemma, llama3, mistral-v7, phi3, ...); "
         "default: the model's setting in the model list, else auto",
     )  # fmt: skip
-
-
-def chosen_prompt_format(requested: str | None, model_path: str | os.PathLike[str]) -> str:
-    """--prompt-format when given, else the model's setting in the model list."""
-    return requested if requested is not None else prompt_format_for(model_path)

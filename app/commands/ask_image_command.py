@@ -13,13 +13,12 @@ from pathlib import Path
 
 from app.commands.arg_types import (
     add_prompt_format_option,
-    chosen_prompt_format,
     positive_int,
     size,
 )
 from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import LoadRequest, stored_profile
-from app.model_library import projector_for
+from app.model_library import projector_for, prompt_format_for
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import GenerationStats
@@ -71,7 +70,7 @@ def run_ask_image(args: argparse.Namespace) -> int:
     if load.vision is None:
         raise BadInputError(load.vision_problem or f"{mmproj}: not a usable vision projector")
     vision = load.vision
-    model = load_model(load.params, chosen_prompt_format(args.prompt_format, model_path))
+    model = load_model(load.params, prompt_format_for(model_path, args.prompt_format))
     try:
         runtime = attach_projector(model, mmproj, vision.options)
         settings = sampling_from(args, IMAGE_QUESTION_SAMPLING)

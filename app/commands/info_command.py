@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.commands.arg_types import chosen_prompt_format
+from app.model_library import prompt_format_for
 from app.units import format_bytes, format_count
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
@@ -26,7 +26,7 @@ def run_info(args: argparse.Namespace) -> int:
     inventory = read_inventory(path)
     chosen = None  # a projector writes no prompts
     if not inventory.is_vision_projector:
-        chosen = prompt_format_of_file(path, chosen_prompt_format(args.prompt_format, path))
+        chosen = prompt_format_of_file(path, prompt_format_for(path, args.prompt_format))
     if args.json:
         data = inventory.to_dict()
         if chosen is not None:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.commands.arg_types import add_prompt_format_option, chosen_prompt_format, positive_int
+from app.commands.arg_types import add_prompt_format_option, positive_int
 from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import planned_load, stored_profile
+from app.model_library import prompt_format_for
 from app.summaries.document_scan import checked_folder
 from app.summaries.summary_job import (
     DEFAULT_CONTEXT_PER_SEQUENCE,
@@ -78,7 +79,7 @@ def run_summarize(args: argparse.Namespace) -> int:
     cancel = CancelToken()
     bar = tqdm(total=0, unit="file", disable=not sys.stderr.isatty(), file=sys.stderr)
     load = planned_load(str(model_path), args.ctx, stored_profile())  # no profile: no plan
-    model = load_model(load.params, chosen_prompt_format(args.prompt_format, model_path))
+    model = load_model(load.params, prompt_format_for(model_path, args.prompt_format))
     try:
         job = SummaryJob(
             model, Path(args.folder), _out(args), settings, None,
