@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QListWidgetItem
+from PySide6.QtWidgets import QInputDialog, QListWidgetItem
 
 from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
@@ -27,6 +28,7 @@ from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
 from engine.model.image_input import ImageFile
 from engine.planning.plan import Plan
+from ui.conversation_model import MessageRow
 from ui.conversation_settings import THINKING_KEY
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import image_from_bytes
@@ -37,6 +39,18 @@ SAVE_INTERVAL_S = 0.5
 N_CTX_KEY = "n_ctx"  # a conversation's context length, kept with its sampling settings
 NOT_PROFILED = "not profiled: CPU defaults (run shardchat profile)"
 NEW_TITLE = "New chat"
+EMPTY_CHAT_TITLE = "What can I help with?"
+EMPTY_CHAT_LINES = (
+    "Ask a question, paste text to summarise, or drop an image on the window.",
+    "Try: “Explain how a heat pump works, with a table of pros and cons”",
+    "Try: “Write a Python function that merges two sorted lists”",
+    "Enter sends · Shift+Enter adds a line · Esc stops a reply",
+)
+NO_MODEL_TITLE = "No model loaded"
+NO_MODEL_LINES = (
+    "Tools → Models (Ctrl+M) imports a GGUF model from disk,",
+    "or drop a .gguf file on this window.",
+)
 TITLE_CHARS = 40
 
 
@@ -74,6 +88,9 @@ class ChatController(QObject):
         self._reply_thinking = ""  # a reasoning model's thinking, apart from the answer
         self._thinking_switch = False  # the model's template can be told to think or not
         self._saved_at = 0.0
+        self._reply_stats: dict | None = None
+        self._load_failed = False
+        self.reply_editor: QInputDialog | None = None  # the open "Edit reply" dialog
         self._connect()
 
     def _connect(self) -> None:
@@ -93,6 +110,9 @@ class ChatController(QObject):
         w.conversations.currentItemChanged.connect(self._on_item_changed)
         w.search.textChanged.connect(lambda _text: self._refresh_list())
         w.chat_view.image_opened.connect(self.show_image)
+        w.chat_view.edit_requested.connect(self.edit_message)
+        w.chat_view.delete_requested.connect(self.delete_message)
+        w.chat_view.set_image_source(self.store.image)
         b.model_loaded.connect(self._on_model_loaded)
         b.token_streamed.connect(self._on_token)
         b.thinking_streamed.connect(self._on_thinking)
@@ -113,7 +133,7 @@ class ChatController(QObject):
         else:
             self.conversation_id = self.store.create_conversation(NEW_TITLE).conversation_id
         self._refresh_list()
-        self._render()
+        self._show_conversation()
         self._load(self._first_load)
 
     def load_model(self, model_path: str, mmproj: str | None = None) -> None:
@@ -146,6 +166,7 @@ class ChatController(QObject):
         ):  # fmt: skip
             signal.disconnect(slot)
         w = self.window
+        w.chat_view.shutdown()
         for widget in (w.settings, w.conversations, w.search, w.input):
             widget.blockSignals(True)  # closing must not read as edits (focus-out, selection)
         if self._reply_request is not None:
@@ -178,13 +199,15 @@ class ChatController(QObject):
             self.window.statusBar().showMessage("wait for the current reply (Esc stops it)", 3000)
             return
         assert self.conversation_id is not None
-        self.store.add_message(self.conversation_id, "user", text, images=images)
+        asked = self.store.add_message(self.conversation_id, "user", text, images=images)
         self._retitle(text)
         change = self.store.add_message(self.conversation_id, "assistant", "", complete=False)
         self._reply_message, self._reply_text = change.message_id, ""
         self._reply_thinking = ""
-        self._render()
-        self.window.chat_view.show_streaming("")
+        view = self.window.chat_view
+        names = tuple(image.name for image in images)
+        view.add_message(MessageRow(asked.message_id, "user", text, image_names=names))
+        view.add_message(MessageRow(change.message_id, "assistant", "", streaming=True))
         self._reply_request = self.worker.send_message(
             text, self._sampling(), images, thinking=self._thinking()
         )
@@ -237,6 +260,9 @@ class ChatController(QObject):
         last = self._last_user_message()
         if last is None or self._reply_request is not None or not self.model_ready:
             return
+        self._put_back(last)
+
+    def _put_back(self, last: StoredMessage) -> None:
         self._take_back(last)
         self.window.input.setPlainText(last.content)
         try:
@@ -285,6 +311,7 @@ class ChatController(QObject):
             )
         self.window.input.setEnabled(True)
         self.window.input.setFocus()
+        self._load_failed = False
         if self.conversation_id is not None:
             self._open(self.conversation_id)
 
@@ -308,7 +335,8 @@ class ChatController(QObject):
         if event.request_id != self._reply_request:
             return
         self._reply_text, self._reply_thinking = event.text, event.thinking
-        self._save_reply(complete=True, stats=event.stats.to_dict())
+        self._reply_stats = event.stats.to_dict()
+        self._save_reply(complete=True, stats=self._reply_stats)
         self._end_reply()
         stats = event.stats
         self.window.speed_label.setText(
@@ -337,6 +365,8 @@ class ChatController(QObject):
         """A refused file leaves the current model loaded (the worker checks first): keep it."""
         if not event.bad_input or self._previous is None:
             self.window.model_label.setText("no model loaded")
+            self._load_failed = True
+            self._show_empty_state()
             return
         self._model_path, self._loaded_n_ctx, self._plan, label = self._previous
         self.model_ready = True
@@ -354,14 +384,75 @@ class ChatController(QObject):
     def _last_user_message(self) -> StoredMessage | None:
         if self.conversation_id is None:
             return None
-        messages = self.store.messages(self.conversation_id)
-        return next((m for m in reversed(messages) if m.role == "user"), None)
+        messages = self.store.messages(self.conversation_id, with_images=False)
+        last = next((m for m in reversed(messages) if m.role == "user"), None)
+        return self._with_images(last) if last is not None else None
+
+    def _with_images(self, message: StoredMessage) -> StoredMessage:
+        """The message with its images read (only this message's, not the conversation's)."""
+        images = tuple(self.store.image(message.id, i) for i in range(len(message.image_names)))
+        return replace(message, images=images)
 
     def _take_back(self, last: StoredMessage) -> None:
-        """Remove the last user message and what followed it; the model forgets them too."""
+        """Remove a user message and what followed it; the model forgets them too."""
         assert self.conversation_id is not None
         self.store.truncate_after(self.conversation_id, last.position - 1)
         self._open(self.conversation_id)
+
+    def edit_message(self, index: int) -> None:
+        """Edit on a message: yours goes back to the input box with what followed it gone
+        (as Edit last does); a reply opens in an editor and is saved as corrected."""
+        row = self.window.chat_view.conversation.row(index)
+        if row.message_id is None or self._reply_request is not None or not self.model_ready:
+            return
+        if row.role == "user":
+            message = self._stored(row.message_id)
+            if message is not None:
+                self._put_back(self._with_images(message))
+            return
+        self._open_reply_editor(index, row.message_id, row.text)
+
+    def _open_reply_editor(self, index: int, message_id: int, text: str) -> QInputDialog:
+        editor = QInputDialog(self.window)
+        editor.setWindowTitle("Edit reply")
+        editor.setLabelText("The model will see this text as its reply from now on:")
+        editor.setOption(QInputDialog.InputDialogOption.UsePlainTextEditForTextInput)
+        editor.setTextValue(text)
+        editor.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        editor.textValueSelected.connect(
+            lambda edited: self._save_edited_reply(index, message_id, edited)
+        )
+        editor.open()
+        self.reply_editor = editor
+        return editor
+
+    def _save_edited_reply(self, index: int, message_id: int, text: str) -> None:
+        assert self.conversation_id is not None
+        self.store.update_message(message_id, text, complete=True)
+        view = self.window.chat_view
+        if index < view.conversation.rowCount() and view.conversation.row(index).message_id == (
+            message_id
+        ):
+            view.replace_message(index, MessageRow(message_id, "assistant", text))
+        self.worker.start_conversation(None, self.store.history(self.conversation_id))
+
+    def delete_message(self, index: int) -> None:
+        """Delete on a message: it goes from the conversation and from what the model sees."""
+        view = self.window.chat_view
+        row = view.conversation.row(index)
+        if row.message_id is None or self._reply_request is not None:
+            return
+        assert self.conversation_id is not None
+        self.store.delete_message(row.message_id)
+        view.remove_messages(index)
+        if self.model_ready:
+            self.worker.start_conversation(None, self.store.history(self.conversation_id))
+        self._show_empty_state()
+
+    def _stored(self, message_id: int) -> StoredMessage | None:
+        assert self.conversation_id is not None
+        messages = self.store.messages(self.conversation_id, with_images=False)
+        return next((m for m in messages if m.id == message_id), None)
 
     def _sampling(self) -> SamplingSettings:
         """The open conversation's settings over the app's defaults."""
@@ -401,7 +492,7 @@ class ChatController(QObject):
             conversation.system_prompt, self._sampling(), self._n_ctx()
         )
         self.window.settings.show_thinking(self._thinking_switch, self._thinking() is not False)
-        self._render()
+        self._show_conversation()
         if not self.model_ready:
             return
         if self._n_ctx() != self._loaded_n_ctx:
@@ -451,15 +542,24 @@ class ChatController(QObject):
     def _budget(self) -> int | None:
         return self._plan.vram.budget_bytes if self._plan else None
 
-    def _render(self) -> None:
+    def _show_conversation(self) -> None:
+        """The open conversation, read without its images (they are read when drawn)."""
         if self.conversation_id is None:
             return
-        shown = [
-            (m.role, m.content, m.images, m.thinking)
-            for m in self.store.messages(self.conversation_id)
+        rows = [
+            MessageRow(m.id, m.role, m.content, m.thinking, m.image_names, m.stats)
+            for m in self.store.messages(self.conversation_id, with_images=False)
             if m.content or m.thinking or m.complete
         ]
-        self.window.chat_view.show_messages(shown)
+        self.window.chat_view.show_messages(rows)
+        self._show_empty_state()
+
+    def _show_empty_state(self) -> None:
+        view = self.window.chat_view
+        if self.model_ready or self._load_request is not None and not self._load_failed:
+            view.set_empty_state(EMPTY_CHAT_TITLE, EMPTY_CHAT_LINES)
+        else:
+            view.set_empty_state(NO_MODEL_TITLE, NO_MODEL_LINES)
 
     def _refresh_list(self) -> None:
         text = self.window.search.text().strip()
@@ -482,9 +582,18 @@ class ChatController(QObject):
             self._saved_at = time.monotonic()
 
     def _end_reply(self) -> None:
+        """The reply is over: its row shows what was saved (the kept text, stats)."""
+        if self._reply_message is not None:
+            stats = self._reply_stats
+            self.window.chat_view.finish_streaming(
+                MessageRow(
+                    self._reply_message, "assistant", self._reply_text, self._reply_thinking,
+                    stats=stats,
+                )
+            )  # fmt: skip
         self._reply_request = self._reply_message = None
+        self._reply_stats = None
         self.window.set_busy(False)
-        self._render()
 
 
 def _path_and_context(load: LoadRequest | PlannedLoad) -> tuple[str, int]:

@@ -1,169 +1,481 @@
-"""The conversation, rendered as Markdown (headings, lists, tables, code) as it streams in.
+"""The conversation: a scrolling list of message cards that only draws what is on screen.
 
-It renders what it is given and owns nothing: the controller passes the
-messages, and while a reply streams it passes the growing text, which is
-re-rendered at most every RENDER_INTERVAL_MS so long replies stay smooth.
-Every finished code block has a copy link under it; other links open in the
-system browser. A message's images show as thumbnails above its text; clicking
-one asks (image_opened) for the image to be shown whole. A reasoning model's
-thinking shows live while it streams, then folds into one line above the answer
-that opens it again when clicked.
+It renders a `ConversationModel` and owns nothing else: the controller fills the
+model, and while a reply streams it passes the growing text, which updates only
+the last row at most every RENDER_INTERVAL_MS. Finished messages are rendered
+once and kept (ui.message_cards), so a reply streaming into a conversation of a
+thousand messages costs what it costs into an empty one. Images are read from
+the chat store when their row is first drawn (decoded off the GUI thread), not
+when the conversation opens.
+
+Heights are kept per row (exact once drawn, an estimate from the text before)
+with their running sums, so finding what is on screen is a bisection, and a row
+that grows changes the sums, not a layout of every message. Rows that get their
+exact height above what was on screen move the scroll position by as much, so
+the text in view does not jump. Clicks are resolved through the cards' own
+geometry: links in the text (copy a code block, fold a reasoning model's
+thinking, web links to the browser), thumbnails, and each message's
+Copy / Edit / Delete. While the view is scrolled up, "Jump to latest" brings the
+newest message back and new text no longer pulls the view down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from itertools import accumulate
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QTextDocument
-from PySide6.QtWidgets import QTextBrowser
+from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QFont,
+    QGuiApplication,
+    QImage,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QResizeEvent,
+)
+from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QToolButton
 
 from engine.model.image_input import ImageFile
-from ui.code_blocks import COPY_SCHEME, with_copy_links
+from ui.conversation_model import ConversationModel, MessageRow
+from ui.message_cards import CardColours, MessageCards
+from ui.message_html import COPY_SCHEME, THINK_SCHEME
 
 RENDER_INTERVAL_MS = 50
-THUMBNAIL_PX = 120
+THUMBNAIL_PX = 240  # decoded at twice the drawn size, for high-DPI screens
 THUMBNAILS_KEPT = 256
-THUMB_SCHEME, OPEN_SCHEME = "thumb", "image"  # a thumbnail's source / its link
-THINK_SCHEME = "think"  # think:N folds or unfolds message N's thinking
-_SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
-_KEEP_ASPECT = Qt.AspectRatioMode.KeepAspectRatio
-_SMOOTH = Qt.TransformationMode.SmoothTransformation
+BOTTOM_SLACK_PX = 8
+ImageSource = Callable[[int, int], ImageFile]  # (message id, image index) -> the image
+DEFAULT_COLOURS = CardColours(
+    text="#1f2328", muted_text="#6b7280", code_background="#f3f4f6", border="#e5e7eb",
+    link="#2563eb", pygments_style="default", surface="#ffffff", surface_alt="#e8f0fe",
+    accent="#2563eb",
+)  # fmt: skip
 
 
-class ChatView(QTextBrowser):
+class ChatView(QAbstractScrollArea):
     code_copied = Signal(str)  # the code put on the clipboard
+    message_copied = Signal(str)  # a whole message put on the clipboard
     image_opened = Signal(object)  # the ImageFile whose thumbnail was clicked
+    edit_requested = Signal(int)  # the row whose Edit was clicked
+    delete_requested = Signal(int)  # the row whose Delete was clicked
+    _thumbnail_ready = Signal(object, object)  # (message id, index), QImage; from the decoder
 
-    def __init__(self) -> None:
+    def __init__(self, colours: CardColours = DEFAULT_COLOURS) -> None:
         super().__init__()
         self.setAccessibleName("Conversation")
-        self.setOpenLinks(False)  # copy links are ours; web links go to the browser
-        self.anchorClicked.connect(self._on_link)
-        self._messages: list[tuple[str, str]] = []
-        self._images: list[ImageFile] = []  # every shown image, by its index in thumb:N
-        self._thumbnails: dict[str, QImage] = {}  # by ImageFile.key, kept across renders
-        self._streaming: str | None = None
-        self._thinking: list[str] = []  # each shown message's thinking ("" for none)
-        self._streaming_thinking = ""
-        self._unfolded: set[int] = set()  # messages whose thinking is shown whole
-        self._codes: list[str] = []
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.setInterval(RENDER_INTERVAL_MS)
-        self._timer.timeout.connect(self._render)
+        self.conversation = ConversationModel()
+        self.cards = MessageCards(colours)
+        self.cards.thumbnail = self._thumbnail
+        self._heights: list[int] = []  # per row: exact once drawn, else estimated
+        self._exact: list[bool] = []
+        self._tops: list[int] = [0]  # running sums of _heights: row i spans tops[i]..tops[i+1]
+        self._width = 0  # the width the heights were measured at
+        self._first_shown = 0  # the first row drawn last time (rows above it anchor the view)
+        self._image_source: ImageSource | None = None
+        self._thumbnails: dict[tuple[int, int], QImage] = {}
+        self._decoding: set[tuple[int, int]] = set()
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="thumbnails")
+        self._thumbnail_ready.connect(self._on_thumbnail, Qt.ConnectionType.QueuedConnection)
+        self.images_read: list[tuple[int, int]] = []  # what was fetched from the store, in order
+        self._empty: tuple[str, list[str]] = ("", [])
+        self._pending: tuple[str, str] | None = None  # the streaming text not drawn yet
+        self._timer = QTimer(self, singleShot=True, interval=RENDER_INTERVAL_MS)
+        self._timer.timeout.connect(self._draw_streaming)
+        self._follow = True  # at the bottom: new text keeps the newest line in view
+        self.jump_button = QToolButton(self.viewport())
+        self.jump_button.setText("↓ Jump to latest")
+        self.jump_button.setAccessibleName("Jump to latest")
+        self.jump_button.clicked.connect(self.jump_to_latest)
+        self.jump_button.hide()
+        self._configure()
 
-    def show_messages(self, messages: Sequence[tuple]) -> None:
-        """(role, text), (role, text, images) or (role, text, images, thinking) of the
-        conversation; replaces what is shown."""
-        self._images, self._messages, self._thinking = [], [], []
-        for role, text, *rest in messages:
-            images = tuple(rest[0]) if rest else ()
-            links = [self._thumbnail_link(image) for image in images]
-            self._messages.append((role, " ".join(links) + "\n\n" + text if links else text))
-            self._thinking.append(rest[1] if len(rest) > 1 else "")
-        self._streaming, self._streaming_thinking = None, ""
-        self._render()
+    def _configure(self) -> None:
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.viewport().setMouseTracking(True)
+        self.viewport().setAutoFillBackground(False)
+        bar = self.verticalScrollBar()
+        bar.setSingleStep(40)
+        bar.valueChanged.connect(self._on_scrolled)
 
-    def shown_images(self) -> list[ImageFile]:
-        return list(self._images)
+    # -- what the controller says ------------------------------------------------------------
 
-    def open_image(self, index: int) -> None:
-        self.image_opened.emit(self._images[index])
+    def set_colours(self, colours: CardColours) -> None:
+        self.cards.set_colours(colours)
+        self._remeasure()
+        self.viewport().update()
 
-    def loadResource(self, kind: int, name: QUrl | str) -> object:  # noqa: N802 - Qt's name
-        """Thumbnails are made here, when the document first draws them."""
-        url = name if isinstance(name, QUrl) else QUrl(name)
-        if kind == QTextDocument.ResourceType.ImageResource and url.scheme() == THUMB_SCHEME:
-            index = int(url.path()) if url.path().isdigit() else -1
-            if 0 <= index < len(self._images):
-                return self._thumbnail(index)
-        return super().loadResource(kind, name)
+    def set_image_source(self, source: ImageSource | None) -> None:
+        """Where a row's images are read from when it is first drawn (the chat store)."""
+        self._image_source = source
+        self._thumbnails.clear()
 
-    def _thumbnail_link(self, image: ImageFile) -> str:
-        self._images.append(image)
-        index = len(self._images) - 1
-        label = image.name.replace("]", "").replace("[", "") or "image"
-        return f"[![{label}]({THUMB_SCHEME}:{index})]({OPEN_SCHEME}:{index})"
+    def set_empty_state(self, title: str, lines: Sequence[str] = ()) -> None:
+        """What the view says while it has no messages (first chat, or no model)."""
+        self._empty = (title, list(lines))
+        self.viewport().update()
 
-    def _thumbnail(self, index: int) -> QImage:
-        """Decoded once per image, not per render: a photo takes a GUI-blocking while."""
-        image = self._images[index]
-        if image.key not in self._thumbnails:
-            full = QImage.fromData(image.data)
-            if full.isNull():
-                full = QImage(THUMBNAIL_PX, THUMBNAIL_PX, QImage.Format.Format_RGB32)
-                full.fill(0x808080)
-            if len(self._thumbnails) >= THUMBNAILS_KEPT:
-                self._thumbnails.pop(next(iter(self._thumbnails)))
-            self._thumbnails[image.key] = full.scaled(
-                THUMBNAIL_PX, THUMBNAIL_PX, aspectMode=_KEEP_ASPECT, mode=_SMOOTH
-            )
-        return self._thumbnails[image.key]
+    def show_messages(self, rows: Sequence[MessageRow]) -> None:
+        """A conversation opened: its messages replace what is shown, newest in view."""
+        self._pending = None
+        self._timer.stop()
+        for row in self.conversation.rows():
+            self.cards.forget(row)
+        self.conversation.set_rows(rows)
+        self._remeasure()
+        self._follow = True
+        self._settle()
+
+    def add_message(self, row: MessageRow) -> None:
+        self.conversation.append(row)
+        self._heights.append(self.cards.estimate(row, self._width))
+        self._exact.append(False)
+        self._resum()
+        self._settle()
 
     def show_streaming(self, text: str, thinking: str = "") -> None:
-        """The reply as it grows, and its thinking; rendered after the shown messages."""
-        self._streaming, self._streaming_thinking = text, thinking
+        """The reply as it grows (the last row, which must be streaming)."""
+        self._pending = (text, thinking)
         if not self._timer.isActive():
             self._timer.start()
 
-    def markdown(self) -> str:
-        pairs = enumerate(zip(self._messages, self._thinking, strict=True))
-        shown = [
-            (role, self._thinking_block(index, thought, live=False) + text)
-            for index, ((role, text), thought) in pairs
-        ]
-        if self._streaming is not None:
-            live = not self._streaming  # still thinking: no answer yet
-            block = self._thinking_block(len(shown), self._streaming_thinking, live)
-            shown.append(("assistant", block + self._streaming + " ▌"))
-        return "\n\n---\n\n".join(
-            f"**{_SPEAKERS.get(role, role)}**\n\n{text}" for role, text in shown
-        )
+    def finish_streaming(self, row: MessageRow) -> None:
+        """The reply ended: the last row becomes this finished message."""
+        self._pending = None
+        self._timer.stop()
+        last = self.conversation.rowCount() - 1
+        if last >= 0 and self.conversation.row(last).streaming:
+            self._replace(last, row)
+
+    def replace_message(self, index: int, row: MessageRow) -> None:
+        self._replace(index, row)
+
+    def remove_messages(self, index: int, count: int = 1) -> None:
+        for row in self.conversation.rows()[index : index + count]:
+            self.cards.forget(row)
+        self.conversation.remove(index, count)
+        del self._heights[index : index + count]
+        del self._exact[index : index + count]
+        self._resum()
+        self._settle()
+
+    def shown_text(self) -> str:
+        """Everything shown, as plain text, rendered as it is drawn (for tests and screen
+        readers)."""
+        parts = []
+        for row in self.conversation.rows():
+            document = self.cards.document(row, self._measure_width())
+            parts.append(f"{row.speaker}\n{document.toPlainText()}")
+        return "\n\n".join(parts)
+
+    def code_blocks(self, index: int) -> tuple[str, ...]:
+        """The code of each closed block of row `index` (what its copy links copy)."""
+        return self.cards.codes(self.conversation.row(index), self._measure_width())
+
+    def copy_code(self, index: int, block: int) -> None:
+        code = self.code_blocks(index)[block]
+        QGuiApplication.clipboard().setText(code)
+        self.code_copied.emit(code)
+
+    def copy_message(self, index: int) -> None:
+        text = self.conversation.row(index).text
+        QGuiApplication.clipboard().setText(text)
+        self.message_copied.emit(text)
 
     def toggle_thinking(self, index: int) -> None:
-        """Fold or unfold message `index`'s thinking (what its link does)."""
-        self._unfolded.symmetric_difference_update({index})
-        self._render()
+        row = self.conversation.row(index)
+        self.cards.forget(row)
+        self.cards.toggle_thinking(row)
+        self._exact[index] = False
+        self._measure(index)
+        self._resum()
+        self._settle()
 
-    def _thinking_block(self, index: int, thinking: str, live: bool) -> str:
-        """Folded: one line saying how long the thinking is; unfolded or live: all of it."""
-        if not thinking:
-            return ""
-        quoted = "\n".join(f"> {line}" for line in thinking.splitlines())
-        if live:
-            return f"*Thinking…*\n\n{quoted}\n\n"
-        unfolded = index in self._unfolded
-        action = "hide" if unfolded else "show"
-        link = f"[Thought for {len(thinking.split())} words — click to {action}]"
-        return f"{link}({THINK_SCHEME}:{index})\n\n" + (f"{quoted}\n\n" if unfolded else "")
+    def open_image(self, index: int, image: int) -> None:
+        row = self.conversation.row(index)
+        if self._image_source is not None and row.message_id is not None:
+            self.image_opened.emit(self._image_source(row.message_id, image))
 
-    def code_blocks(self) -> list[str]:
-        """The code of every finished block shown, in order (what the copy links copy)."""
-        return list(self._codes)
+    def jump_to_latest(self) -> None:
+        self._follow = True
+        self._settle()
 
-    def copy_code(self, index: int) -> None:
-        QGuiApplication.clipboard().setText(self._codes[index])
-        self.code_copied.emit(self._codes[index])
+    def is_following(self) -> bool:
+        return self._follow
 
-    def _on_link(self, url: QUrl) -> None:
-        if url.scheme() == COPY_SCHEME:
-            index = int(url.path()) if url.path().isdigit() else -1
-            if 0 <= index < len(self._codes):
-                self.copy_code(index)
-        elif url.scheme() == THINK_SCHEME and url.path().isdigit():
-            self.toggle_thinking(int(url.path()))
-        elif url.scheme() == OPEN_SCHEME:
-            index = int(url.path()) if url.path().isdigit() else -1
-            if 0 <= index < len(self._images):
-                self.open_image(index)
+    def row_rect(self, index: int) -> QRect:
+        """Where row `index` is on screen now (it may be off it)."""
+        top = self._tops[index] - self.verticalScrollBar().value()
+        return QRect(0, top, self.viewport().width(), self._heights[index])
+
+    def scroll_to_row(self, index: int) -> None:
+        self._follow = False
+        self.verticalScrollBar().setValue(self._tops[index])
+
+    def shutdown(self) -> None:
+        self._decoder.shutdown(wait=False, cancel_futures=True)
+
+    # -- heights and scrolling -----------------------------------------------------------------
+
+    def _measure_width(self) -> int:
+        return max(240, self.viewport().width())
+
+    def _remeasure(self) -> None:
+        """New rows or a new width: every height is an estimate until its row is drawn."""
+        self._width = self._measure_width()
+        rows = self.conversation.rows()
+        self._heights = [self.cards.estimate(row, self._width) for row in rows]
+        self._exact = [False] * len(rows)
+        self._first_shown = 0
+        self._resum()
+
+    def _measure(self, index: int) -> int:
+        """Make row `index`'s height exact; returns by how much it changed."""
+        if self._exact[index]:
+            return 0
+        exact = self.cards.height(self.conversation.row(index), self._width)
+        change = exact - self._heights[index]
+        self._heights[index], self._exact[index] = exact, True
+        return change
+
+    def _resum(self) -> None:
+        self._tops = [0, *accumulate(self._heights)]
+        bar = self.verticalScrollBar()
+        bar.setRange(0, max(0, self._tops[-1] - self.viewport().height()))
+        bar.setPageStep(self.viewport().height())
+
+    def _settle(self) -> None:
+        """Make what will be on screen exact, keep the text in view still, then draw."""
+        if self._width != self._measure_width():
+            self._remeasure()
+        bar, height = self.verticalScrollBar(), self.viewport().height()
+        count = len(self._heights)
+        if self._follow:
+            covered, index = 0, count - 1
+            while index >= 0 and covered < height + 200:
+                self._measure(index)
+                covered += self._heights[index]
+                index -= 1
+            self._resum()
+            bar.blockSignals(True)
+            bar.setValue(bar.maximum())
+            bar.blockSignals(False)
+        else:
+            first = self._row_at(bar.value())
+            shift = 0
+            index = first
+            while index < count and self._tops[index] < bar.value() + height + 200:
+                change = self._measure(index)
+                if index < self._first_shown:
+                    shift += change  # it was above what was shown: keep that in place
+                self._tops[index + 1] = self._tops[index] + self._heights[index]
+                index += 1
+            self._resum()
+            if shift:
+                bar.blockSignals(True)
+                bar.setValue(bar.value() + shift)
+                bar.blockSignals(False)
+        self._first_shown = self._row_at(bar.value())
+        self._show_jump_button()
+        self.viewport().update()
+
+    def _row_at(self, y: int) -> int:
+        """The row at content height `y` (the last row past the end)."""
+        return max(0, min(len(self._heights) - 1, bisect_right(self._tops, y) - 1))
+
+    def _on_scrolled(self, value: int) -> None:
+        self._follow = value >= self.verticalScrollBar().maximum() - BOTTOM_SLACK_PX
+        self._settle()
+
+    def _show_jump_button(self) -> None:
+        self.jump_button.setVisible(not self._follow and bool(self._heights))
+        hint = self.jump_button.sizeHint()
+        area = self.viewport().rect()
+        self.jump_button.move(area.right() - hint.width() - 16, area.bottom() - hint.height() - 12)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self._width != self._measure_width():
+            self._remeasure()
+        self._resum()
+        self._settle()
+
+    def scrollContentsBy(self, _dx: int, _dy: int) -> None:  # noqa: N802 - Qt's name
+        self.viewport().update()
+
+    def _draw_streaming(self) -> None:
+        last = self.conversation.rowCount() - 1
+        if self._pending is None or last < 0 or not self.conversation.row(last).streaming:
+            return
+        text, thinking = self._pending
+        self._pending = None
+        old = self.conversation.row(last)
+        self._replace(last, MessageRow(old.message_id, old.role, text, thinking, streaming=True))
+
+    def _replace(self, index: int, row: MessageRow) -> None:
+        self.cards.forget(self.conversation.row(index))
+        self.conversation.replace_row(
+            index, message_id=row.message_id, role=row.role, text=row.text,
+            thinking=row.thinking, image_names=row.image_names, stats=row.stats,
+            streaming=row.streaming,
+        )  # fmt: skip
+        self._exact[index] = False
+        self._measure(index)
+        self._resum()
+        self._settle()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self.viewport())
+        painter.fillRect(event.rect(), self.palette().base())
+        if not self._heights:
+            self._paint_empty(painter)
+            painter.end()
+            return
+        value, height = self.verticalScrollBar().value(), self.viewport().height()
+        index = self._row_at(value)
+        while index < len(self._heights) and self._tops[index] < value + height:
+            row = self.conversation.row(index)
+            self.cards.paint(painter, index, row, self.row_rect(index))
+            index += 1
+        painter.end()
+
+    # -- images --------------------------------------------------------------------------
+
+    def _thumbnail(self, row: MessageRow, index: int) -> QImage | None:
+        """Drawn now: the thumbnail if decoded, else None and the image is read and decoded."""
+        if row.message_id is None or self._image_source is None:
+            return None
+        key = (row.message_id, index)
+        if key in self._thumbnails:
+            return self._thumbnails[key]
+        if key not in self._decoding:
+            self._decoding.add(key)
+            self.images_read.append(key)
+            try:
+                image = self._image_source(*key)
+            except Exception:  # noqa: BLE001 - a deleted or unreadable image: a grey box
+                image = ImageFile("", b"")
+            future = self._decoder.submit(_decode_thumbnail, image.data)
+            future.add_done_callback(partial(self._emit_thumbnail, key))
+        return None
+
+    def _emit_thumbnail(self, key: tuple[int, int], done: Future[QImage]) -> None:
+        if not done.cancelled():
+            self._thumbnail_ready.emit(key, done.result())
+
+    def _on_thumbnail(self, key: tuple[int, int], image: QImage) -> None:
+        self._decoding.discard(key)
+        if len(self._thumbnails) >= THUMBNAILS_KEPT:
+            self._thumbnails.pop(next(iter(self._thumbnails)))
+        self._thumbnails[key] = image
+        self.viewport().update()
+
+    def thumbnails_shown(self) -> list[tuple[int, int]]:
+        """(message id, image index) of the thumbnails decoded so far."""
+        return list(self._thumbnails)
+
+    # -- the mouse -------------------------------------------------------------------------------
+
+    def _hit(self, pos: QPoint) -> tuple[int, str, object] | None:
+        """What is under `pos`: (row, "link", href) | (row, "action", name) | (row, "image", i)."""
+        if not self._heights:
+            return None
+        index = self._row_at(self.verticalScrollBar().value() + pos.y())
+        row = self.conversation.row(index)
+        layout = self.cards.layout(row, self.row_rect(index))
+        if not layout.bubble.contains(pos):
+            return None
+        for name, rect in layout.actions.items():
+            if rect.adjusted(-4, -4, 4, 4).contains(pos) and not row.streaming:
+                return index, "action", name
+        for i, rect in enumerate(layout.thumbs):
+            if rect.contains(pos):
+                return index, "image", i
+        document = self.cards.document(row, self._width)
+        point = QPointF(pos) - layout.text_origin
+        href = document.documentLayout().anchorAt(point)
+        return (index, "link", href) if href else None
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt's name
+        hit = self._hit(event.position().toPoint())
+        hover = (hit[0], str(hit[2])) if hit and hit[1] == "action" else None
+        self.cards.set_hover(hover)
+        pointing = Qt.CursorShape.PointingHandCursor
+        self.viewport().setCursor(pointing if hit else Qt.CursorShape.ArrowCursor)
+        self.viewport().update()
+        super().mouseMoveEvent(event)
+
+    def leaveEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        self.cards.set_hover(None)
+        self.viewport().update()
+        super().leaveEvent(event)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt's name
+        if event.button() == Qt.MouseButton.LeftButton:
+            hit = self._hit(event.position().toPoint())
+            if hit is not None:
+                self.activate(*hit)
+        super().mouseReleaseEvent(event)
+
+    def activate(self, index: int, kind: str, what: object) -> None:
+        """Do what a click on part `kind` of row `index` does."""
+        if kind == "action":
+            {"Copy": self.copy_message, "Edit": self.edit_requested.emit,
+             "Delete": self.delete_requested.emit}[str(what)](index)  # fmt: skip
+        elif kind == "image" and isinstance(what, int):
+            self.open_image(index, what)
+        elif kind == "link":
+            self._follow_link(index, QUrl(str(what)))
+
+    def _follow_link(self, index: int, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME and url.path().isdigit():
+            block = int(url.path())
+            if block < len(self.code_blocks(index)):
+                self.copy_code(index, block)
+        elif url.scheme() == THINK_SCHEME:
+            self.toggle_thinking(index)
         elif url.scheme() in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
 
-    def _render(self) -> None:
-        bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        text, self._codes = with_copy_links(self.markdown())
-        self.setMarkdown(text)
-        if at_bottom:
-            bar.setValue(bar.maximum())
+    # -- the empty state ------------------------------------------------------------------------
+
+    def _paint_empty(self, painter: QPainter) -> None:
+        title, lines = self._empty
+        if not title:
+            return
+        colours = self.cards.colours
+        area = self.viewport().rect().adjusted(40, 0, -40, 0)
+        big = QFont(self.font())
+        big.setPointSizeF(self.font().pointSizeF() * 1.6)
+        big.setBold(True)
+        painter.setFont(big)
+        painter.setPen(QColor(colours.text))
+        top = area.center().y() - 26 * (2 + len(lines)) // 2
+        centre = Qt.AlignmentFlag.AlignCenter
+        painter.drawText(QRect(area.left(), top, area.width(), 40), centre, title)
+        painter.setFont(self.font())
+        painter.setPen(QColor(colours.muted_text))
+        for i, line in enumerate(lines):
+            painter.drawText(QRect(area.left(), top + 48 + i * 26, area.width(), 24), centre, line)
+
+    def empty_state(self) -> tuple[str, list[str]]:
+        return self._empty[0], list(self._empty[1])
+
+
+def _decode_thumbnail(data: bytes) -> QImage:
+    """Off the GUI thread (QImage, unlike QPixmap, may be made on any thread)."""
+    image = QImage.fromData(data)
+    if image.isNull():
+        image = QImage(THUMBNAIL_PX, THUMBNAIL_PX, QImage.Format.Format_RGB32)
+        image.fill(0x808080)
+    return image.scaled(
+        THUMBNAIL_PX, THUMBNAIL_PX, Qt.AspectRatioMode.KeepAspectRatio,
+        Qt.TransformationMode.SmoothTransformation,
+    )  # fmt: skip

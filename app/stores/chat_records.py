@@ -57,6 +57,7 @@ class StoredMessage:
     created_at: str
     images: tuple[ImageFile, ...] = field(default=(), repr=False)
     thinking: str = ""  # a reasoning model's thinking, apart from the answer in content
+    image_names: tuple[str, ...] = ()  # its images' names, in order, even when not read
 
 
 # -- checking and encoding ---------------------------------------------------------------------

@@ -88,6 +88,7 @@ CONVERSATION_UPDATED = "conversation_updated"  # system prompt or settings
 CONVERSATION_DELETED = "conversation_deleted"
 MESSAGE_ADDED = "message_added"
 MESSAGE_UPDATED = "message_updated"
+MESSAGE_DELETED = "message_deleted"
 MESSAGES_TRUNCATED = "messages_truncated"
 
 
@@ -200,18 +201,52 @@ class ChatStore:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def messages(self, conversation_id: int) -> list[StoredMessage]:
-        """The conversation's messages in position order, incomplete ones included."""
+    def messages(self, conversation_id: int, with_images: bool = True) -> list[StoredMessage]:
+        """The conversation's messages in position order, incomplete ones included.
+
+        Without images, each message says only its images' names (`image_names`) and
+        `image()` reads one when it is shown: a view of a long conversation with photos
+        must not pull every BLOB off the disk to draw the visible few.
+        """
         self.conversation(conversation_id)  # refuses an unknown id
         rows = self._conn.execute(
             MESSAGE_SELECT + " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
-        images = self._images_of(conversation_id)
+        names = self._image_names_of(conversation_id)
+        images = self._images_of(conversation_id) if with_images else {}
         return [
-            replace(message, images=images.get(message.id, ()))
+            replace(
+                message,
+                images=images.get(message.id, ()),
+                image_names=names.get(message.id, ()),
+            )
             for message in (message_from_row(self.path, row) for row in rows)
         ]
+
+    def image(self, message_id: int, index: int) -> ImageFile:
+        """Image `index` (0-based, in order) of one message, read now."""
+        check_id(message_id, "message")
+        row = self._conn.execute(
+            "SELECT name, data FROM message_images WHERE message_id = ?"
+            " ORDER BY position LIMIT 1 OFFSET ?",
+            (message_id, index),
+        ).fetchone()
+        if row is None:
+            raise BadInputError(f"message {message_id} has no image {index}")
+        return ImageFile(row[0], bytes(row[1]))
+
+    def _image_names_of(self, conversation_id: int) -> dict[int, tuple[str, ...]]:
+        rows = self._conn.execute(
+            "SELECT i.message_id, i.name FROM message_images i"
+            " JOIN messages m ON m.id = i.message_id"
+            " WHERE m.conversation_id = ? ORDER BY i.message_id, i.position",
+            (conversation_id,),
+        ).fetchall()
+        found: dict[int, tuple[str, ...]] = {}
+        for message_id, name in rows:
+            found[message_id] = (*found.get(message_id, ()), name)
+        return found
 
     def _images_of(self, conversation_id: int) -> dict[int, tuple[ImageFile, ...]]:
         rows = self._conn.execute(
@@ -294,6 +329,19 @@ class ChatStore:
             )
             self._touch(conversation_id, self._stamp())
         return Change(MESSAGE_UPDATED, conversation_id, message_id)
+
+    def delete_message(self, message_id: int) -> Change:
+        """Delete one message (its images go with it): the message menu's Delete."""
+        check_id(message_id, "message")
+        with self._transaction():
+            row = self._conn.execute(
+                "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                raise BadInputError(f"no message with id {message_id}")
+            self._conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            self._touch(row[0], self._stamp())
+        return Change(MESSAGE_DELETED, row[0], message_id)
 
     def truncate_after(self, conversation_id: int, position: int) -> Change:
         """Delete the messages after `position` (-1 deletes all): for Regenerate and Edit."""

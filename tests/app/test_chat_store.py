@@ -669,3 +669,29 @@ def test_a_replys_thinking_is_saved_beside_it_and_left_out_of_the_history(
         assert (saved.content, saved.thinking) == ("Hello!", "They greet me; greet back.")
         history = store.history(conversation)
         assert history[-1].content == "Hello!" and not history[-1].thinking
+
+
+def test_messages_can_be_read_without_their_images_and_each_image_on_demand(
+    store: ChatStore,
+) -> None:
+    conversation = store.create_conversation("photos").conversation_id
+    images = (ImageFile("a.png", b"\x89PNG first"), ImageFile("b.png", b"\x89PNG second"))
+    asked = store.add_message(conversation, "user", "Look", images=images).message_id
+    store.add_message(conversation, "assistant", "Nice.")
+    light = store.messages(conversation, with_images=False)
+    assert [m.images for m in light] == [(), ()]
+    assert [m.image_names for m in light] == [("a.png", "b.png"), ()]
+    assert store.image(asked, 1) == images[1] and store.image(asked, 0) == images[0]
+    with pytest.raises(BadInputError, match="has no image 2"):
+        store.image(asked, 2)
+
+
+def test_one_message_can_be_deleted_with_its_images(store: ChatStore) -> None:
+    conversation = store.create_conversation("tidy").conversation_id
+    first = store.add_message(conversation, "user", "one", images=(ImageFile("a.png", b"x"),))
+    store.add_message(conversation, "assistant", "two")
+    store.delete_message(first.message_id)
+    assert [m.content for m in store.messages(conversation)] == ["two"]
+    assert store._conn.execute("SELECT COUNT(*) FROM message_images").fetchone()[0] == 0
+    with pytest.raises(BadInputError, match="no message with id"):
+        store.delete_message(first.message_id)

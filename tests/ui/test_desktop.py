@@ -129,7 +129,7 @@ def test_a_restart_reopens_the_last_conversation_where_the_window_was(
     again = open_desktop(qtbot, default_model_file)
     desktops.append(again)
     assert again.chat.conversation_id == remembered
-    assert "Remember the word apple." in again.window.chat_view.toPlainText()
+    assert "Remember the word apple." in again.window.chat_view.shown_text()
     assert again.window.height() == 700  # (the offscreen screen is 800 px: width is clamped)
     assert again.window.vram_dock.isHidden()
 
@@ -287,10 +287,12 @@ def test_a_vision_model_answers_about_a_dropped_image_and_shows_it(
     assert finished.stats.prompt_tokens > 16 and not window.input.attachments()
     (stored,) = [m for m in desktop.store.messages(chat.conversation_id) if m.images]
     assert stored.images[0].name == "red.png" and stored.content == "What is in the picture?"
-    assert window.chat_view.shown_images() == list(stored.images)
-    assert "thumb:0" in window.chat_view.markdown()
-    with qtbot.waitSignal(window.chat_view.image_opened) as opened:
-        window.chat_view.open_image(0)
+    view = window.chat_view
+    row = view.conversation.find(stored.id)
+    assert row is not None and view.conversation.row(row).image_names == ("red.png",)
+    qtbot.waitUntil(lambda: (stored.id, 0) in view.thumbnails_shown())  # read when drawn
+    with qtbot.waitSignal(view.image_opened) as opened:
+        view.activate(row, "image", 0)
     viewer = window.findChild(ImageViewer)
     assert opened.args[0].name == "red.png" and viewer is not None
     assert "64×48" in viewer.windowTitle()

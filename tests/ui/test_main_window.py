@@ -37,7 +37,7 @@ def test_enter_sends_and_the_reply_streams_into_view_and_history(qtbot, app_part
     messages = store.messages(controller.conversation_id)
     assert [(m.role, m.complete) for m in messages] == [("user", True), ("assistant", True)]
     assert messages[1].content and messages[1].stats["generated_tokens"] > 0
-    shown = window.chat_view.toPlainText()
+    shown = window.chat_view.shown_text()
     assert "What is the capital of France?" in shown and messages[1].content.strip()[:20] in shown
     assert "tokens/s" in window.speed_label.text()
     assert " / 1,024 tokens" in window.speed_label.text()  # how much of the context is used
@@ -71,13 +71,13 @@ def test_conversations_switch_and_keep_their_messages(qtbot, app_parts) -> None:
     send(qtbot, window, bridge, "My name is Ada.")
     first = controller.conversation_id
     qtbot.mouseClick(window.new_chat, Qt.MouseButton.LeftButton)
-    assert controller.conversation_id != first and window.chat_view.toPlainText() == ""
+    assert controller.conversation_id != first and window.chat_view.shown_text() == ""
     assert window.conversations.count() == 2
     window.conversations.setCurrentRow(
         next(i for i in range(2) if window.conversations.item(i).text().startswith("My name"))
     )
     assert controller.conversation_id == first
-    assert "My name is Ada." in window.chat_view.toPlainText()
+    assert "My name is Ada." in window.chat_view.shown_text()
 
 
 def test_the_window_renders(qtbot, app_parts, tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_rename_by_editing_and_delete_the_open_chat(qtbot, app_parts) -> None:
     qtbot.mouseClick(window.delete_chat, Qt.MouseButton.LeftButton)
     assert [c.id for c in store.conversations()] == [first]
     assert controller.conversation_id == first and second != first
-    assert "Hello there." in window.chat_view.toPlainText()
+    assert "Hello there." in window.chat_view.shown_text()
 
 
 def test_each_conversation_keeps_its_own_system_prompt_and_sampling(qtbot, app_parts) -> None:

@@ -32,8 +32,8 @@ def test_thinking_is_folded_above_the_answer_and_saved_apart(qtbot, thinking_app
     send(qtbot, window, bridge, "Hi")
     saved = store.messages(controller.conversation_id)[-1]
     assert saved.thinking and saved.content == ""  # cut short inside its thinking
-    assert "click to show" in window.chat_view.toPlainText()
-    assert saved.thinking not in window.chat_view.toPlainText()  # folded until clicked
+    assert "click to show" in window.chat_view.shown_text()
+    assert saved.thinking not in window.chat_view.shown_text()  # folded until clicked
     assert not store.history(controller.conversation_id)[-1].thinking
 
 
@@ -44,4 +44,4 @@ def test_the_think_toggle_turns_thinking_off_for_the_conversation(qtbot, thinkin
     send(qtbot, window, bridge, "Hi")
     saved = store.messages(controller.conversation_id)[-1]
     assert saved.content and not saved.thinking
-    assert "Thought for" not in window.chat_view.toPlainText()
+    assert "Thought for" not in window.chat_view.shown_text()

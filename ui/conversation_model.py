@@ -1,0 +1,105 @@
+"""The messages the chat view shows, as a plain Qt list model.
+
+The view only renders this model, and the controller only changes it: a
+conversation opened, a message added, the streaming reply grown, a message
+deleted. Each row carries a version that goes up whenever its text changes, so
+the view can keep a finished message's rendering for as long as it is shown
+and redo only the row that changed (the streaming reply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
+
+MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 1
+SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
+AnyIndex = QModelIndex | QPersistentModelIndex
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """One shown message. `message_id` is the chat store's id (None before it is saved)."""
+
+    message_id: int | None
+    role: str
+    text: str
+    thinking: str = ""
+    image_names: tuple[str, ...] = ()
+    stats: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    streaming: bool = False
+    version: int = 0
+
+    @property
+    def speaker(self) -> str:
+        return SPEAKERS.get(self.role, self.role)
+
+    def as_markdown(self) -> str:
+        """The message as a person would paste it: who spoke, then what was said."""
+        images = "".join(f"![{name}]()\n\n" for name in self.image_names)
+        return f"**{self.speaker}**\n\n{images}{self.text}"
+
+
+class ConversationModel(QAbstractListModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: list[MessageRow] = []
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008, N802 - Qt's
+        return 0 if parent.isValid() else len(self._rows)
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+            return None
+        row = self._rows[index.row()]
+        if role == MESSAGE_ROLE:
+            return row
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.AccessibleTextRole):
+            return f"{row.speaker}: {row.text}"
+        return None
+
+    def rows(self) -> list[MessageRow]:
+        return list(self._rows)
+
+    def row(self, index: int) -> MessageRow:
+        return self._rows[index]
+
+    def set_rows(self, rows: Sequence[MessageRow]) -> None:
+        """A conversation opened (or re-read): everything shown is replaced."""
+        self.beginResetModel()
+        self._rows = list(rows)
+        self.endResetModel()
+
+    def append(self, row: MessageRow) -> None:
+        at = len(self._rows)
+        self.beginInsertRows(QModelIndex(), at, at)
+        self._rows.append(row)
+        self.endInsertRows()
+
+    def replace_row(self, index: int, **changes: Any) -> None:
+        """Change one row (text, thinking, stats, id); its version goes up."""
+        old = self._rows[index]
+        self._rows[index] = replace(old, version=old.version + 1, **changes)
+        changed = self.index(index)
+        self.dataChanged.emit(changed, changed)
+
+    def remove(self, index: int, count: int = 1) -> None:
+        """Remove `count` rows from `index` on (a deleted message, or everything after it)."""
+        if count <= 0:
+            return
+        self.beginRemoveRows(QModelIndex(), index, index + count - 1)
+        del self._rows[index : index + count]
+        self.endRemoveRows()
+
+    def find(self, message_id: int) -> int | None:
+        """The row showing a stored message, if any."""
+        for index, row in enumerate(self._rows):
+            if row.message_id == message_id:
+                return index
+        return None
+
+    def as_markdown(self) -> str:
+        return "\n\n---\n\n".join(row.as_markdown() for row in self._rows)
