@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
+from app.plan_words import plan_details, predicted_decode_tps
 from app.profile_summary import backend_text
 from app.units import format_bytes
 from engine.machine.hardware_info import GpuInfo
@@ -55,6 +56,8 @@ class VramOverview:
     n_layer: int | None = None
     is_moe: bool | None = None
     placement_comparison: str = ""
+    # What sits where, in plain words (app.plan_words): the GPU, the CPU, PCIe, the KV cache.
+    plan_details: tuple[str, ...] = ()
 
     @property
     def has_gpu(self) -> bool:
@@ -95,7 +98,7 @@ def vram_overview(
         others_used_bytes=gpu.other_processes_bytes if _knows_others(gpu) else None,
         family=_family(plan),
         chat_ttft_s=plan.predicted_ttft_s if plan else None,
-        chat_tokens_per_s=plan.predicted_decode_tokens_per_s if plan else None,
+        chat_tokens_per_s=predicted_decode_tps(plan),  # as it runs, beside the last reply's
         batch_tokens_per_s=_batch_tokens_per_s(plan),
         backend=backend_text(gpu.backend, gpu.ggml_device) if gpu else None,
         integrated=gpu.integrated if gpu else False,
@@ -104,6 +107,7 @@ def vram_overview(
         n_layer=int(extras["n_layer"]) if "n_layer" in extras else None,
         is_moe=bool(extras["is_moe"]) if "is_moe" in extras else None,
         placement_comparison=_comparison(plan, planner_plan),
+        plan_details=tuple(plan_details(plan)),
     )
 
 

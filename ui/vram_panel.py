@@ -1,5 +1,9 @@
 """The VRAM panel: the budget slider, how the budget is spent, and what the plan predicts.
 
+Under the bar the plan is said in plain words (app.plan_words: what the GPU holds,
+what the CPU computes, what crosses PCIe, where the KV cache is), and beside the
+prediction the last reply's measured speed, which the chat sets after each reply.
+
 It renders a `VramOverview` and reports what the person chose. Dragging the
 slider only moves the figure beside it; the new budget is reported once the
 slider is released (or the keys stop) for RELEASE_DEBOUNCE_MS, because every
@@ -104,8 +108,12 @@ class VramPanel(QWidget):
         self.bar = StackedBar()
         self.bar.setAccessibleName("What the plan keeps in VRAM")
         self.legend = QLabel(wordWrap=True)
+        self.plan_words = QLabel(wordWrap=True)  # what the GPU holds, what the CPU computes
+        self.plan_words.setAccessibleName("Where the plan puts the model")
         self.family = QLabel(wordWrap=True)
         self.chat = QLabel()
+        self.last_speed = QLabel("–")  # the last reply's measured speed, by the prediction
+        self.last_speed.setAccessibleName("The last reply's speed")
         self.batch = QLabel()
         self.live = QLabel(wordWrap=True)
         self.placement = QComboBox()
@@ -142,6 +150,7 @@ class VramPanel(QWidget):
         form.addRow("Predicted", self.comparison)
         form.addRow("Plan", self.family)
         form.addRow("Chat", self.chat)
+        form.addRow("Last reply", self.last_speed)
         form.addRow(f"Batch ({BATCH_SEQUENCES})", self.batch)
         form.addRow("GPU now", self.live)
         layout = QVBoxLayout(self)
@@ -151,6 +160,7 @@ class VramPanel(QWidget):
         layout.addWidget(self.explanation)
         layout.addWidget(self.bar)
         layout.addWidget(self.legend)
+        layout.addWidget(self.plan_words)
         layout.addLayout(form)
         layout.addStretch(1)
 
@@ -165,10 +175,16 @@ class VramPanel(QWidget):
         self.bar.setVisible(view.has_gpu)
         self.legend.setText(_legend(segments) if view.has_gpu else "")
         self.family.setText(view.family)
+        self.plan_words.setText("\n".join(view.plan_details))
         self.chat.setText(_speed(view.chat_tokens_per_s, view.chat_ttft_s))
         self.batch.setText(_speed(view.batch_tokens_per_s, None))
         self.live.setText(_live(view))
         self._show_placement(view)
+
+    def show_last_speed(self, text: str) -> None:
+        """The last reply's measured speed (app.plan_words.speed_against_plan), kept across
+        the once-a-second refresh until the next reply replaces it."""
+        self.last_speed.setText(text or "–")
 
     def placement_text(self) -> str:
         """The placement the row shows now, as PlacementChoice.parse reads it."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import engine.planning.execution as plan_execution
+from app.plan_words import NOT_PROFILED_DETAILS, plan_details, speed_against_plan
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
@@ -22,7 +23,7 @@ from engine.machine.described_machines import described_hardware, load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
-from engine.planning.plan import Plan, PlanRequest
+from engine.planning.plan import Plan, PlanFamily, PlanRequest
 from ui.engine_bridge import EngineBridge
 from ui.vram_controller import VramController
 from ui.vram_panel import VramPanel
@@ -250,3 +251,47 @@ def test_the_counts_range_follows_the_kind_and_experts_are_offered_for_moe(qtbot
     assert panel.placement_count.maximum() == 25
     panel.placement.setCurrentIndex(panel.placement.findData("cpu"))
     assert not panel.placement_count.isEnabled()
+
+
+# --- the plan in plain words, and the last reply's speed (issue 16) ---
+
+
+def test_the_panel_says_in_words_what_the_gpu_holds_and_what_the_cpu_computes(
+    qtbot, plan_at
+) -> None:
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    whole = plan_at(2 * GIB)
+    panel.show_overview(vram_overview(whole, nvidia_laptop()))
+    assert panel.plan_words.text() == "\n".join(plan_details(whole))
+    assert panel.plan_words.text().startswith("The GPU holds the whole model: all 30 layers")
+    by_hand = plan_at(2 * GIB, "layers:8")
+    panel.show_overview(vram_overview(by_hand, nvidia_laptop(), planner_plan=whole))
+    k = by_hand.n_gpu_layers  # blocks: llama.cpp's 8 counts the output layer too
+    assert panel.plan_words.text().startswith(f"The GPU holds {k} of 30 layers and the output")
+    # the rest streams for each token where the backend's boundary lets it, else the CPU
+    streams = plan_execution.executable_plan(by_hand).family_for(1) is PlanFamily.GPU_ONLY
+    rest = f"({30 - k} layers) cross PCIe" if streams else f"computes {30 - k} layers;"
+    assert rest in panel.plan_words.text().split("\n")[2]
+    panel.show_overview(vram_overview(None, nvidia_laptop()))
+    assert panel.plan_words.text() == "\n".join(NOT_PROFILED_DETAILS)
+
+
+def test_the_last_replys_speed_stays_beside_the_prediction_across_refreshes(qtbot, plan_at) -> None:
+    panel = VramPanel()
+    qtbot.addWidget(panel)
+    plan = plan_at(2 * GIB, "layers:8")
+    view = vram_overview(plan, nvidia_laptop())
+    panel.show_overview(view)
+    assert panel.last_speed.text() == "–"  # no reply yet
+    # the prediction as the plan runs (the backend's op-offload boundary may not be the plan's)
+    predicted = plan_execution.executable_plan(plan).predicted_decode_tokens_per_s
+    measured = predicted * 0.8
+    panel.show_last_speed(speed_against_plan(measured, plan))
+    panel.show_overview(view)  # the once-a-second refresh keeps it
+    assert panel.last_speed.text() == (
+        f"{measured:.1f} tokens/s (plan predicted {predicted:.1f}, 80%)"
+    )
+    assert panel.chat.text().startswith(f"{predicted:.1f} tokens/s predicted")  # the row above
+    panel.show_last_speed("")
+    assert panel.last_speed.text() == "–"
