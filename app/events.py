@@ -17,7 +17,7 @@ from engine.generation.stats import GenerationStats
 class ModelLoaded:
     request_id: int
     model_path: str
-    model_name: str
+    model_name: str  # the readable name (engine.model.model_naming), shown wherever a name is
     architecture: str
     n_params: int
     n_ctx: int
@@ -29,6 +29,7 @@ class ModelLoaded:
     prompt_format: str = ""  # the prompt format its conversations are written in
     prompt_format_reason: str = ""  # why that one (engine.model.prompt_format)
     thinking_switch: bool = False  # the chat template can be told to think or not
+    general_name: str = ""  # the GGUF's own general.name, as the converter wrote it
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError, ModelFileError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
+from engine.model.model_naming import readable_model_name
 from engine.model.prompt_format import AUTO, check_format_name
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,12 @@ class ModelEntry:
     file_bytes: int | None  # None when the file is missing
     added_at: str | None  # UTC ISO 8601; None for the built-in
     prompt_format: str = AUTO  # its prompt-format setting (the built-in's is always auto)
+
+    @property
+    def readable_name(self) -> str:
+        """The name to show people ("SmolLM2 135M Instruct · Q4_1"), made from the file name;
+        `name` stays the file's own, for where the file itself is meant."""
+        return readable_model_name(self.path)
 
     @property
     def kind_text(self) -> str:

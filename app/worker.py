@@ -45,6 +45,7 @@ from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
 from engine.model.chat_template import ChatMessage
 from engine.model.image_input import ImageFile
+from engine.model.model_naming import readable_model_name
 from engine.model.prompt_format import AUTO
 from engine.planning.placement_choice import (
     PlacementChoice,
@@ -340,7 +341,7 @@ class EngineWorker:
             ModelLoaded(
                 request_id=request_id,
                 model_path=str(params.model_path),
-                model_name=inventory.name,
+                model_name=readable_model_name(params.model_path, inventory.name),
                 architecture=inventory.architecture,
                 n_params=inventory.n_params,
                 n_ctx=model.n_ctx,
@@ -352,6 +353,7 @@ class EngineWorker:
                 prompt_format=model.prompt_format.name,
                 prompt_format_reason=model.prompt_format.reason,
                 thinking_switch=model.chat_template.has_thinking_switch,
+                general_name=inventory.name,
             )
         )
 

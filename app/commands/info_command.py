@@ -9,6 +9,7 @@ from app.model_library import prompt_format_for
 from app.units import format_bytes, format_count
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
+from engine.model.model_naming import readable_model_name
 from engine.model.prompt_format import PromptFormat
 from engine.runtime.loaded_model import prompt_format_of_file
 
@@ -29,30 +30,35 @@ def run_info(args: argparse.Namespace) -> int:
         chosen = prompt_format_of_file(path, prompt_format_for(path, args.prompt_format))
     if args.json:
         data = inventory.to_dict()
+        data["readable_name"] = readable_model_name(path, inventory.name)
         if chosen is not None:
             data["prompt_format"] = {
                 "name": chosen.name, "kind": chosen.kind.value, "reason": chosen.reason
             }  # fmt: skip
         print(json.dumps(data, indent=2, default=str))
     else:
-        print(render_inventory(inventory, chosen))
+        print(render_inventory(inventory, chosen, readable_model_name(path, inventory.name)))
     return 0
 
 
-def render_inventory(inventory: ModelInventory, prompt_format: PromptFormat | None = None) -> str:
+def render_inventory(
+    inventory: ModelInventory, prompt_format: PromptFormat | None = None, readable_name: str = ""
+) -> str:
     """The summary lines (with the prompt format the model gets, and why), then one row per
-    block and the global sub-layers."""
-    summary = _summary(inventory)
+    block and the global sub-layers. `readable_name` is made from the path as given: the
+    inventory's is resolved, and a Hugging Face cache link resolves to a hash-named blob."""
+    summary = _summary(inventory, readable_name or readable_model_name(inventory.path))
     if prompt_format is not None:
         summary.append(f"prompt format  {prompt_format.describe()}")
     return "\n".join([*summary, "", *_block_table(inventory), *_globals(inventory)])
 
 
-def _summary(inv: ModelInventory) -> list[str]:
+def _summary(inv: ModelInventory, readable_name: str) -> list[str]:
     kind = "vision projector" if inv.is_vision_projector else "MoE" if inv.is_moe else "dense"
     lines = [
         f"file           {inv.path} ({format_bytes(inv.file_bytes)})",
         f"name           {inv.name}",
+        f"shown as       {readable_name}",
         f"architecture   {inv.architecture} ({kind})",
         f"parameters     {format_count(inv.n_params)}",
         f"context        {inv.context_length or '?'} tokens",

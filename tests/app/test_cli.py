@@ -91,6 +91,8 @@ def test_info_prints_the_sublayer_table_of_the_default_model() -> None:
     done = shardchat("info", "default")
     assert done.returncode == 0, done.stderr
     assert "architecture   llama (dense)" in done.stdout
+    assert "name           Smollm2 135M 8k Lc100K Mix1 Ep2" in done.stdout
+    assert "shown as       SmolLM2 135M Instruct · Q4_1" in done.stdout
     assert "attention" in done.stdout and "dense_ffn" in done.stdout
     block_rows = [line for line in done.stdout.splitlines() if line.strip().startswith("29 ")]
     assert len(block_rows) == 1
@@ -109,6 +111,9 @@ def test_info_json_is_the_inventory(make_synthetic) -> None:
     done = shardchat("info", "--json", str(make_synthetic("gemma3", "F16")))
     data = json.loads(done.stdout)
     assert data["architecture"] == "gemma3"
+    assert data["readable_name"].startswith("Synthetic Gemma3 ") and data["readable_name"].endswith(
+        " · F16"
+    )
     assert data["blocks"][0]["sublayers"][0]["kind"] == "attention"
     assert data["kv_bytes_per_token"] > 0
 

@@ -76,6 +76,8 @@ def test_a_fresh_list_holds_only_the_builtin_model_as_default(
     assert builtin.path == default_model_file.resolve()
     assert (builtin.architecture, builtin.kind) == ("llama", "dense")
     assert builtin.file_bytes == default_model_file.stat().st_size
+    assert builtin.name == "SmolLM2-135M-Instruct.Q4_1"  # the file's own name
+    assert builtin.readable_name == "SmolLM2 135M Instruct · Q4_1"
     assert library.default() == builtin
     assert library.path == app_paths().data_dir / STORE_FILE_NAME
 

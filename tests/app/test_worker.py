@@ -72,6 +72,9 @@ def test_load_and_chat_streams_tokens_then_finishes(engine, default_model_file: 
     loaded = recorder.wait(worker.load_model(params(default_model_file)))
     assert isinstance(loaded, ModelLoaded)
     assert loaded.architecture == "llama" and loaded.n_ctx == 1024
+    # the name people read comes from the file; the GGUF's own stays at hand
+    assert loaded.model_name == "SmolLM2 135M Instruct · Q4_1"
+    assert loaded.general_name == "Smollm2 135M 8k Lc100K Mix1 Ep2"
     request = worker.send_message("Say hello", GREEDY.with_changes(max_tokens=16))
     done = recorder.wait(request)
     assert isinstance(done, ReplyFinished)
