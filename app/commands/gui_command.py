@@ -1,7 +1,9 @@
 """`shardchat gui`: the desktop window, or the terminal chat where there is no display.
 
 Qt is imported only when the window really opens, so the rest of the command
-line (and headless machines) never load it.
+line (and headless machines) never load it. Where Qt's platform plugin would
+not load (system libraries missing), one line names the packages to install
+and, on a terminal, the terminal chat starts instead of Qt aborting.
 """
 
 from __future__ import annotations
@@ -10,9 +12,15 @@ import argparse
 import os
 import sys
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import add_prompt_format_option, positive_int
+from app.commands.chat_command import run_chat
+from app.commands.sampling_options import add_sampling_options
 from app.model_library import ModelLibrary
+from app.qt_platform_check import platform_problem
+from engine.generation.sampling import SamplingSettings
 from engine.runtime.loaded_model import inspect_model
+
+EXIT_CANNOT_START = 2  # the CLI's bad-input code: the fix is on the user's side
 
 
 def add_gui_command(commands: argparse._SubParsersAction) -> None:
@@ -43,13 +51,40 @@ def run_gui_command(args: argparse.Namespace) -> int:
     model_path = str(inspect_model(args.model or library_default()).path)
     if not has_display():
         print("shardchat: no display here; starting the terminal chat instead", file=sys.stderr)
-        from app.commands.chat_command import run_chat
-
-        chat_args = argparse.Namespace(
-            prompt=[], model=model_path, system=None, temperature=0.7, top_p=0.95,
-            max_tokens=512, ctx=args.ctx, threads=None, stats=False, vram=None,
-        )  # fmt: skip
-        return run_chat(chat_args)
+        return _terminal_chat(args, model_path)
+    problem = platform_problem(os.environ)
+    if problem is not None:  # Qt would abort with a message naming the wrong library
+        if not _on_a_terminal():
+            print(problem.message(), file=sys.stderr)
+            return EXIT_CANNOT_START
+        print(f"{problem.message()}; starting the terminal chat instead", file=sys.stderr)
+        return _terminal_chat(args, model_path)
     from ui.gui_main import run_gui  # Qt loads here, and only here
 
     return run_gui(model_path, n_ctx=args.ctx, model_chosen=args.model is not None)
+
+
+def _on_a_terminal() -> bool:
+    """Someone can type into the chat (a desktop launcher or a pipe cannot)."""
+    return all(stream is not None and stream.isatty() for stream in (sys.stdin, sys.stdout))
+
+
+def _terminal_chat(args: argparse.Namespace, model_path: str) -> int:
+    return run_chat(terminal_chat_args(model_path, args.ctx, args.verbose))
+
+
+def terminal_chat_args(model_path: str, ctx: int, verbose: bool) -> argparse.Namespace:
+    """What `shardchat chat --model MODEL --ctx N` parses to, so the fallback is that chat.
+
+    Built here because the command line imports this module (it cannot import the
+    command line back); a test holds it equal to the chat command's own parse."""
+    options = argparse.ArgumentParser(add_help=False)
+    add_sampling_options(options, SamplingSettings())
+    add_prompt_format_option(options)
+    chat_args = options.parse_args([])
+    vars(chat_args).update(
+        prompt=[], model=model_path, system=None, ctx=ctx, threads=None, vram=None,
+        placement=None, cpu_only=False, gpu=None, stats=False, show_thinking=False,
+        think=None, verbose=verbose,
+    )  # fmt: skip
+    return chat_args
