@@ -42,11 +42,11 @@ from app.summaries.batch_view import (
     summary_file,
 )
 from ui.model_drop import GgufDropFilter
+from ui.theme import error_style
 
 COLUMNS = ("File", "Status", "Tokens", "Seconds", "Note")
 FILE, STATUS, TOKENS, SECONDS, NOTE = range(len(COLUMNS))
 MAX_WORDS_LIMIT = 2000
-ERROR_STYLE = "color: #b00020;"
 
 W = TypeVar("W", bound=QWidget)
 
@@ -154,7 +154,8 @@ class BatchPanel(QWidget):
         self.progress.setValue(min(view.files_done, max(view.files_total, 1)))
         self.progress.setFormat(progress_text(view).replace("%", "%%"))
         self.message.setText(view.message)
-        self.message.setStyleSheet(ERROR_STYLE if view.state == FAILED_STATE else "")
+        failed = view.state == FAILED_STATE
+        self.message.setStyleSheet(error_style(self.message) if failed else "")
         self._show_rows(view.rows)
 
     def view(self) -> BatchView:
