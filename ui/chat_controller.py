@@ -19,9 +19,9 @@ from PySide6.QtWidgets import QInputDialog, QListWidgetItem
 
 from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
+from app.plan_words import plan_in_words, speed_against_plan
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
-from app.units import format_bytes
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
@@ -37,7 +37,6 @@ from ui.main_window import CONVERSATION_ID, MainWindow
 
 SAVE_INTERVAL_S = 0.5
 N_CTX_KEY = "n_ctx"  # a conversation's context length, kept with its sampling settings
-NOT_PROFILED = "not profiled: CPU defaults (run shardchat profile)"
 NEW_TITLE = "New chat"
 EMPTY_CHAT_TITLE = "What can I help with?"
 EMPTY_CHAT_LINES = (
@@ -154,7 +153,8 @@ class ChatController(QObject):
     def use_plan(self, plan: Plan) -> None:
         """The engine re-planned (a new VRAM budget): show it, and plan later loads with it."""
         self._plan = plan
-        self.window.plan_label.setText(plan_summary(plan))
+        self.window.plan_label.setText(plan_in_words(plan))
+        self.window.vram_panel.show_last_speed("")  # measured under the old plan
 
     def shutdown(self) -> None:
         """The app is closing: keep what the reply said so far, and hear no more events."""
@@ -294,7 +294,9 @@ class ChatController(QObject):
             return
         self.model_ready = True
         self._plan = event.plan
-        self.window.plan_label.setText(plan_summary(event.plan))
+        self.window.plan_label.setText(plan_in_words(event.plan))
+        self.window.vram_panel.show_last_speed("")
+        self.window.show_context(0, event.n_ctx)
         self.plan_used.emit(event.plan)
         self.model_name = event.model_name
         self.vision = event.vision
@@ -339,11 +341,14 @@ class ChatController(QObject):
         self._save_reply(complete=True, stats=self._reply_stats)
         self._end_reply()
         stats = event.stats
+        speed = speed_against_plan(stats.decode_tokens_per_s, self._plan)
         self.window.speed_label.setText(
-            f"{stats.time_to_first_token_s:.2f} s to first token · "
-            f"{stats.decode_tokens_per_s:.1f} tokens/s · {stats.finish_reason.value} · "
+            f"{stats.time_to_first_token_s:.2f} s to first token · {speed} · "
+            f"{stats.finish_reason.value} · "
             f"context {event.context_used:,} / {event.context_window:,} tokens"
         )
+        self.window.vram_panel.show_last_speed(speed)
+        self.window.show_context(event.context_used, event.context_window)
         if event.dropped_messages:
             self.window.statusBar().showMessage(
                 f"the {event.dropped_messages} oldest messages were left out of the prompt to "
@@ -371,7 +376,7 @@ class ChatController(QObject):
         self._model_path, self._loaded_n_ctx, self._plan, label = self._previous
         self.model_ready = True
         self.window.model_label.setText(label)
-        self.window.plan_label.setText(plan_summary(self._plan))
+        self.window.plan_label.setText(plan_in_words(self._plan))
         self.window.input.setEnabled(True)
 
     # --- helpers ---
@@ -532,7 +537,7 @@ class ChatController(QObject):
         self.model_ready = False
         self.vision = None
         self.window.model_label.setText("loading model…")
-        self.window.plan_label.setText("planning…" if load.profile else plan_summary(None))
+        self.window.plan_label.setText("planning…" if load.profile else plan_in_words(None))
         self.window.input.setEnabled(False)
         if isinstance(load, PlannedLoad):
             self._load_request = self.worker.load_model(load.params, load.plan, load.profile)
@@ -600,17 +605,6 @@ def _path_and_context(load: LoadRequest | PlannedLoad) -> tuple[str, int]:
     if isinstance(load, PlannedLoad):
         return str(load.params.model_path), load.params.n_ctx
     return load.model_path, load.n_ctx
-
-
-def plan_summary(plan: Plan | None) -> str:
-    """The status bar's view of the plan: how a chat's decode runs, and its VRAM."""
-    if plan is None:
-        return NOT_PROFILED
-    vram = plan.vram
-    return (
-        f"{plan.family_for(1).value.replace('_', ' ')} decode · VRAM "
-        f"{format_bytes(vram.total_bytes)} of {format_bytes(vram.budget_bytes)}"
-    )
 
 
 def no_vision_message(model_name: str) -> str:

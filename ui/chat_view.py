@@ -43,19 +43,15 @@ from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QToolButton
 
 from engine.model.image_input import ImageFile
 from ui.conversation_model import ConversationModel, MessageRow
-from ui.message_cards import CardColours, MessageCards
+from ui.message_cards import MessageCards
 from ui.message_html import COPY_SCHEME, THINK_SCHEME
+from ui.theme import LIGHT, Theme
 
 RENDER_INTERVAL_MS = 50
 THUMBNAIL_PX = 240  # decoded at twice the drawn size, for high-DPI screens
 THUMBNAILS_KEPT = 256
 BOTTOM_SLACK_PX = 8
 ImageSource = Callable[[int, int], ImageFile]  # (message id, image index) -> the image
-DEFAULT_COLOURS = CardColours(
-    text="#1f2328", muted_text="#6b7280", code_background="#f3f4f6", border="#e5e7eb",
-    link="#2563eb", pygments_style="default", surface="#ffffff", surface_alt="#e8f0fe",
-    accent="#2563eb",
-)  # fmt: skip
 
 
 class ChatView(QAbstractScrollArea):
@@ -66,11 +62,11 @@ class ChatView(QAbstractScrollArea):
     delete_requested = Signal(int)  # the row whose Delete was clicked
     _thumbnail_ready = Signal(object, object)  # (message id, index), QImage; from the decoder
 
-    def __init__(self, colours: CardColours = DEFAULT_COLOURS) -> None:
+    def __init__(self, theme: Theme = LIGHT) -> None:
         super().__init__()
         self.setAccessibleName("Conversation")
         self.conversation = ConversationModel()
-        self.cards = MessageCards(colours)
+        self.cards = MessageCards(theme)
         self.cards.thumbnail = self._thumbnail
         self._heights: list[int] = []  # per row: exact once drawn, else estimated
         self._exact: list[bool] = []
@@ -107,8 +103,9 @@ class ChatView(QAbstractScrollArea):
 
     # -- what the controller says ------------------------------------------------------------
 
-    def set_colours(self, colours: CardColours) -> None:
-        self.cards.set_colours(colours)
+    def use_theme(self, theme: Theme) -> None:
+        """The app's theme changed: every card is drawn again in its colours."""
+        self.cards.set_colours(theme)
         self._remeasure()
         self.viewport().update()
 

@@ -1,4 +1,4 @@
-"""Per-conversation system prompt and sampling settings, shown above the chat.
+"""Per-conversation system prompt and sampling settings, in the window's side panel.
 
 It renders what the controller gives it and reports edits; pushing values in
 blocks its own signals, so showing a conversation never looks like an edit.
@@ -15,8 +15,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
     QFormLayout,
-    QGridLayout,
-    QHBoxLayout,
     QLineEdit,
     QSpinBox,
     QToolButton,
@@ -134,35 +132,30 @@ class ConversationSettings(QWidget):
         )
 
     def _layout(self) -> QFormLayout:
+        """One column, as in LM Studio's and Jan's right-hand panels: the everyday
+        settings first, the rest folded under "More sampling"."""
         form = QFormLayout()
-        form.addRow("System", self.system_prompt)
-        numbers = QHBoxLayout()
-        fields = (("Temperature", self.temperature), ("Top-p", self.top_p),
-                  ("Max tokens", self.max_tokens), ("Context", self.n_ctx))  # fmt: skip
-        for label, widget in fields:
-            inner = QFormLayout()
-            inner.addRow(label, widget)
-            numbers.addLayout(inner)
-        numbers.addWidget(self.more)
-        form.addRow(numbers)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("System prompt", self.system_prompt)
+        everyday = (("Temperature", self.temperature), ("Top-p", self.top_p),
+                    ("Max tokens", self.max_tokens), ("Context", self.n_ctx))  # fmt: skip
+        for label, widget in everyday:
+            form.addRow(label, widget)
+        self._add_think_toggle(form)
+        form.addRow(self.more)
         self._advanced = QWidget()
-        grid = QGridLayout(self._advanced)
-        grid.setContentsMargins(0, 0, 0, 0)
-        advanced = (("Top-k", self.top_k), ("Min-p", self.min_p),
-                    ("Repeat penalty", self.repeat_penalty), ("over tokens", self.repeat_last_n),
-                    ("Presence", self.presence_penalty), ("Frequency", self.frequency_penalty),
-                    ("DRY", self.dry_multiplier), ("Seed", self.seed))  # fmt: skip
-        for i, (label, box) in enumerate(advanced):
-            inner = QFormLayout()
-            inner.addRow(label, box)
-            grid.addLayout(inner, i // 4, i % 4)
-        stops = QFormLayout()
-        stops.addRow("Stop at", self.stop)
-        grid.addLayout(stops, 2, 0, 1, 3)
-        grid.addWidget(self.stop_loops, 2, 3)
+        advanced = QFormLayout(self._advanced)
+        advanced.setContentsMargins(0, 0, 0, 0)
+        for label, box in (("Top-k", self.top_k), ("Min-p", self.min_p),
+                           ("Repeat penalty", self.repeat_penalty),
+                           ("… over tokens", self.repeat_last_n),
+                           ("Presence", self.presence_penalty),
+                           ("Frequency", self.frequency_penalty), ("DRY", self.dry_multiplier),
+                           ("Seed", self.seed), ("Stop at", self.stop)):  # fmt: skip
+            advanced.addRow(label, box)
+        advanced.addRow(self.stop_loops)
         self._advanced.setVisible(False)
         form.addRow(self._advanced)
-        self._add_think_toggle(form)
         return form
 
     def _connect(self) -> None:

@@ -1,4 +1,5 @@
-"""The main window: conversations on the left, the chat in the middle, VRAM on the right.
+"""The main window, laid out as LM Studio and Jan are: conversations on the left, the
+model picker above the chat, settings, VRAM and folder summaries in a side panel.
 
 Only layout and rendering live here; controllers decide what happens. The
 menus hold every action with its shortcut, so the keyboard reaches everything.
@@ -10,14 +11,18 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QProgressBar,
     QPushButton,
+    QScrollArea,
     QSplitter,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -27,6 +32,7 @@ from ui.chat_view import ChatView
 from ui.conversation_settings import ConversationSettings
 from ui.image_attachments import AttachmentStrip
 from ui.message_input import MessageInput
+from ui.model_picker import ModelPicker
 from ui.vram_panel import VramPanel
 
 CONVERSATION_ID = Qt.ItemDataRole.UserRole
@@ -42,6 +48,10 @@ class MainWindow(QMainWindow):
         self.new_chat = _named(QPushButton("New chat"), "New chat")
         self.delete_chat = _named(QPushButton("Delete chat"), "Delete chat")
         self.settings = ConversationSettings()
+        self.settings_dock = QDockWidget("Conversation", self)
+        self.model_picker = ModelPicker()
+        self.context_meter = _named(QProgressBar(), "Context used")
+        self.panel_button = _named(QToolButton(), "Show or hide the side panel")
         self.chat_view = ChatView()
         self.input = MessageInput()
         self.attachment_strip = AttachmentStrip()
@@ -66,6 +76,7 @@ class MainWindow(QMainWindow):
         self.new_chat_action = _action(self, "&New chat", QKeySequence.StandardKey.New)
         self.find_action = _action(self, "&Search chats", QKeySequence.StandardKey.Find)
         self.settings_action = _action(self, "Conversation &settings", "Ctrl+,")
+        self.export_action = _action(self, "&Export chat as Markdown…", "Ctrl+Shift+E")
         self.stop_action = _action(self, "&Stop the reply", "Esc")
         self.import_model_action = _action(self, "&Import GGUF model…", "Ctrl+O")
         self.models_action = _action(self, "&Models…", "Ctrl+M")
@@ -81,14 +92,15 @@ class MainWindow(QMainWindow):
     def _make_menus(self) -> None:
         bar = self.menuBar()
         file = bar.addMenu("&File")
-        for action in (self.new_chat_action, self.import_model_action):
+        for action in (self.new_chat_action, self.import_model_action, self.export_action):
             file.addAction(action)
         file.addSeparator()
         file.addAction(self.quit_action)
         chat = bar.addMenu("&Chat")
         for action in (self.find_action, self.settings_action, self.stop_action):
             chat.addAction(action)
-        view = bar.addMenu("&View")
+        self.view_menu = view = bar.addMenu("&View")
+        view.addAction(self.settings_dock.toggleViewAction())
         view.addAction(self.vram_dock.toggleViewAction())
         view.addAction(self.batch_dock.toggleViewAction())
         tools = bar.addMenu("&Tools")
@@ -97,41 +109,104 @@ class MainWindow(QMainWindow):
         tools.addAction(self.profile_action)
 
     def _lay_out(self) -> None:
+        splitter = QSplitter()
+        splitter.addWidget(self._sidebar())
+        splitter.addWidget(self._chat_column())
+        splitter.setSizes([260, 740])
+        splitter.setCollapsible(1, False)
+        self.setCentralWidget(splitter)
+        self._side_panel()
+        for label in (self.model_label, self.plan_label, self.speed_label):
+            self.statusBar().addPermanentWidget(label)
+
+    def _sidebar(self) -> QWidget:
         sidebar = QWidget()
         side = QVBoxLayout(sidebar)
+        self.new_chat.setObjectName("primary")
         side.addWidget(self.new_chat)
         side.addWidget(self.search)
-        side.addWidget(self.conversations)
+        lines = self.conversations
+        lines.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        lines.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles end in …
+        lines.setWordWrap(False)
+        lines.setUniformItemSizes(True)
+        side.addWidget(lines)
         side.addWidget(self.delete_chat)
+        return sidebar
+
+    def _chat_column(self) -> QWidget:
         chat = QWidget()
-        right = QVBoxLayout(chat)
-        right.addWidget(self.settings)
-        right.addWidget(self.chat_view, stretch=1)
-        right.addWidget(self.attachment_strip)
+        column = QVBoxLayout(chat)
+        header = QHBoxLayout()
+        header.addWidget(self.model_picker, stretch=1)
+        self.context_meter.setMaximumWidth(220)
+        self.context_meter.setTextVisible(True)
+        self.show_context(0, 0)
+        header.addWidget(self.context_meter)
+        self.panel_button.setText("Settings")
+        self.panel_button.setCheckable(True)
+        self.panel_button.setChecked(True)
+        self.panel_button.toggled.connect(self._show_side_panel)
+        header.addWidget(self.panel_button)
+        column.addLayout(header)
+        column.addWidget(self.chat_view, stretch=1)
+        column.addWidget(self.attachment_strip)
         row = QHBoxLayout()
         row.addWidget(self.input, stretch=1)
         buttons = QVBoxLayout()
+        self.send_button.setObjectName("primary")
         for button in (self.send_button, self.stop_button, self.regenerate_button):
             buttons.addWidget(button)
         buttons.addWidget(self.edit_button)
         row.addLayout(buttons)
-        right.addLayout(row)
-        splitter = QSplitter()
-        splitter.addWidget(sidebar)
-        splitter.addWidget(chat)
-        splitter.setSizes([250, 750])
-        self.setCentralWidget(splitter)
-        self.vram_dock.setObjectName("vram-dock")
-        self.vram_dock.setWidget(self.vram_panel)
-        self.vram_dock.setMinimumWidth(280)
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.vram_dock)
-        self.batch_dock.setObjectName("batch-dock")
-        self.batch_dock.setWidget(self.batch_panel)
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.batch_dock)
+        column.addLayout(row)
+        return chat
+
+    def _side_panel(self) -> None:
+        """Settings, VRAM and the folder summary as tabs of one panel on the right."""
+        scroller = QScrollArea()
+        scroller.setWidgetResizable(True)
+        scroller.setFrameShape(QFrame.Shape.NoFrame)
+        scroller.setWidget(self.settings)
+        for dock, name, widget in (
+            (self.settings_dock, "settings-dock", scroller),
+            (self.vram_dock, "vram-dock", self.vram_panel),
+            (self.batch_dock, "batch-dock", self.batch_panel),
+        ):
+            dock.setObjectName(name)
+            dock.setWidget(widget)
+            dock.setMinimumWidth(300)
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+        self.tabifyDockWidget(self.settings_dock, self.vram_dock)
         self.tabifyDockWidget(self.vram_dock, self.batch_dock)
-        self.vram_dock.raise_()
-        for label in (self.model_label, self.plan_label, self.speed_label):
-            self.statusBar().addPermanentWidget(label)
+        self.settings_dock.raise_()
+        for dock in (self.settings_dock, self.vram_dock, self.batch_dock):
+            dock.visibilityChanged.connect(lambda _shown: self._sync_panel_button())
+
+    def show_context(self, used: int, window: int) -> None:
+        """The context meter: how much of the model's context the conversation fills."""
+        self.context_meter.setRange(0, max(1, window))
+        self.context_meter.setValue(min(used, max(1, window)))
+        self.context_meter.setFormat(
+            f"context {used:,} / {window:,}" if window else "context: not measured yet"
+        )
+        share = used / window if window else 0.0
+        self.context_meter.setToolTip(
+            f"{share:.0%} of the context window is used; older messages are left out "
+            "of the prompt when it is full"
+        )
+
+    def _show_side_panel(self, shown: bool) -> None:
+        for dock in (self.settings_dock, self.vram_dock, self.batch_dock):
+            dock.setVisible(shown)
+        if shown:
+            self.settings_dock.raise_()
+
+    def _sync_panel_button(self) -> None:
+        shown = any(d.isVisible() for d in (self.settings_dock, self.vram_dock, self.batch_dock))
+        self.panel_button.blockSignals(True)
+        self.panel_button.setChecked(shown)
+        self.panel_button.blockSignals(False)
 
     def show_conversations(self, items: list[tuple[int, str]], current: int | None) -> None:
         """(id, title) pairs; keeps the current one selected without emitting a change."""
@@ -162,9 +237,13 @@ class MainWindow(QMainWindow):
         self.search.selectAll()
 
     def _toggle_settings(self) -> None:
-        self.settings.setVisible(not self.settings.isVisible())
-        if self.settings.isVisible():
-            self.settings.system_prompt.setFocus()
+        """Ctrl+,: the settings tab of the side panel, or the panel away if it is in front."""
+        if self.settings_dock.isVisible() and not self.settings_dock.visibleRegion().isEmpty():
+            self.settings_dock.hide()
+            return
+        self.settings_dock.show()
+        self.settings_dock.raise_()
+        self.settings.system_prompt.setFocus()
 
 
 def _named(widget, name: str):  # noqa: ANN001, ANN202 - any widget, returned as given

@@ -23,27 +23,13 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QTextDo
 
 from ui.conversation_model import MessageRow
 from ui.message_html import MessageColours, RenderedMessage, render_message
+from ui.theme import Theme
 
 DOCUMENTS_KEPT = 300
 MARGIN_X, MARGIN_Y, PADDING, RADIUS = 16, 6, 12, 12
 USER_SHARE = 0.78  # a user bubble is at most this share of the width, right-aligned
 THUMB_PX, THUMB_GAP = 96, 8
 ACTIONS = ("Copy", "Edit", "Delete")
-
-
-@dataclass(frozen=True)
-class CardColours:
-    """What a message card needs of the theme (ui.theme.Theme provides these)."""
-
-    text: str
-    muted_text: str
-    code_background: str
-    border: str
-    link: str
-    pygments_style: str
-    surface: str
-    surface_alt: str
-    accent: str
 
 
 @dataclass
@@ -68,7 +54,7 @@ class RowLayout:
 class MessageCards:
     """Renders, measures and draws message cards; keeps each rendering while it is shown."""
 
-    def __init__(self, colours: CardColours) -> None:
+    def __init__(self, colours: Theme) -> None:
         self.colours = colours
         self.thumbnail: Callable[[MessageRow, int], QImage | None] = lambda _row, _i: None
         self._documents: OrderedDict[tuple, _Rendered] = OrderedDict()
@@ -81,7 +67,7 @@ class MessageCards:
         self._bold.setBold(True)
         self._line = QFontMetrics(self._font)
 
-    def set_colours(self, colours: CardColours) -> None:
+    def set_colours(self, colours: Theme) -> None:
         """A new theme: every kept rendering is redone when next drawn."""
         self.colours = colours
         self._documents.clear()

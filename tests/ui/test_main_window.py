@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.load_planning import PlannedLoad
+from app.plan_words import NOT_PROFILED_WORDS, plan_in_words
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
@@ -19,7 +20,7 @@ from engine.planning.execution import load_params_for
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from tests.ui.chat_app import TIMEOUT_MS, running_chat_app, send
-from ui.chat_controller import ChatController, plan_summary
+from ui.chat_controller import ChatController
 from ui.engine_bridge import EngineBridge
 from ui.main_window import MainWindow
 
@@ -168,4 +169,4 @@ def test_the_status_bar_shows_the_plan_the_model_runs_under(
         finally:
             controller.shutdown()
             worker.shutdown()
-    assert plan_summary(None).startswith("not profiled")
+    assert plan_in_words(None) == NOT_PROFILED_WORDS
