@@ -34,7 +34,14 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("ShardChat")
     OUT.mkdir(exist_ok=True)
-    shots = (wizard, main_window, vram_panel, model_manager, image_question)  # wizard profiles
+    shots = (
+        wizard,
+        main_window_light,
+        main_window_dark,
+        vram_panel,
+        model_manager,
+        image_question,
+    )  # the wizard first: it profiles this machine
     wanted = set(sys.argv[1:])
     for shoot in shots:
         if wanted and shoot.__name__ not in wanted:
@@ -61,17 +68,38 @@ def settle(ms: int = 300) -> None:
     loop.exec()
 
 
-def main_window() -> Path:
-    """Mid-conversation: two exchanges done, the third reply streaming."""
+def main_window_light() -> Path:
+    return main_window("light")
+
+
+def main_window_dark() -> Path:
+    return main_window("dark")
+
+
+def main_window(scheme: str) -> Path:
+    """A long conversation (a saved history of 60 exchanges with code and tables, and a
+    reasoning reply with its thinking folded), the newest reply streaming live from the
+    default model, in the light or the dark theme as the system would ask."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
     from app.load_planning import stored_profile
+    from app.stores.chat_store import ChatStore
     from engine.generation.sampling import SamplingSettings
     from engine.model.default_model import default_model_path
     from ui.desktop import Desktop
+    from ui.theme import ThemeManager
 
+    dark = Qt.ColorScheme.Dark if scheme == "dark" else Qt.ColorScheme.Light
+    theme = ThemeManager(system_scheme=lambda: dark)
+    theme.apply(QApplication.instance())  # type: ignore[arg-type]
+    with ChatStore() as store:
+        seed_history(store)
     desktop = Desktop(
-        str(default_model_path()), stored_profile(), 4096, SamplingSettings(0.0, max_tokens=200)
-    )
-    desktop.window.resize(1360, 820)
+        str(default_model_path()), stored_profile(), 4096, SamplingSettings(0.0, max_tokens=200),
+        theme=theme,
+    )  # fmt: skip
+    desktop.window.resize(1440, 860)
     desktop.start()
     wait_for(desktop.bridge.model_loaded)
     for prompt in PROMPTS:
@@ -83,10 +111,55 @@ def main_window() -> Path:
     for _ in range(12):
         wait_for(desktop.bridge.token_streamed)
     settle(120)
-    path = OUT / "main-window.png"
+    path = OUT / f"main-window-{scheme}.png"
     desktop.window.grab().save(str(path))
+    view = desktop.window.chat_view
+    reasoning = next(i for i, row in enumerate(view.conversation.rows()) if row.thinking)
+    view.scroll_to_row(max(0, reasoning - 1))
+    settle(120)
+    desktop.window.grab().save(str(OUT / f"reasoning-{scheme}.png"))
     desktop.close()
     return path
+
+
+HISTORY_ANSWER = """Here is a small comparison:
+
+| approach | time | memory |
+|---|---|---|
+| loop | O(n) | O(1) |
+| recursion | O(n) | O(n) |
+
+```python
+def total(values: list[int]) -> int:
+    result = 0
+    for value in values:
+        result += value
+    return result
+```
+
+- the loop never grows the stack
+- recursion reads well but hits Python's limit
+"""
+
+
+def seed_history(store) -> None:  # noqa: ANN001 - a ChatStore
+    """A saved conversation of the kind people keep: many exchanges, then a reasoning reply
+    (written here: the default model does not reason)."""
+    for title in ("Trip to Lisbon: packing list", "Explain heat pumps", "Cover letter draft"):
+        store.create_conversation(title)
+    conversation = store.create_conversation("Sums, loops and recursion").conversation_id
+    for number in range(60):
+        store.add_message(conversation, "user", f"Question {number + 1}: how do I sum a list?")
+        store.add_message(conversation, "assistant", HISTORY_ANSWER)
+    store.add_message(conversation, "user", "Which one should I use for a million numbers?")
+    reply = store.add_message(conversation, "assistant", "", complete=False).message_id
+    store.update_message(
+        reply,
+        "Use the loop, or better `sum(values)`: it runs in C and needs no stack.",
+        complete=True,
+        thinking="A million elements. Recursion would pass Python's default limit of 1000 "
+        "frames. The loop is O(n) with O(1) memory; the built-in sum is the same but faster.",
+    )
 
 
 def image_question() -> Path:

@@ -142,6 +142,10 @@ class ChatController(QObject):
             LoadRequest(model_path, self._loaded_n_ctx, self._profile, self._budget(), mmproj)
         )
 
+    def model_path(self) -> str:
+        """The model loaded, or being loaded."""
+        return self._model_path
+
     def use_profile(
         self, profile: Profile | None, model_path: str | None = None, mmproj: str | None = None
     ) -> None:

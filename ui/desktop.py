@@ -12,12 +12,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
 from app.load_planning import LoadRequest, stored_profile
+from app.model_choices import picker_entries
 from app.model_library import ModelLibrary
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
+from engine.model.default_model import default_model_path
 from ui.batch_controller import BatchController
 from ui.chat_controller import ChatController
 from ui.engine_bridge import EngineBridge
@@ -26,6 +28,7 @@ from ui.main_window import MainWindow
 from ui.model_drop import GgufDropFilter
 from ui.model_manager import ModelManager
 from ui.profile_wizard import ProfileWizard
+from ui.theme import ThemeManager, theme_menu
 from ui.vram_controller import GpuReader, VramController, read_first_gpu
 from ui.window_state import WindowState
 
@@ -41,7 +44,10 @@ class Desktop:
         n_ctx: int = 4096,
         settings: SamplingSettings | None = None,
         read_gpu: GpuReader = read_first_gpu,
+        theme: ThemeManager | None = None,
     ) -> None:
+        """`theme` is the app's (run_gui applies it); without one the window follows a
+        manager of its own that restyles nothing but the conversation."""
         self.bridge = EngineBridge()
         self.worker = EngineWorker(self.bridge).start()
         self.window = MainWindow()
@@ -58,6 +64,10 @@ class Desktop:
         )
         self.vram = VramController(self.window.vram_panel, self.worker, self.bridge, None, read_gpu)
         self.batch = BatchController(self.window.batch_panel, self.worker, self.bridge)
+        self.theme = theme or ThemeManager(parent=self.window)
+        self.window.view_menu.addSeparator()
+        self.window.view_menu.addMenu(theme_menu(self.theme, self.window))
+        self.window.chat_view.use_theme(self.theme.current())
         self._connect()
 
     def _connect(self) -> None:
@@ -71,6 +81,19 @@ class Desktop:
             lambda: self.open_models().choose_and_import()
         )
         self.model_drop.files_dropped.connect(self.take_dropped_files)
+        self.theme.theme_changed.connect(self.window.chat_view.use_theme)
+        picker = self.window.model_picker
+        picker.model_chosen.connect(self.chat.load_model)
+        picker.manage_requested.connect(self.open_models)
+        self.bridge.model_loaded.connect(lambda event: self.show_models(event.model_path))
+        self.bridge.request_failed.connect(lambda _event: self.show_models(None))
+
+    def show_models(self, loaded: str | None) -> None:
+        """The model picker lists the model list's models (the loaded one, or the one
+        still loaded after a failed switch, selected)."""
+        current = loaded if loaded is not None else self.chat.model_path()
+        entries = picker_entries(self.models, str(default_model_path()))
+        self.window.model_picker.show_entries(entries, current)
 
     def take_dropped_files(self, paths: list[Path]) -> None:
         """Dropped on the window: models go to the model manager, a folder to the batch panel,
@@ -95,6 +118,7 @@ class Desktop:
         manager.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         manager.load_requested.connect(self.chat.load_model)
         manager.prompt_format_changed.connect(self.chat.use_prompt_format)
+        manager.finished.connect(lambda _result: self.show_models(None))  # new imports show
         manager.open()
         return manager
 
@@ -118,6 +142,7 @@ class Desktop:
         """Restore the window and the last conversation, start loading the model, show."""
         conversation = self.state.restore(self.window)
         self.chat.start(conversation)
+        self.show_models(None)
         if self.store.recovered_from is not None:
             self._say(
                 f"the chat history was unreadable and was moved to {self.store.recovered_from}"

@@ -19,6 +19,7 @@ from app.profiling_job import needs_profiling
 from engine.machine.hardware import probe_hardware
 from ui.desktop import Desktop, remember_default_model
 from ui.profile_wizard import ProfileWizard
+from ui.theme import ThemeManager
 
 EXIT_WHEN_READY_ENV = "SHARDCHAT_EXIT_WHEN_READY"  # see _quit_when_loaded
 
@@ -34,6 +35,8 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
         raise RuntimeError("the desktop app needs a QApplication, not a QCoreApplication")
     app.setApplicationName("ShardChat")
     app.setDesktopFileName("shardchat")
+    theme = ThemeManager(parent=app)
+    theme.apply(app)  # before the wizard, so it too follows the system's light or dark
     hardware = probe_hardware()
     exit_when_ready = os.environ.get(EXIT_WHEN_READY_ENV) == "1"
     if needs_profiling(hardware):
@@ -49,7 +52,7 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
             model_path = remember_default_model(wizard.chosen_model() or model_path)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    desktop = Desktop(model_path, stored_profile(), n_ctx).start()
+    desktop = Desktop(model_path, stored_profile(), n_ctx, theme=theme).start()
     exit_code = [0]
     if exit_when_ready:
         _quit_when_loaded(app, desktop, exit_code)

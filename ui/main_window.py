@@ -180,6 +180,7 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.settings_dock, self.vram_dock)
         self.tabifyDockWidget(self.vram_dock, self.batch_dock)
         self.settings_dock.raise_()
+        self.resizeDocks([self.settings_dock], [320], Qt.Orientation.Horizontal)
         for dock in (self.settings_dock, self.vram_dock, self.batch_dock):
             dock.visibilityChanged.connect(lambda _shown: self._sync_panel_button())
 

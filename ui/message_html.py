@@ -127,7 +127,8 @@ def _code_panel(code: str, info: str, colours: MessageColours) -> str:
     return (
         f'<table width="100%" cellspacing="0" cellpadding="8" bgcolor="{colours.code_background}"'
         f' style="border-color:{colours.border}"><tr><td>{label}'
-        f'<pre style="font-family:monospace">{coloured}</pre></td></tr></table>'
+        f'<pre style="font-family:monospace; white-space:pre-wrap">{coloured}</pre>'
+        "</td></tr></table>"
     )
 
 
