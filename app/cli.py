@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from app.commands.arg_types import add_prompt_format_option, positive_int, size
 from app.commands.ask_image_command import add_ask_image_command
 from app.commands.chat_command import run_chat
+from app.commands.chats_command import add_chats_command
 from app.commands.gui_command import add_gui_command
 from app.commands.info_command import run_info
 from app.commands.plan_command import add_plan_command
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     add_gui_command(commands)
     add_summarize_command(commands)
     add_ask_image_command(commands)
+    add_chats_command(commands)
     return parser
 
 
