@@ -59,7 +59,9 @@ def plan_in_words(plan: Plan | None) -> str:
     plan = executable_plan(plan)
     layout = _layout(plan)
     if not plan.resident:
-        return f"{_all_layers(layout).capitalize()} on the CPU · no VRAM used"
+        budget = plan.vram.budget_bytes
+        unused = f" (budget {format_bytes(budget)})" if budget > 0 else ""
+        return f"{_all_layers(layout).capitalize()} on the CPU · no VRAM used{unused}"
     vram = f"VRAM {format_bytes(plan.vram.total_bytes)} of {format_bytes(plan.vram.budget_bytes)}"
     if _off_gpu_bytes(plan) == 0:
         return f"{_all_layers(layout).capitalize()} and the KV cache on the GPU · {vram}"

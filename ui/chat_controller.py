@@ -15,8 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QInputDialog, QListWidgetItem
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QListWidgetItem
 
+from app.chat_export import export_conversation
 from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
 from app.plan_words import plan_in_words, speed_against_plan
@@ -102,6 +103,7 @@ class ChatController(QObject):
         w.new_chat.clicked.connect(self.new_conversation)
         w.delete_chat.clicked.connect(self.delete_conversation)
         w.regenerate_button.clicked.connect(self.regenerate)
+        w.export_action.triggered.connect(self.export_chat)
         w.edit_button.clicked.connect(self.edit_last)
         w.conversations.itemChanged.connect(self._on_item_renamed)
         w.settings.system_prompt_changed.connect(self._on_system_prompt)
@@ -216,6 +218,28 @@ class ChatController(QObject):
             text, self._sampling(), images, thinking=self._thinking()
         )
         self.window.set_busy(True)
+
+    def export_chat(self) -> None:
+        """File → Export chat as Markdown: where to, then the file (written whole or not at all)."""
+        if self.conversation_id is None:
+            return
+        title = self.store.conversation(self.conversation_id).title
+        suggested = str(Path.home() / f"{safe_file_name(title)}.md")
+        path, _filter = QFileDialog.getSaveFileName(
+            self.window, "Export chat as Markdown", suggested, "Markdown (*.md)"
+        )
+        if path:
+            self.export_to(Path(path))
+
+    def export_to(self, path: Path) -> Path | None:
+        assert self.conversation_id is not None
+        try:
+            written = export_conversation(self.store, self.conversation_id, path)
+        except BadInputError as exc:
+            self.window.statusBar().showMessage(str(exc), 12000)
+            return None
+        self.window.statusBar().showMessage(f"exported the chat to {written}", 8000)
+        return written
 
     def show_image(self, image: ImageFile) -> ImageViewer:
         """A thumbnail in the conversation was clicked: the image, whole, beside the chat."""
@@ -609,6 +633,12 @@ def _path_and_context(load: LoadRequest | PlannedLoad) -> tuple[str, int]:
     if isinstance(load, PlannedLoad):
         return str(load.params.model_path), load.params.n_ctx
     return load.model_path, load.n_ctx
+
+
+def safe_file_name(title: str) -> str:
+    """A conversation title as a file name on every system (no separators or reserved signs)."""
+    kept = "".join(c if c.isalnum() or c in " -_." else " " for c in title)
+    return " ".join(kept.split())[:80].strip(" .") or "chat"
 
 
 def no_vision_message(model_name: str) -> str:

@@ -15,8 +15,9 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
+from app.chat_export import speaker
+
 MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 1
-SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 AnyIndex = QModelIndex | QPersistentModelIndex
 
 
@@ -35,11 +36,11 @@ class MessageRow:
 
     @property
     def speaker(self) -> str:
-        return SPEAKERS.get(self.role, self.role)
+        return speaker(self.role)
 
     def as_markdown(self) -> str:
         """The message as a person would paste it: who spoke, then what was said."""
-        images = "".join(f"![{name}]()\n\n" for name in self.image_names)
+        images = "".join(f"*[image: {name}]*\n\n" for name in self.image_names)
         return f"**{self.speaker}**\n\n{images}{self.text}"
 
 

@@ -12,7 +12,7 @@ import pytest
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from app.chat_export import SPEAKERS, conversation_markdown, export_conversation
+from app.chat_export import conversation_markdown, export_conversation
 from app.cli import main
 from app.stores.chat_store import ChatStore
 from engine.errors import BadInputError
@@ -173,12 +173,6 @@ def test_without_a_system_prompt_there_is_no_quote_and_a_heading_hash_is_kept(
 def test_an_unknown_conversation_is_bad_input(store: ChatStore) -> None:
     with pytest.raises(BadInputError, match="no conversation with id 42"):
         conversation_markdown(store, 42)
-
-
-def test_the_speaker_names_are_those_the_chat_shows() -> None:
-    from ui.conversation_model import SPEAKERS as SHOWN  # Qt loads for this test only
-
-    assert SPEAKERS == SHOWN
 
 
 def test_export_writes_the_whole_document_and_leaves_no_temp_file(

@@ -164,7 +164,7 @@ def test_the_status_bar_shows_the_plan_the_model_runs_under(
         try:
             with qtbot.waitSignal(bridge.model_loaded, timeout=TIMEOUT_MS):
                 controller.start()
-            assert window.plan_label.text() == "cpu only decode · VRAM 0 B of 0 B"
+            assert window.plan_label.text() == "Every layer on the CPU · no VRAM used"
             send(qtbot, window, bridge, "Hi.")
         finally:
             controller.shutdown()

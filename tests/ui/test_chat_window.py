@@ -1,0 +1,163 @@
+"""The chat window as people use it, on the real default model: long conversations,
+images read when shown, the theme, the model picker, export, and any message's actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QBuffer, QIODevice, QSettings, Qt
+from PySide6.QtGui import QImage
+
+from app.model_library import ModelLibrary
+from app.stores.chat_store import ChatStore
+from engine.model.image_input import ImageFile
+from tests.ui.test_desktop import TIMEOUT_MS, open_desktop, send
+from ui.desktop import Desktop
+from ui.theme import DARK, LIGHT, ThemeChoice, ThemeManager
+
+ANSWER = "Compare:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('hi')\n```\n\n- one\n"
+
+
+@pytest.fixture
+def desktops(qtbot):
+    opened: list[Desktop] = []
+    yield opened
+    for desktop in opened:
+        desktop.close()
+
+
+def png() -> bytes:
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    image = QImage(64, 48, QImage.Format.Format_RGB32)
+    image.fill(0x2A9D8F)
+    image.save(buffer, "PNG")
+    return bytes(buffer.data())
+
+
+def seed(exchanges: int, first_image: bool = False, last_image: bool = False) -> int:
+    """A saved conversation of `exchanges` questions and table-and-code answers."""
+    with ChatStore() as store:
+        conversation = store.create_conversation("Long one").conversation_id
+        for number in range(exchanges):
+            image = first_image and number == 0 or last_image and number == exchanges - 1
+            images = (ImageFile(f"photo-{number}.png", png()),) if image else ()
+            store.add_message(conversation, "user", f"Question {number}?", images=images)
+            store.add_message(conversation, "assistant", ANSWER)
+        return conversation
+
+
+def test_a_reply_streams_into_a_long_conversation_without_redrawing_it(
+    qtbot, desktops, default_model_file
+) -> None:
+    seed(300)
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    view = desktop.window.chat_view
+    assert view.conversation.rowCount() == 600
+    assert sum(view._exact) < 40  # only what is on screen was laid out
+    versions = [row.version for row in view.conversation.rows()]
+    finished = send(qtbot, desktop, "Say hello.")
+    rows = view.conversation.rows()
+    assert [row.version for row in rows[:600]] == versions  # the old rows were not touched
+    assert [row.role for row in rows[600:]] == ["user", "assistant"]
+    assert rows[-1].text == finished.text and not rows[-1].streaming
+    assert rows[-1].stats and rows[-1].stats["generated_tokens"] == finished.stats.generated_tokens
+    assert view.is_following()
+
+
+def test_images_are_read_from_the_history_only_when_their_message_is_drawn(
+    qtbot, desktops, default_model_file
+) -> None:
+    conversation = seed(150, first_image=True, last_image=True)
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    view = desktop.window.chat_view
+    messages = desktop.store.messages(conversation, with_images=False)
+    first, last = messages[0].id, messages[-2].id
+    qtbot.waitUntil(lambda: (last, 0) in view.thumbnails_shown(), timeout=TIMEOUT_MS)
+    assert (first, 0) not in view.images_read  # far above the screen: never read
+    view.scroll_to_row(0)
+    view.viewport().repaint()
+    qtbot.waitUntil(lambda: (first, 0) in view.thumbnails_shown(), timeout=TIMEOUT_MS)
+
+
+def test_the_theme_follows_the_system_until_the_person_chooses(
+    qtbot, desktops, default_model_file, tmp_path: Path
+) -> None:
+    scheme = [Qt.ColorScheme.Dark]
+    settings = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
+    theme = ThemeManager(settings, system_scheme=lambda: scheme[0])
+    desktop = Desktop(str(default_model_file), None, 1024, theme=theme)
+    desktops.append(desktop)
+    qtbot.addWidget(desktop.window)
+    view = desktop.window.chat_view
+    assert view.cards.colours == DARK
+    scheme[0] = Qt.ColorScheme.Light
+    theme.system_scheme_changed()
+    assert view.cards.colours == LIGHT
+    menu = next(a.menu() for a in desktop.window.view_menu.actions() if a.menu() is not None)
+    dark = next(a for a in menu.actions() if a.text() == "Dark")
+    dark.trigger()
+    assert view.cards.colours == DARK and theme.choice() is ThemeChoice.DARK
+    theme.system_scheme_changed()  # the system no longer decides
+    assert view.cards.colours == DARK
+
+
+def test_the_model_picker_lists_the_models_and_switches_to_one(
+    qtbot, desktops, default_model_file, make_synthetic
+) -> None:
+    other = make_synthetic("llama", "F16")
+    with ModelLibrary() as library:
+        library.add(other)
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    picker = desktop.window.model_picker
+    paths = [Path(entry.path).resolve() for entry in picker.entries()]
+    assert Path(default_model_file).resolve() in paths and other.resolve() in paths
+    assert Path(picker.current_entry().path).resolve() == Path(default_model_file).resolve()
+    assert "MiB" in picker.itemText(0)  # each model says its size
+    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):
+        picker.setCurrentIndex(paths.index(other.resolve()))
+        picker.activated.emit(paths.index(other.resolve()))
+    assert Path(picker.current_entry().path).resolve() == other.resolve()
+    assert Path(desktop.chat.model_path()).resolve() == other.resolve()
+
+
+def test_a_conversation_exports_to_markdown(
+    qtbot, desktops, default_model_file, tmp_path: Path
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    finished = send(qtbot, desktop, "Name a colour.")
+    written = desktop.chat.export_to(tmp_path / "chat.md")
+    assert written is not None
+    text = written.read_text(encoding="utf-8")
+    assert "## You\n\nName a colour." in text and finished.text.strip() in text
+    assert desktop.chat.export_to(tmp_path / "missing" / "chat.md") is None  # refused, said
+    assert "does not exist" in desktop.window.statusBar().currentMessage()
+
+
+def test_any_message_can_be_deleted_or_edited(qtbot, desktops, default_model_file) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    send(qtbot, desktop, "First question.")
+    send(qtbot, desktop, "Second question.")
+    view, store, chat = desktop.window.chat_view, desktop.store, desktop.chat
+    view.delete_requested.emit(1)  # the first reply
+    roles = [m.role for m in store.messages(chat.conversation_id)]
+    assert roles == ["user", "user", "assistant"] and view.conversation.rowCount() == 3
+    view.edit_requested.emit(0)  # the first question: back in the input, what followed gone
+    assert desktop.window.input.toPlainText() == "First question."
+    assert store.messages(chat.conversation_id) == [] and view.conversation.rowCount() == 0
+    send(qtbot, desktop, " again")
+    reply = view.conversation.rowCount() - 1
+    view.edit_requested.emit(reply)
+    editor = chat.reply_editor
+    assert editor is not None and editor.isVisible()
+    editor.setTextValue("A corrected reply.")
+    editor.accept()
+    assert store.messages(chat.conversation_id)[-1].content == "A corrected reply."
+    assert view.conversation.row(reply).text == "A corrected reply."
+    assert store.history(chat.conversation_id)[-1].content == "A corrected reply."
