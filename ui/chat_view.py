@@ -30,6 +30,7 @@ from itertools import accumulate
 from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
+    QContextMenuEvent,
     QDesktopServices,
     QFont,
     QGuiApplication,
@@ -39,7 +40,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QResizeEvent,
 )
-from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QToolButton
+from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QMenu, QToolButton
 
 from engine.model.image_input import ImageFile
 from ui.conversation_model import ConversationModel, MessageRow
@@ -420,6 +421,29 @@ class ChatView(QAbstractScrollArea):
             if hit is not None:
                 self.activate(*hit)
         super().mouseReleaseEvent(event)
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802 - Qt's name
+        """Right click (or the menu key) on a message: the same actions, and copying it as
+        Markdown, for the keyboard and for people who look there first."""
+        menu = self.message_menu(self._row_at(self.verticalScrollBar().value() + event.y()))
+        if menu is not None:
+            menu.exec(event.globalPos())
+
+    def message_menu(self, index: int) -> QMenu | None:
+        if not self._heights or self.conversation.row(index).streaming:
+            return None
+        menu = QMenu(self)
+        row = self.conversation.row(index)
+        menu.addAction("Copy", lambda: self.copy_message(index))
+        menu.addAction("Copy as Markdown", lambda: self._copy_markdown(row))
+        menu.addSeparator()
+        menu.addAction("Edit", lambda: self.edit_requested.emit(index))
+        menu.addAction("Delete", lambda: self.delete_requested.emit(index))
+        return menu
+
+    def _copy_markdown(self, row: MessageRow) -> None:
+        QGuiApplication.clipboard().setText(row.as_markdown())
+        self.message_copied.emit(row.as_markdown())
 
     def activate(self, index: int, kind: str, what: object) -> None:
         """Do what a click on part `kind` of row `index` does."""

@@ -199,3 +199,17 @@ def test_the_empty_state_says_what_to_try(qtbot) -> None:
         for x in range(0, image.width(), 4)
         for y in range(image.height() // 2 - 80, image.height() // 2 + 40, 4)
     ), centre
+
+
+def test_a_messages_menu_offers_its_actions(qtbot) -> None:
+    view = make_view(qtbot, [MessageRow(1, "user", "Hi"), MessageRow(2, "assistant", "**Hello**")])
+    menu = view.message_menu(1)
+    assert menu is not None
+    actions = {action.text(): action for action in menu.actions() if action.text()}
+    assert list(actions) == ["Copy", "Copy as Markdown", "Edit", "Delete"]
+    with qtbot.waitSignal(view.message_copied) as copied:
+        actions["Copy as Markdown"].trigger()
+    assert copied.args == ["**Assistant**\n\n**Hello**"]
+    with qtbot.waitSignal(view.edit_requested) as edited:
+        actions["Edit"].trigger()
+    assert edited.args == [1]
