@@ -83,7 +83,7 @@ class ModelManager(QDialog):
     import_done = Signal()  # an import finished: the list is redrawn and the outcome shown
     _format_described = Signal(object, str)  # the entry described, what its prompts are written in
     _inventory_read = Signal(object, object, object)  # entry, its FileKey, its Reading
-    _files_checked = Signal(object)  # the paths to import, each read once on the worker
+    _files_checked = Signal(object, object)  # the paths to import, {FileKey: Reading} of them
 
     def __init__(
         self,
@@ -342,21 +342,29 @@ class ModelManager(QDialog):
 
     def _check_files(self, paths: list[Path]) -> None:
         """On the reader's thread: read each file (and a lone projector beside a model) once,
-        so the library's own check on the GUI thread finds it in the inventory cache."""
+        so the library's own check on the GUI thread finds it in the inventory cache; the
+        readings go back too, so the details of what was imported show at once."""
+        readings: dict[FileKey, Reading] = {}
         for path in paths:
+            resolved = path.expanduser().resolve()
+            key = _file_key(resolved)
             try:
-                self._read_inventory(path)
-                if not is_projector_name(path):
-                    lone_projector_beside(path.resolve())
+                reading: Reading = summarize(self._read_inventory(resolved))
+                if not is_projector_name(resolved):
+                    lone_projector_beside(resolved)
             except BadInputError:
-                pass  # the library refuses it again on the GUI thread, with the reason
+                continue  # the library refuses it again on the GUI thread, with the reason
             except Exception:  # likewise: the import must still finish
                 log.exception("checking %s failed", path)
+                continue
+            if key is not None:
+                readings[key] = reading
         with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
-            self._files_checked.emit(paths)
+            self._files_checked.emit(paths, readings)
 
-    def _import_checked(self, paths: list[Path]) -> None:
+    def _import_checked(self, paths: list[Path], readings: dict[FileKey, Reading]) -> None:
         """On the GUI thread, once the files were read: list them, then say how it went."""
+        self._readings.update(readings)
         projectors = [p for p in paths if is_projector_name(p)]
         models = [p for p in paths if p not in projectors]
         lines: list[str] = []
