@@ -15,7 +15,8 @@ time), so selecting a model again redraws at once. An import reads each file on
 the same worker first and only then lets the library check and list it on the
 GUI thread, where the library's read finds the file in
 `engine.model.inventory.read_inventory`'s cache (16 files; a bigger drop reads
-the oldest again). The library itself stays on the GUI thread: its SQLite
+the oldest again); its readings join the cache, so the imported model's details
+show at once. The library itself stays on the GUI thread: its SQLite
 connection belongs to the thread that opened it.
 """
 
