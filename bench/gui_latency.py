@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 TARGET_MS = 50.0
@@ -106,6 +107,7 @@ def measure(model: str | None, tokens: int, profile, conversations: dict[int, in
     from engine.generation.sampling import SamplingSettings
     from engine.model.default_model import default_model_path
     from ui.desktop import Desktop
+    from ui.gui_main import read_builtin_model, wait_spinning
 
     _app = QApplication.instance() or QApplication(sys.argv[:1])  # kept alive while measuring
     meter = StallMeter()
@@ -127,6 +129,8 @@ def measure(model: str | None, tokens: int, profile, conversations: dict[int, in
     settings = SamplingSettings(temperature=0.0, max_tokens=tokens, stop_loops=False)
     model_path = model or str(default_model_path())
     results: dict[str, tuple[float, float, int]] = {}
+    with ThreadPoolExecutor(max_workers=1) as start_up:  # as run_gui does, off the GUI thread
+        wait_spinning(start_up.submit(read_builtin_model))
     started = time.perf_counter()
     desktop = Desktop(model_path, profile, 2048, settings)
     desktop.start()  # the load is queued on the worker: from here the GUI waits for nothing

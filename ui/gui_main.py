@@ -2,26 +2,42 @@
 
 The Qt event loop is driven by qasync, so panels can use asyncio (timers, file
 work) on the GUI thread without blocking it.
+
+Start-up work that takes a while runs on a thread while a Qt event loop keeps
+spinning on the GUI thread: probing the hardware (0.2 s here, mostly importing
+llama.cpp; more with GPU drivers to ask), then reading the built-in model's
+inventory (2.3 s, its 49k-token vocabulary), which the model list describes as
+soon as the window is built. The wizard waits only for the probe; the window
+waits for both, and its own read of the built-in model then comes from
+`read_inventory`'s cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import qasync
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app.load_planning import stored_profile
 from app.profiling_job import needs_profiling
+from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware
+from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
 from ui.desktop import Desktop, remember_default_model
 from ui.profile_wizard import ProfileWizard
 from ui.theme import ThemeManager
 
 EXIT_WHEN_READY_ENV = "SHARDCHAT_EXIT_WHEN_READY"  # see _quit_when_loaded
+
+T = TypeVar("T")
 
 
 def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> int:
@@ -37,8 +53,13 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     app.setDesktopFileName("shardchat")
     theme = ThemeManager(parent=app)
     theme.apply(app)  # before the wizard, so it too follows the system's light or dark
-    hardware = probe_hardware()
+    start_up = ThreadPoolExecutor(max_workers=1, thread_name_prefix="start-up")
+    probed = start_up.submit(probe_hardware)
+    builtin_read = start_up.submit(read_builtin_model)
+    start_up.shutdown(wait=False)  # both still run, in that order
+    hardware = wait_spinning(probed)
     exit_when_ready = os.environ.get(EXIT_WHEN_READY_ENV) == "1"
+    wizard_choice: str | None = None
     if needs_profiling(hardware):
         wizard = ProfileWizard(hardware)
         if exit_when_ready:
@@ -49,7 +70,10 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
 
             QTimer.singleShot(0, skip_wizard)
         if wizard.exec() == QDialog.DialogCode.Accepted and not model_chosen:
-            model_path = remember_default_model(wizard.chosen_model() or model_path)
+            wizard_choice = wizard.chosen_model() or model_path
+    wait_spinning(builtin_read)  # the model list, from here on, describes it
+    if wizard_choice is not None:
+        model_path = remember_default_model(wizard_choice)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     desktop = Desktop(model_path, stored_profile(), n_ctx, theme=theme).start()
@@ -64,6 +88,32 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     finally:
         desktop.close()
     return exit_code[0]
+
+
+class _Relay(QObject):
+    done = Signal()
+
+
+def wait_spinning(future: Future[T]) -> T:
+    """The future's result (or its exception), with a Qt event loop running on this thread
+    until it is known, so the app keeps answering the system and repainting meanwhile.
+
+    The worker's "done" reaches the loop through a queued signal: posted as an event, it
+    is seen by the loop even when the work ends before the loop has started.
+    """
+    if not future.done():
+        relay, loop = _Relay(), QEventLoop()
+        relay.done.connect(loop.quit, Qt.ConnectionType.QueuedConnection)
+        future.add_done_callback(lambda _future: relay.done.emit())
+        loop.exec()
+    return future.result()
+
+
+def read_builtin_model() -> None:
+    """On the start-up thread: fill `read_inventory`'s cache with the built-in model, which
+    the window's model list reads on the GUI thread (a missing one is reported there)."""
+    with contextlib.suppress(BadInputError):
+        read_inventory(default_model_path())
 
 
 def _say_ready(what: str) -> None:

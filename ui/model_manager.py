@@ -6,14 +6,24 @@ the library and the dialog then redraws from it, so the window never holds
 state of its own. Refusals (a text file named .gguf, a projector given as a
 model) are shown as their one-line reason under the list and change nothing.
 
-Reading a model's inventory is the only slow thing done on the GUI thread
-(about 2 s for a 49k-token vocabulary, cached afterwards), as agreed for the
-details pane and for checking an imported file.
+Threads: reading a model's inventory takes about 2 s for a 49k-token vocabulary
+(more for 256k), so it never runs on the GUI thread. The details pane says
+"reading the model…" while a worker reads, and the result comes back through a
+queued signal; a result for an entry no longer shown is kept in the cache but
+not drawn. Readings are cached per file version (path, size, modification
+time), so selecting a model again redraws at once. An import reads each file on
+the same worker first and only then lets the library check and list it on the
+GUI thread, where the library's read finds the file in
+`engine.model.inventory.read_inventory`'s cache (16 files; a bigger drop reads
+the oldest again); its readings join the cache, so the imported model's details
+show at once. The library itself stays on the GUI thread: its SQLite
+connection belongs to the thread that opened it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -40,23 +50,29 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model_library import ModelEntry, ModelLibrary, is_projector_name
-from app.model_summary import summarize
+from app.model_library import ModelEntry, ModelLibrary, is_projector_name, lone_projector_beside
+from app.model_summary import ModelSummary, summarize
 from app.prompt_format_setting import chosen_format_text, prompt_format_choices
 from app.units import format_bytes
 from engine.errors import BadInputError
-from engine.model.inventory import read_inventory
+from engine.model.inventory import ModelInventory, read_inventory
 from ui.model_drop import GgufDropFilter
+from ui.theme import error_style
 
 COLUMNS = ("Name", "Size", "Kind", "Default", "Status")
 NAME, SIZE, KIND, DEFAULT, STATUS = range(len(COLUMNS))
 MODEL_PATH = Qt.ItemDataRole.UserRole
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 PROJECTOR_FILTER = "GGUF vision projectors (*.gguf);;All files (*)"
-ERROR_STYLE = "color: #b00020;"
 FORMAT_ROW, FORMAT_PENDING = "Prompt format", "reading the vocabulary…"
+READING_ROW, READING_PENDING = "Status", "reading the model…"
 
 T = TypeVar("T")
+InventoryReader = Callable[[Path], ModelInventory]
+FileKey = tuple[Path, int, int]  # path, size, mtime (ns): one version of one file
+Reading = ModelSummary | str  # what the file holds, or why it cannot be read
+
+log = logging.getLogger(__name__)
 
 
 class ModelManager(QDialog):
@@ -65,11 +81,21 @@ class ModelManager(QDialog):
     default_changed = Signal(str)  # path of the model that is now the default
     load_requested = Signal(str, object)  # model path, projector path or None
     prompt_format_changed = Signal(str, str)  # model path, its new prompt-format setting
+    import_done = Signal()  # an import finished: the list is redrawn and the outcome shown
     _format_described = Signal(object, str)  # the entry described, what its prompts are written in
+    _inventory_read = Signal(object, object, object)  # entry, its FileKey, its Reading
+    _files_checked = Signal(object, object)  # the paths to import, {FileKey: Reading} of them
 
-    def __init__(self, library: ModelLibrary, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        library: ModelLibrary,
+        parent: QWidget | None = None,
+        read_inventory: InventoryReader = read_inventory,
+    ) -> None:
+        """`read_inventory` is the engine's (cached) reader; a test wraps it to see its thread."""
         super().__init__(parent)
         self.library = library
+        self._read_inventory = read_inventory
         self.setWindowTitle("Models")
         self.resize(900, 560)
         self.table = _table(COLUMNS, stretch_column=NAME)
@@ -82,7 +108,14 @@ class ModelManager(QDialog):
         # 256k-token vocabularies): off the GUI thread, its row filled in when known
         self._describer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-format")
         self._format_described.connect(self._show_format)
+        # inventories (details, import checks) on one worker, in the order asked
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-reader")
+        queued = Qt.ConnectionType.QueuedConnection
+        self._inventory_read.connect(self._show_reading, queued)
+        self._files_checked.connect(self._import_checked, queued)
+        self._readings: dict[FileKey, Reading] = {}  # touched on the GUI thread only
         self._shown: ModelEntry | None = None  # the entry the details pane describes
+        self._wanted: FileKey | None = None  # the file version it waits for (read by the worker)
         self.import_button = QPushButton("Import GGUF…")
         self.pair_button = QPushButton("Pair vision projector…")
         self.unpair_button = QPushButton("Unpair")
@@ -193,26 +226,65 @@ class ModelManager(QDialog):
         self.prompt_format.blockSignals(False)
 
     def _show_details(self, entry: ModelEntry | None) -> None:
+        """Draw what is known of the entry now; a file not read yet is read on the worker."""
         self._shown = entry
+        key = _file_key(entry.path) if entry is not None and entry.exists else None
+        self._wanted = key
+        if entry is None or key is None:
+            self._draw_details(entry, None)
+            return
+        reading = self._readings.get(key)
+        if reading is None:
+            self._draw_details(entry, None)
+            self._reader.submit(self._read, entry, key)
+        else:
+            self._draw_details(entry, reading)
+
+    def _draw_details(self, entry: ModelEntry | None, reading: Reading | None) -> None:
+        """Facts and breakdown of the entry; `reading` None while its file is being read."""
         facts: list[tuple[str, str]] = []
         parts: list[tuple[str, str, str]] = []
         if entry is not None:
             facts = [("File", str(entry.path))]
             if entry.mmproj_path is not None:
                 facts.append(("Vision projector", _projector_text(entry)))
-            if not entry.exists:
+            if self._wanted is None:  # no version of the file to read: it is gone
                 facts.append(("Status", "the file is missing"))
+            elif reading is None:
+                facts.insert(0, (READING_ROW, READING_PENDING))
+            elif isinstance(reading, str):
+                facts.append(("Problem", reading))
             else:
-                try:
-                    summary = summarize(read_inventory(entry.path))
-                except BadInputError as exc:
-                    facts.append(("Problem", str(exc)))
-                else:
-                    facts = summary.facts() + [(FORMAT_ROW, FORMAT_PENDING)] + facts
-                    self._describer.submit(self._describe_format, entry)
-                    parts = [(s.label, s.size_text, s.percent_text) for s in summary.breakdown]
+                facts = reading.facts() + [(FORMAT_ROW, FORMAT_PENDING)] + facts
+                self._describer.submit(self._describe_format, entry)
+                parts = [(s.label, s.size_text, s.percent_text) for s in reading.breakdown]
         _fill(self.details, facts)
         _fill(self.breakdown, parts)
+
+    def _read(self, entry: ModelEntry, key: FileKey) -> None:
+        """On the reader's thread: the entry's summary, or why not, to the GUI thread.
+
+        A read asked for an entry the user has already moved past is skipped, so
+        scrolling through the list does not queue a read per model passed.
+        """
+        if self._wanted != key:
+            return
+        reading: Reading
+        try:
+            reading = summarize(self._read_inventory(entry.path))
+        except BadInputError as exc:
+            reading = str(exc)
+        except Exception as exc:  # the pane must not wait forever on a reader's bug
+            log.exception("reading %s failed", entry.path)
+            reading = f"{entry.path.name}: cannot be read ({type(exc).__name__}: {exc})"
+        with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
+            self._inventory_read.emit(entry, key, reading)
+
+    def _show_reading(self, entry: ModelEntry, key: FileKey, reading: Reading) -> None:
+        """On the GUI thread: keep the reading, and draw it if that entry is still shown."""
+        self._readings[key] = reading
+        if self._shown == entry and self._wanted == key:
+            self._draw_details(entry, reading)
 
     def _describe_format(self, entry: ModelEntry) -> None:
         """On the describer's thread: what the entry's prompts are written in, to the GUI."""
@@ -243,7 +315,7 @@ class ModelManager(QDialog):
 
     def show_message(self, text: str, problem: bool = False) -> None:
         """One line (or one per file) under the list; problems in red."""
-        self.message.setStyleSheet(ERROR_STYLE if problem else "")
+        self.message.setStyleSheet(error_style(self.message) if problem else "")
         self.message.setText(text)
 
     # -- actions -------------------------------------------------------------------------------
@@ -259,11 +331,41 @@ class ModelManager(QDialog):
     def import_files(self, paths: list[Path]) -> None:
         """Add dropped or chosen files; projectors dropped with a single model are paired to it.
 
-        Each refused file gets its one-line reason; the others are imported anyway.
+        The files are read on the worker first; `import_done` says when the list
+        shows the outcome. Each refused file gets its one-line reason; the others
+        are imported anyway.
         """
         if not paths:
             return
         self._last_folder = paths[0].parent
+        self.show_message(f"Checking {_files_text(len(paths))}…")
+        self._reader.submit(self._check_files, list(paths))
+
+    def _check_files(self, paths: list[Path]) -> None:
+        """On the reader's thread: read each file (and a lone projector beside a model) once,
+        so the library's own check on the GUI thread finds it in the inventory cache; the
+        readings go back too, so the details of what was imported show at once."""
+        readings: dict[FileKey, Reading] = {}
+        for path in paths:
+            resolved = path.expanduser().resolve()
+            key = _file_key(resolved)
+            try:
+                reading: Reading = summarize(self._read_inventory(resolved))
+                if not is_projector_name(resolved):
+                    lone_projector_beside(resolved)
+            except BadInputError:
+                continue  # the library refuses it again on the GUI thread, with the reason
+            except Exception:  # likewise: the import must still finish
+                log.exception("checking %s failed", path)
+                continue
+            if key is not None:
+                readings[key] = reading
+        with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
+            self._files_checked.emit(paths, readings)
+
+    def _import_checked(self, paths: list[Path], readings: dict[FileKey, Reading]) -> None:
+        """On the GUI thread, once the files were read: list them, then say how it went."""
+        self._readings.update(readings)
         projectors = [p for p in paths if is_projector_name(p)]
         models = [p for p in paths if p not in projectors]
         lines: list[str] = []
@@ -276,6 +378,7 @@ class ModelManager(QDialog):
                 self._attempt(partial(self.library.add, path), problems)
         self.refresh(select=added[-1].path if added else None)
         self.show_message("\n".join(problems + lines), problem=bool(problems))
+        self.import_done.emit()
 
     def _import_one(self, path: Path, lines: list[str], problems: list[str]) -> ModelEntry | None:
         """Add one model file, noting what happened in `lines` or why not in `problems`."""
@@ -407,7 +510,7 @@ class ModelManager(QDialog):
 
 
 def _row_texts(entry: ModelEntry) -> tuple[str, ...]:
-    name = f"{entry.name} (built-in)" if entry.builtin else entry.name
+    name = f"{entry.readable_name} (built-in)" if entry.builtin else entry.readable_name
     size = format_bytes(entry.file_bytes) if entry.file_bytes is not None else "—"
     default = "default" if entry.is_default else ""
     return name, size, entry.kind_text, default, _status(entry)
@@ -419,6 +522,19 @@ def _status(entry: ModelEntry) -> str:
     if entry.mmproj_path is not None and not entry.mmproj_exists:
         return "projector missing"
     return ""
+
+
+def _file_key(path: Path) -> FileKey | None:
+    """This version of the file (None if it cannot be looked at): what a reading is kept by."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return path, stat.st_size, stat.st_mtime_ns
+
+
+def _files_text(count: int) -> str:
+    return "1 file" if count == 1 else f"{count} files"
 
 
 def _projector_text(entry: ModelEntry) -> str:

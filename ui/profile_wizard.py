@@ -9,16 +9,21 @@ closing the wizard stops the job and stores nothing; skipping is fine, and
 ShardChat then runs without a plan until the machine is profiled.
 
 The pages only render: the facts come from `app.profile_summary`, the run
-from the job, the model check from `engine.model.inventory`.
+from the job, the model check from `engine.model.inventory`. That check reads
+the file's whole header (2 s for a 49k-token vocabulary), so it runs on a
+worker and its outcome comes back through a queued signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFileDialog,
@@ -45,7 +50,7 @@ from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode
 from engine.model.default_model import default_model_path
-from engine.model.inventory import read_inventory
+from engine.model.inventory import ModelInventory, read_inventory
 from ui.profiling_page import ProfilingPage
 
 if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
@@ -133,8 +138,16 @@ class ResultsPage(QWizardPage):
 class ModelPage(QWizardPage):
     """The embedded default model, preselected, or a GGUF file the user imports."""
 
-    def __init__(self) -> None:
+    checked = Signal(bool)  # an imported file was checked: True when it is now the choice
+    _file_read = Signal(str, object)  # the path, its ModelInventory or why it is refused
+
+    def __init__(self, read_inventory: Callable[[str], ModelInventory] = read_inventory) -> None:
+        """`read_inventory` is the engine's reader; a test wraps it to see its thread."""
         super().__init__()
+        self._read_inventory = read_inventory
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wizard-model")
+        self._file_read.connect(self._show_checked, Qt.ConnectionType.QueuedConnection)
+        self._checking = 0  # imports being read: no Next or Finish meanwhile
         self.setTitle("Choose a model")
         self.setSubTitle("The small embedded model works at once; import a bigger GGUF any time.")
         self.default_choice = QRadioButton()
@@ -147,7 +160,7 @@ class ModelPage(QWizardPage):
         self.import_button.clicked.connect(self._browse)
         self.reason_label = QLabel()
         self.reason_label.setWordWrap(True)
-        self.reason_label.setAccessibleName("Why the file was refused")
+        self.reason_label.setAccessibleName("Model check")  # reading, or why it was refused
         self._imported_path = ""
         self._default_path = self._offer_default()
         self._choices = QButtonGroup(self)
@@ -178,20 +191,50 @@ class ModelPage(QWizardPage):
         return str(path)
 
     def isComplete(self) -> bool:
-        return bool(self.chosen_model())
+        return bool(self.chosen_model()) and not self._checking
 
     def chosen_model(self) -> str:
         if self.imported_choice.isChecked():
             return self._imported_path
         return self._default_path if self.default_choice.isChecked() else ""
 
-    def import_model(self, path: str) -> bool:
-        """Check the file as a chat model and select it; on refusal say why, keep the choice."""
+    def import_model(self, path: str) -> None:
+        """Check the file as a chat model on the worker; `checked` says how it went.
+
+        A chat model becomes the choice; a refused file gets its reason and the
+        choice stays as it was.
+        """
+        self._checking += 1
+        self.import_button.setEnabled(False)
+        self.reason_label.setText(f"Reading {Path(path).name}…")
+        self.completeChanged.emit()
+        self._reader.submit(self._check, path)
+
+    def _check(self, path: str) -> None:
+        """On the worker: the file's inventory, or why it is no model, to the GUI thread."""
+        outcome: ModelInventory | str
         try:
-            inventory = read_inventory(path)
+            outcome = self._read_inventory(path)
         except BadInputError as exc:
-            self.reason_label.setText(str(exc))
+            outcome = str(exc)
+        except Exception as exc:  # the page must not wait forever on a reader's bug
+            log.exception("checking %s failed", path)
+            outcome = f"{path}: cannot be read ({type(exc).__name__}: {exc})"
+        with contextlib.suppress(RuntimeError):  # the wizard went away meanwhile
+            self._file_read.emit(path, outcome)
+
+    def _show_checked(self, path: str, outcome: ModelInventory | str) -> None:
+        self._checking -= 1
+        self.import_button.setEnabled(not self._checking)
+        accepted = self._take_import(path, outcome)
+        self.completeChanged.emit()
+        self.checked.emit(accepted)
+
+    def _take_import(self, path: str, outcome: ModelInventory | str) -> bool:
+        if isinstance(outcome, str):
+            self.reason_label.setText(outcome)
             return False
+        inventory = outcome
         if inventory.is_vision_projector:
             self.reason_label.setText(
                 f"{path}: a vision projector (mmproj), not a chat model; choose the model's "

@@ -238,7 +238,9 @@ def test_a_dropped_gguf_is_imported_and_load_now_switches_the_chat_to_it(
     desktop.model_drop.handle_drop(file_drop(synthetic))
     manager = desktop.window.findChild(ModelManager)
     assert manager is not None and manager.isVisible()
-    assert synthetic.resolve() in [m.path for m in desktop.models.models()]
+    qtbot.waitUntil(  # the manager reads the file off the GUI thread first
+        lambda: synthetic.resolve() in [m.path for m in desktop.models.models()], timeout=TIMEOUT_MS
+    )
     assert manager.selected().path == synthetic.resolve()
     with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS) as loaded:
         manager.request_load()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import ProfileMode
 from engine.model.default_model import default_model_path
+from engine.model.inventory import ModelInventory, read_inventory
 from ui.profile_wizard import (
     DONE_PAGE,
     HARDWARE_PAGE,
@@ -23,6 +25,7 @@ from ui.profile_wizard import (
     PROFILING_PAGE,
     RESULTS_PAGE,
     WELCOME_PAGE,
+    ModelPage,
     ProfileWizard,
 )
 
@@ -182,6 +185,16 @@ def write_projector(path: Path) -> Path:
     return path
 
 
+def check_import(qtbot, page: ModelPage, path: Path) -> bool:
+    """Import the file on the page and wait for its check (made on the page's worker)."""
+    with qtbot.waitSignal(page.checked, timeout=RUN_TIMEOUT_MS) as checked:
+        page.import_model(str(path))
+        assert page.reason_label.text() == f"Reading {path.name}…"
+        assert not page.import_button.isEnabled() and not page.isComplete()
+    assert page.import_button.isEnabled() and page.isComplete()
+    return bool(checked.args[0])
+
+
 def test_the_model_page_refuses_bad_files_and_keeps_the_default(
     qtbot, hardware, tmp_path: Path, make_synthetic
 ) -> None:
@@ -190,19 +203,34 @@ def test_the_model_page_refuses_bad_files_and_keeps_the_default(
     default = str(default_model_path())
     not_gguf = tmp_path / "notes.gguf"
     not_gguf.write_text("these are my notes, not a model")
-    assert not page.import_model(str(not_gguf))
+    assert not check_import(qtbot, page, not_gguf)
     assert "not a GGUF file" in page.reason_label.text()
     assert "\n" not in page.reason_label.text()
     assert page.default_choice.isChecked() and not page.imported_choice.isVisibleTo(wizard)
     assert wizard.chosen_model() == default
 
-    assert not page.import_model(str(write_projector(tmp_path / "mmproj.gguf")))
+    assert not check_import(qtbot, page, write_projector(tmp_path / "mmproj.gguf"))
     assert "vision projector" in page.reason_label.text()
     assert wizard.chosen_model() == default
 
     model = make_synthetic("llama", "Q8_0")
-    assert page.import_model(str(model))
+    assert check_import(qtbot, page, model)
     assert page.reason_label.text() == "" and page.imported_choice.isChecked()
     assert wizard.chosen_model() == str(model)
     page.default_choice.setChecked(True)
     assert wizard.chosen_model() == default
+
+
+def test_the_model_page_reads_an_imported_file_off_the_gui_thread(qtbot) -> None:
+    threads: list[threading.Thread] = []
+
+    def recording_reader(path: str) -> ModelInventory:
+        threads.append(threading.current_thread())
+        return read_inventory(path)
+
+    page = ModelPage(read_inventory=recording_reader)
+    qtbot.addWidget(page)
+    model = default_model_path()
+    assert check_import(qtbot, page, model)
+    assert page.chosen_model() == str(model) and page.imported_choice.isChecked()
+    assert len(threads) == 1 and threads[0] is not threading.current_thread()
