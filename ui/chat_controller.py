@@ -90,6 +90,7 @@ class ChatController(QObject):
         self._saved_at = 0.0
         self._reply_stats: dict | None = None
         self._load_failed = False
+        self._shown_conversation: int | None = None  # the conversation the view shows
         self.reply_editor: QInputDialog | None = None  # the open "Edit reply" dialog
         self._connect()
 
@@ -343,7 +344,8 @@ class ChatController(QObject):
         self.window.input.setFocus()
         self._load_failed = False
         if self.conversation_id is not None:
-            self._open(self.conversation_id)
+            self._open(self.conversation_id, redraw=False)
+        self._show_empty_state()
 
     def _on_token(self, request_id: int, text: str) -> None:
         if request_id != self._reply_request:
@@ -498,7 +500,7 @@ class ChatController(QObject):
             return
         if text.strip() != self.store.conversation(self.conversation_id).system_prompt:
             self.store.set_system_prompt(self.conversation_id, text.strip())
-            self._open(self.conversation_id)  # the model hears the new system prompt
+            self._open(self.conversation_id, redraw=False)  # the model hears the new prompt
 
     def _on_sampling(self, sampling: dict) -> None:
         if self.conversation_id is None:
@@ -510,7 +512,7 @@ class ChatController(QObject):
     def _apply_context_length(self) -> None:
         if self.model_ready and self._n_ctx() != self._loaded_n_ctx:
             assert self.conversation_id is not None
-            self._open(self.conversation_id)
+            self._open(self.conversation_id, redraw=False)
 
     def _on_item_renamed(self, item: QListWidgetItem) -> None:
         title = " ".join(item.text().split())
@@ -518,14 +520,18 @@ class ChatController(QObject):
         if title and title != self.store.conversation(conversation_id).title:
             self.store.rename(conversation_id, title)
 
-    def _open(self, conversation_id: int) -> None:
+    def _open(self, conversation_id: int, redraw: bool = True) -> None:
+        """Show a conversation and give the model its history; `redraw=False` when only the
+        model or its settings changed (the messages shown are the same: drawing a long
+        conversation again would cost the GUI thread for nothing)."""
         self.conversation_id = conversation_id
         conversation = self.store.conversation(conversation_id)
         self.window.settings.show_settings(
             conversation.system_prompt, self._sampling(), self._n_ctx()
         )
         self.window.settings.show_thinking(self._thinking_switch, self._thinking() is not False)
-        self._show_conversation()
+        if redraw or self._shown_conversation != conversation_id:
+            self._show_conversation()
         if not self.model_ready:
             return
         if self._n_ctx() != self._loaded_n_ctx:
@@ -585,6 +591,7 @@ class ChatController(QObject):
             if m.content or m.thinking or m.complete
         ]
         self.window.chat_view.show_messages(rows)
+        self._shown_conversation = self.conversation_id
         self._show_empty_state()
 
     def _show_empty_state(self) -> None:

@@ -52,6 +52,7 @@ RENDER_INTERVAL_MS = 50
 THUMBNAIL_PX = 240  # decoded at twice the drawn size, for high-DPI screens
 THUMBNAILS_KEPT = 256
 BOTTOM_SLACK_PX = 8
+WARM_SCREENS = 3  # how far above and below the screen rows are laid out ahead, when idle
 ImageSource = Callable[[int, int], ImageFile]  # (message id, image index) -> the image
 
 
@@ -85,6 +86,8 @@ class ChatView(QAbstractScrollArea):
         self._timer = QTimer(self, singleShot=True, interval=RENDER_INTERVAL_MS)
         self._timer.timeout.connect(self._draw_streaming)
         self._follow = True  # at the bottom: new text keeps the newest line in view
+        self._warm_timer = QTimer(self, interval=0)  # measures rows near the screen when idle
+        self._warm_timer.timeout.connect(self._warm_one)
         self.jump_button = QToolButton(self.viewport())
         self.jump_button.setText("↓ Jump to latest")
         self.jump_button.setAccessibleName("Jump to latest")
@@ -267,11 +270,13 @@ class ChatView(QAbstractScrollArea):
             bar.blockSignals(False)
         else:
             first = self._row_at(bar.value())
+            anchor = self._first_shown  # the first row drawn last time, if still in view
+            kept = first <= anchor and self._tops[anchor] < bar.value() + height
             shift = 0
             index = first
             while index < count and self._tops[index] < bar.value() + height + 200:
                 change = self._measure(index)
-                if index < self._first_shown:
+                if kept and index < anchor:
                     shift += change  # it was above what was shown: keep that in place
                 self._tops[index + 1] = self._tops[index] + self._heights[index]
                 index += 1
@@ -283,6 +288,37 @@ class ChatView(QAbstractScrollArea):
         self._first_shown = self._row_at(bar.value())
         self._show_jump_button()
         self.viewport().update()
+        if not self._warm_timer.isActive():
+            self._warm_timer.start()
+
+    def _warm_one(self) -> None:
+        """While the app is idle, lay out one row near the screen (the next screens down,
+        then up), so scrolling there draws kept renderings; rows above the screen move the
+        scroll position by their change, as in _settle."""
+        index = self._row_to_warm()
+        if index is None:
+            self._warm_timer.stop()
+            return
+        change = self._measure(index)
+        self._resum()
+        bar = self.verticalScrollBar()
+        if change and index < self._first_shown and not self._follow:
+            bar.blockSignals(True)
+            bar.setValue(bar.value() + change)
+            bar.blockSignals(False)
+        elif self._follow:
+            bar.blockSignals(True)
+            bar.setValue(bar.maximum())
+            bar.blockSignals(False)
+
+    def _row_to_warm(self) -> int | None:
+        if not self._heights:
+            return None
+        value, height = self.verticalScrollBar().value(), self.viewport().height()
+        first, last = self._row_at(value), self._row_at(value + height)
+        below = range(last + 1, self._row_at(value + WARM_SCREENS * height) + 1)
+        above = range(first - 1, self._row_at(max(0, value - WARM_SCREENS * height)) - 1, -1)
+        return next((i for i in (*below, *above) if not self._exact[i]), None)
 
     def _row_at(self, y: int) -> int:
         """The row at content height `y` (the last row past the end)."""

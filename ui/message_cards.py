@@ -6,7 +6,7 @@ streaming reply re-lays-out only itself. A row not drawn yet can be given an
 estimated height from its text alone, so opening a conversation of thousands
 of messages lays out only what is visible (ui.chat_view keeps the heights).
 
-Geometry is one function (`_layout`) used for drawing and for hit-testing, so
+Geometry is one method (`layout`) used for drawing and for hit-testing, so
 what is clicked is what is drawn: links in the text, thumbnails and the
 Copy / Edit / Delete actions under each message.
 """
@@ -66,6 +66,9 @@ class MessageCards:
         self._bold = QFont()
         self._bold.setBold(True)
         self._line = QFontMetrics(self._font)
+        self._char_px = max(1, self._line.averageCharWidth())
+        self._spacing = self._line.lineSpacing()
+        self._fixed: dict[bool, int] = {}  # _fixed_height by "has images"
 
     def set_colours(self, colours: Theme) -> None:
         """A new theme: every kept rendering is redone when next drawn."""
@@ -97,13 +100,11 @@ class MessageCards:
 
     def estimate(self, row: MessageRow, width: int) -> int:
         """About how tall the row will be, from its text alone (no layout): O(1) per line."""
-        per_line = max(
-            10, int(self._text_width(row, width) / max(1, self._line.averageCharWidth()))
-        )
+        per_line = max(10, int(self._text_width(row, width) / self._char_px))
         text = row.text
         lines = text.count("\n") + 1 + len(text) // per_line
         fences = text.count("```") // 2
-        spacing = self._line.lineSpacing()
+        spacing = self._spacing
         return self._fixed_height(row) + int(lines * spacing * 1.2) + fences * 3 * spacing
 
     def paint(self, painter: QPainter, index: int, row: MessageRow, rect: QRect) -> None:
@@ -165,10 +166,14 @@ class MessageCards:
         return float(max(header, actions, thumbs, 120))
 
     def _fixed_height(self, row: MessageRow) -> int:
-        line = QFontMetrics(self._bold).height()
-        footer = QFontMetrics(self._small).height()
-        thumbs = THUMB_PX + THUMB_GAP if row.image_names else 0
-        return 2 * MARGIN_Y + 2 * PADDING + line + 4 + thumbs + footer + 6
+        """Everything but the text: margins, padding, the name, thumbnails, the actions."""
+        images = bool(row.image_names)
+        if images not in self._fixed:
+            line = QFontMetrics(self._bold).height()
+            footer = QFontMetrics(self._small).height()
+            thumbs = THUMB_PX + THUMB_GAP if images else 0
+            self._fixed[images] = 2 * MARGIN_Y + 2 * PADDING + line + 4 + thumbs + footer + 6
+        return self._fixed[images]
 
     def _document_key(self, row: MessageRow, text_width: float) -> tuple:
         return (row.message_id, row.version, round(text_width), row.message_id in self._unfolded)

@@ -139,7 +139,12 @@ def conversation_from_row(path: Path, row: tuple[Any, ...]) -> Conversation:
     )
 
 
-def message_from_row(path: Path, row: tuple[Any, ...]) -> StoredMessage:
+def message_from_row(
+    path: Path,
+    row: tuple[Any, ...],
+    images: tuple[ImageFile, ...] = (),
+    image_names: tuple[str, ...] = (),
+) -> StoredMessage:
     row_id, conversation_id, position, role, content, stats_json, complete, created_at = row[:8]
     thinking = row[8] or ""
     stats = None
@@ -148,7 +153,7 @@ def message_from_row(path: Path, row: tuple[Any, ...]) -> StoredMessage:
         stats = decoded if isinstance(decoded, dict) else None
     return StoredMessage(
         row_id, conversation_id, position, role, content, stats, bool(complete), created_at,
-        thinking=thinking,
+        images, thinking, image_names,
     )  # fmt: skip
 
 

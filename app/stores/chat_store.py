@@ -41,7 +41,6 @@ import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
@@ -216,12 +215,8 @@ class ChatStore:
         names = self._image_names_of(conversation_id)
         images = self._images_of(conversation_id) if with_images else {}
         return [
-            replace(
-                message,
-                images=images.get(message.id, ()),
-                image_names=names.get(message.id, ()),
-            )
-            for message in (message_from_row(self.path, row) for row in rows)
+            message_from_row(self.path, row, images.get(row[0], ()), names.get(row[0], ()))
+            for row in rows
         ]
 
     def image(self, message_id: int, index: int) -> ImageFile:
