@@ -122,35 +122,17 @@ def main_window(scheme: str) -> Path:
     return path
 
 
-HISTORY_ANSWER = """Here is a small comparison:
-
-| approach | time | memory |
-|---|---|---|
-| loop | O(n) | O(1) |
-| recursion | O(n) | O(n) |
-
-```python
-def total(values: list[int]) -> int:
-    result = 0
-    for value in values:
-        result += value
-    return result
-```
-
-- the loop never grows the stack
-- recursion reads well but hits Python's limit
-"""
-
-
 def seed_history(store) -> None:  # noqa: ANN001 - a ChatStore
     """A saved conversation of the kind people keep: many exchanges, then a reasoning reply
     (written here: the default model does not reason)."""
+    from bench.gui_latency import ANSWER  # the benchmark's long conversations say the same
+
     for title in ("Trip to Lisbon: packing list", "Explain heat pumps", "Cover letter draft"):
         store.create_conversation(title)
     conversation = store.create_conversation("Sums, loops and recursion").conversation_id
     for number in range(60):
         store.add_message(conversation, "user", f"Question {number + 1}: how do I sum a list?")
-        store.add_message(conversation, "assistant", HISTORY_ANSWER)
+        store.add_message(conversation, "assistant", ANSWER)
     store.add_message(conversation, "user", "Which one should I use for a million numbers?")
     reply = store.add_message(conversation, "assistant", "", complete=False).message_id
     store.update_message(

@@ -105,6 +105,7 @@ def measure(model: str | None, tokens: int, profile, conversations: dict[int, in
     from PySide6.QtWidgets import QApplication
 
     from engine.generation.sampling import SamplingSettings
+    from engine.machine.hardware import probe_hardware
     from engine.model.default_model import default_model_path
     from ui.desktop import Desktop
     from ui.gui_main import read_builtin_model, wait_spinning
@@ -130,6 +131,7 @@ def measure(model: str | None, tokens: int, profile, conversations: dict[int, in
     model_path = model or str(default_model_path())
     results: dict[str, tuple[float, float, int]] = {}
     with ThreadPoolExecutor(max_workers=1) as start_up:  # as run_gui does, off the GUI thread
+        wait_spinning(start_up.submit(probe_hardware))
         wait_spinning(start_up.submit(read_builtin_model))
     started = time.perf_counter()
     desktop = Desktop(model_path, profile, 2048, settings)

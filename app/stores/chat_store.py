@@ -212,8 +212,7 @@ class ChatStore:
             MESSAGE_SELECT + " WHERE conversation_id = ? ORDER BY position",
             (conversation_id,),
         ).fetchall()
-        names = self._image_names_of(conversation_id)
-        images = self._images_of(conversation_id) if with_images else {}
+        names, images = self._images_of(conversation_id, with_images)
         return [
             message_from_row(self.path, row, images.get(row[0], ()), names.get(row[0], ()))
             for row in rows
@@ -231,29 +230,24 @@ class ChatStore:
             raise BadInputError(f"message {message_id} has no image {index}")
         return ImageFile(row[0], bytes(row[1]))
 
-    def _image_names_of(self, conversation_id: int) -> dict[int, tuple[str, ...]]:
+    def _images_of(
+        self, conversation_id: int, with_data: bool
+    ) -> tuple[dict[int, tuple[str, ...]], dict[int, tuple[ImageFile, ...]]]:
+        """Each message's image names, and (with_data) the images themselves."""
+        data_column = "i.data" if with_data else "NULL"
         rows = self._conn.execute(
-            "SELECT i.message_id, i.name FROM message_images i"
+            f"SELECT i.message_id, i.name, {data_column} FROM message_images i"
             " JOIN messages m ON m.id = i.message_id"
             " WHERE m.conversation_id = ? ORDER BY i.message_id, i.position",
             (conversation_id,),
         ).fetchall()
-        found: dict[int, tuple[str, ...]] = {}
-        for message_id, name in rows:
-            found[message_id] = (*found.get(message_id, ()), name)
-        return found
-
-    def _images_of(self, conversation_id: int) -> dict[int, tuple[ImageFile, ...]]:
-        rows = self._conn.execute(
-            "SELECT i.message_id, i.name, i.data FROM message_images i"
-            " JOIN messages m ON m.id = i.message_id"
-            " WHERE m.conversation_id = ? ORDER BY i.message_id, i.position",
-            (conversation_id,),
-        ).fetchall()
-        found: dict[int, tuple[ImageFile, ...]] = {}
+        names: dict[int, tuple[str, ...]] = {}
+        images: dict[int, tuple[ImageFile, ...]] = {}
         for message_id, name, data in rows:
-            found[message_id] = (*found.get(message_id, ()), ImageFile(name, bytes(data)))
-        return found
+            names[message_id] = (*names.get(message_id, ()), name)
+            if with_data:
+                images[message_id] = (*images.get(message_id, ()), ImageFile(name, bytes(data)))
+        return names, images
 
     def add_message(
         self,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import QBuffer, QIODevice, QSettings, Qt
 from PySide6.QtGui import QImage
 
@@ -17,14 +16,6 @@ from ui.desktop import Desktop
 from ui.theme import DARK, LIGHT, ThemeChoice, ThemeManager
 
 ANSWER = "Compare:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('hi')\n```\n\n- one\n"
-
-
-@pytest.fixture
-def desktops(qtbot):
-    opened: list[Desktop] = []
-    yield opened
-    for desktop in opened:
-        desktop.close()
 
 
 def png() -> bytes:
