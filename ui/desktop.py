@@ -90,6 +90,7 @@ class Desktop:
         picker.manage_requested.connect(self.open_models)
         self.bridge.model_loaded.connect(lambda event: self.show_models(event.model_path))
         self.bridge.model_loaded.connect(lambda _event: freeze_long_lived_objects())
+        self.bridge.model_loaded.connect(self._warm_up_once)
         self.bridge.request_failed.connect(lambda _event: self.show_models(None))
 
     def show_models(self, loaded: str | None) -> None:
@@ -153,11 +154,14 @@ class Desktop:
             )
         self.window.show()
         freeze_long_lived_objects()
-        threading.Thread(
-            target=warm_up, args=((LIGHT.pygments_style, DARK.pygments_style),),
-            name="warm-up", daemon=True,
-        ).start()  # fmt: skip
         return self
+
+    def _warm_up_once(self, _event: object) -> None:
+        """After the first load (not during it: the load and the window's first paint
+        would share the CPU with it), compile the code colouring on a thread."""
+        self.bridge.model_loaded.disconnect(self._warm_up_once)
+        styles = (LIGHT.pygments_style, DARK.pygments_style)
+        threading.Thread(target=warm_up, args=(styles,), name="warm-up", daemon=True).start()
 
     def close(self) -> None:
         """Remember the window, stop the engine, close the history (idempotent)."""
