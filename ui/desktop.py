@@ -184,11 +184,16 @@ class Desktop:
         self.window.statusBar().showMessage(message, STATUS_MS)
 
 
+GC_THRESHOLDS = (50_000, 20, 100)  # Python's are (700, 10, 10): collections far rarer
+
+
 def freeze_long_lived_objects() -> None:
     """Move what exists now (the window, the model's inventory and vocabulary facts) out of
-    the cyclic collector's reach: a full collection walks every tracked object, and with
-    these in it took 23-52 ms on the GUI thread mid-scroll (bench/gui_latency.py)."""
+    the cyclic collector's reach, and collect less often: a full collection walks every
+    tracked object with the GIL held, whichever thread starts it, and took 23-52 ms of the
+    GUI thread mid-scroll (bench/gui_latency.py). Reference counting frees all but cycles."""
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def remember_default_model(model_path: str) -> str:
