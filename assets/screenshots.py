@@ -68,6 +68,19 @@ def settle(ms: int = 300) -> None:
     loop.exec()
 
 
+def dressed(scheme: str):  # noqa: ANN201 - a ThemeManager
+    """The app in the light or dark theme, as the system's colour scheme would ask."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from ui.theme import ThemeManager
+
+    wanted = Qt.ColorScheme.Dark if scheme == "dark" else Qt.ColorScheme.Light
+    theme = ThemeManager(system_scheme=lambda: wanted)
+    theme.apply(QApplication.instance())  # type: ignore[arg-type]
+    return theme
+
+
 def main_window_light() -> Path:
     return main_window("light")
 
@@ -80,19 +93,15 @@ def main_window(scheme: str) -> Path:
     """A long conversation (a saved history of 60 exchanges with code and tables, and a
     reasoning reply with its thinking folded), the newest reply streaming live from the
     default model, in the light or the dark theme as the system would ask."""
-    from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QApplication
 
     from app.load_planning import stored_profile
     from app.stores.chat_store import ChatStore
     from engine.generation.sampling import SamplingSettings
     from engine.model.default_model import default_model_path
     from ui.desktop import Desktop
-    from ui.theme import ThemeManager
 
-    dark = Qt.ColorScheme.Dark if scheme == "dark" else Qt.ColorScheme.Light
-    theme = ThemeManager(system_scheme=lambda: dark)
-    theme.apply(QApplication.instance())  # type: ignore[arg-type]
+    os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix=f"shardchat-window-{scheme}-")
+    theme = dressed(scheme)
     with ChatStore() as store:
         seed_history(store)
     desktop = Desktop(
@@ -154,6 +163,7 @@ def image_question() -> Path:
     from ui.desktop import Desktop
     from ui.image_attachments import load_image_file
 
+    os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix="shardchat-image-")
     folder = Path(tempfile.mkdtemp(prefix="shardchat-vlm-"))
     model, _mmproj = write_synthetic_vlm(folder)
     with ModelLibrary() as library:
@@ -165,7 +175,9 @@ def image_question() -> Path:
     painter.fillRect(260, 140, 150, 120, QColor("#2a9d8f"))
     painter.end()
     picture.save(str(folder / "shapes.png"))
-    desktop = Desktop(str(model), None, 1024, SamplingSettings(0.0, max_tokens=24))
+    desktop = Desktop(
+        str(model), None, 1024, SamplingSettings(0.0, max_tokens=24), theme=dressed("dark")
+    )
     desktop.window.resize(1360, 820)
     desktop.start()
     wait_for(desktop.bridge.model_loaded)
@@ -227,9 +239,10 @@ def model_manager() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     moe = SyntheticSpec("qwen3moe", n_layer=4, n_embd=256, n_expert=8, n_expert_used=2)
     manager = ModelManager(ModelLibrary())
-    manager.import_files([write_synthetic_model(folder / "tiny-moe-Q8_0.gguf", moe, "Q8_0")])
     manager.resize(900, 560)
     manager.show()
+    manager.import_files([write_synthetic_model(folder / "tiny-moe-Q8_0.gguf", moe, "Q8_0")])
+    wait_for(manager.import_done)  # the files are checked off the GUI thread
     settle()
     path = OUT / "model-manager.png"
     manager.grab().save(str(path))
@@ -242,6 +255,7 @@ def wizard() -> Path:
     from engine.machine.profile import ProfileMode
     from ui.profile_wizard import RESULTS_PAGE, ProfileWizard
 
+    dressed("dark")  # LM Studio's default; the app follows the system
     wizard = ProfileWizard(mode=ProfileMode.FAST)
     wizard.show()
     wizard.next()
