@@ -111,7 +111,7 @@ class ChatView(QAbstractScrollArea):
         """The app's theme changed: every card is drawn again in its colours."""
         self.cards.set_colours(theme)
         self._remeasure()
-        self.viewport().update()
+        self._settle()
 
     def set_image_source(self, source: ImageSource | None) -> None:
         """Where a row's images are read from when it is first drawn (the chat store)."""
@@ -374,6 +374,10 @@ class ChatView(QAbstractScrollArea):
             return
         value, height = self.verticalScrollBar().value(), self.viewport().height()
         index = self._row_at(value)
+        if not all(self._exact[index : self._row_at(value + height) + 1]):
+            self._settle()  # a row on screen still has its estimate: measure before drawing
+            value = self.verticalScrollBar().value()
+            index = self._row_at(value)
         while index < len(self._heights) and self._tops[index] < value + height:
             row = self.conversation.row(index)
             self.cards.paint(painter, index, row, self.row_rect(index))

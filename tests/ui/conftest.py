@@ -13,3 +13,12 @@ def empty_clipboard(qapp):
     QMimeData then segfaults the test run (exit code 139 after every test passed)."""
     yield
     QGuiApplication.clipboard().clear()
+
+
+@pytest.fixture
+def desktops(qtbot):
+    """Whole desktop apps a test opened (ui.desktop.Desktop), closed after it."""
+    opened: list = []
+    yield opened
+    for desktop in opened:
+        desktop.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtGui import QColor, QImage
 
@@ -51,14 +50,6 @@ def open_desktop(qtbot, model: Path, read_gpu=no_gpu, n_ctx: int = 1024) -> Desk
     with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):
         desktop.start()
     return desktop
-
-
-@pytest.fixture
-def desktops(qtbot):
-    opened: list[Desktop] = []
-    yield opened
-    for desktop in opened:
-        desktop.close()
 
 
 def send(qtbot, desktop: Desktop, text: str):
