@@ -101,6 +101,3 @@ class ConversationModel(QAbstractListModel):
             if row.message_id == message_id:
                 return index
         return None
-
-    def as_markdown(self) -> str:
-        return "\n\n---\n\n".join(row.as_markdown() for row in self._rows)
