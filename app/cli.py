@@ -19,13 +19,14 @@ from app.commands.chat_command import run_chat
 from app.commands.chats_command import add_chats_command
 from app.commands.gui_command import add_gui_command
 from app.commands.info_command import run_info
+from app.commands.models_command import add_models_command
 from app.commands.plan_command import add_plan_command
 from app.commands.profile_command import add_profile_command
 from app.commands.sampling_options import add_sampling_options
 from app.commands.summarize_command import add_summarize_command
 from app.logging_setup import configure_logging
 from app.selftest import run_selftest
-from engine.errors import BadInputError
+from engine.errors import BadInputError, ShardChatError
 from engine.generation.sampling import SamplingSettings
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInputError as exc:
         _fail(str(exc))
         return EXIT_BAD_INPUT
+    except ShardChatError as exc:  # refused or unreachable (the Hub): said, not a bug
+        _fail(str(exc))
+        return EXIT_INTERNAL
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -90,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     add_summarize_command(commands)
     add_ask_image_command(commands)
     add_chats_command(commands)
+    add_models_command(commands)
     return parser
 
 

@@ -93,7 +93,7 @@ MIGRATIONS = (m001_models, m002_prompt_format)
 class ModelEntry:
     """One listed model as it stands now (`exists` and sizes are read when listed)."""
 
-    path: Path  # absolute and resolved
+    path: Path  # absolute and normalised (links kept: see _resolved)
     name: str  # the file's name without .gguf: what people recognise
     architecture: str
     kind: str  # "dense", "MoE 128×8" (app.model_summary.kind_label)
@@ -356,7 +356,7 @@ def projector_for(model_path: Path) -> Path | None:
         entry = library.find(model_path)
     if entry is not None and entry.mmproj_exists and entry.mmproj_path is not None:
         return entry.mmproj_path
-    return lone_projector_beside(Path(model_path).resolve())
+    return lone_projector_beside(_resolved(model_path))
 
 
 def prompt_format_for(model_path: str | os.PathLike[str], requested: str | None = None) -> str:
@@ -381,11 +381,11 @@ def lone_projector_beside(model_path: Path) -> Path | None:
     if len(candidates) != 1:
         return None
     try:
-        _check_projector(candidates[0].resolve())
+        _check_projector(_resolved(candidates[0]))
     except BadInputError as exc:
         log.info("not pairing %s automatically: %s", candidates[0], exc)
         return None
-    return candidates[0].resolve()
+    return _resolved(candidates[0])
 
 
 def _check_projector(path: Path) -> None:
@@ -419,7 +419,10 @@ def _builtin_model_path() -> tuple[Path | None, str]:
 
 
 def _resolved(path: str | os.PathLike[str]) -> Path:
-    return Path(path).expanduser().resolve()
+    """Absolute and normalised, links kept: a model in the Hugging Face cache is a link
+    into its blobs/ folder, and only the link's name says what it is (and where its
+    split parts and projector lie)."""
+    return Path(os.path.abspath(Path(path).expanduser()))
 
 
 def _display_name(path: Path) -> str:

@@ -21,6 +21,7 @@ HOME_ENV = "SHARDCHAT_HOME"
 class AppPaths:
     data_dir: Path
     log_dir: Path
+    config_dir: Path  # settings and secrets (a Hugging Face token when no keyring exists)
 
     @property
     def log_file(self) -> Path:
@@ -37,8 +38,9 @@ def app_paths() -> AppPaths:
     home = os.environ.get(HOME_ENV)
     if home:
         root = Path(home).expanduser()
-        return AppPaths(data_dir=root / "data", log_dir=root / "logs")
+        return AppPaths(data_dir=root / "data", log_dir=root / "logs", config_dir=root / "config")
     return AppPaths(
         data_dir=Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)),
         log_dir=Path(platformdirs.user_log_dir(APP_NAME, appauthor=False)),
+        config_dir=Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)),
     )

@@ -8,9 +8,11 @@ touches a person's real data.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_hub import LocalHub, TestRepos, publish_test_repos
 
 from engine.llama.load_params import LoadParams
 from engine.model.default_model import default_model_path
@@ -25,6 +27,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "shardchat-home"
     monkeypatch.setenv("SHARDCHAT_HOME", str(home))
+    # a Hugging Face token saved by a test never reaches the person's real keyring
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     return home
 
 
@@ -60,3 +64,38 @@ def default_model() -> LoadedModel:
     model = load_model(LoadParams(str(default_model_path()), n_ctx=2048, n_threads=2))
     yield model
     model.close()
+
+
+# ---------------------------------------------------------------- a local Hugging Face Hub
+
+
+@pytest.fixture(scope="session")
+def hub_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the local hub's test repositories are written, once per session."""
+    return tmp_path_factory.mktemp("local-hub")
+
+
+@pytest.fixture(scope="session")
+def hub_repos(hub_workdir: Path) -> TestRepos:
+    """What `local_hub` publishes: repo ids, commit shas (the same on every hub, since the
+    files are) and the files on disk. Writes the files, so the first use takes a few seconds."""
+    with LocalHub() as hub:
+        return publish_test_repos(hub, hub_workdir)
+
+
+@pytest.fixture
+def local_hub(
+    hub_repos: TestRepos, hub_workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalHub]:
+    """A fresh LocalHub serving the test repositories; no token of the person running the tests
+    reaches it (HF_TOKEN and the saved token are hidden)."""
+    import huggingface_hub.constants
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(
+        huggingface_hub.constants, "HF_TOKEN_PATH", str(hub_workdir / "no-saved-token")
+    )
+    with LocalHub() as hub:
+        publish_test_repos(hub, hub_workdir)
+        yield hub

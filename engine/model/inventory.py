@@ -5,6 +5,10 @@ routed experts, shared experts, embeddings, output head), so the inventory
 groups every tensor of the file into those sub-layers with their byte sizes,
 and derives the KV-cache cost per token from the hyper-parameters.
 
+It is built from parsed GGUF headers (`engine.model.gguf_header`), never from
+the weights, so a remote model whose header alone was fetched gets the same
+inventory as the downloaded file; a split model is read from all its parts.
+
 Tensor roles are classified through one table keyed by gguf's own tensor
 constants, which every architecture shares; only the few facts that really
 differ per architecture (sliding-window pattern) live in a second table.
@@ -16,6 +20,7 @@ import functools
 import os
 import re
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -23,8 +28,10 @@ from typing import Any
 
 import gguf
 
+from engine.errors import ModelFileError
 from engine.known_fields import known_fields
-from engine.model.gguf_file import check_model_path, field_value, open_gguf, without_cyclic_gc
+from engine.model.gguf_file import check_model_path
+from engine.model.gguf_header import GGUFHeader, TensorInfo, read_local_header
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # the KV cache stays f16: lossless, always
 VISION_ARCHITECTURE = "clip"
@@ -94,6 +101,7 @@ _SWA_PATTERN_BY_ARCH: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
 
 _BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.(.+?)(?:\.(?:weight|bias|scale))?$")
 _GLOBAL_TENSOR = re.compile(r"^(.+?)(?:\.(?:weight|bias))?$")
+_SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")  # gguf-split's
 
 
 @dataclass(frozen=True)
@@ -220,25 +228,105 @@ class ModelInventory:
 def read_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     """Read a GGUF's inventory; raises ModelFileError for anything that is not a usable GGUF.
 
-    gguf's reader parses the whole tokenizer (1.7 s for a 49k vocabulary), and
-    one load asks several times (CLI, worker, runtime), so results are kept per
-    file version: the same path, size and modification time.
+    A split model (``…-00001-of-00003.gguf``) is read from all its parts. One
+    load asks several times (CLI, worker, runtime), so results are kept per
+    file version: the same paths, sizes and modification times.
     """
-    model_path = check_model_path(path)
-    stat = model_path.stat()
-    return _read_inventory(str(model_path.resolve()), stat.st_size, stat.st_mtime_ns)
+    model_path = check_model_path(path).resolve()
+    versions = tuple(_file_version(p) for p in _named_split_parts(model_path))
+    return _read_inventory(str(model_path), versions)
+
+
+def inventory_from_headers(
+    headers: Sequence[GGUFHeader], path: str, file_bytes: int
+) -> ModelInventory:
+    """The inventory of a model from its files' headers, one per split part in split order.
+
+    Metadata comes from the first header, tensors from all of them; `path`
+    names the model (a local path or e.g. ``hf://repo/file.gguf``) and
+    `file_bytes` is the size of all parts together.
+    """
+    if not headers:
+        raise ValueError("a model has at least one GGUF header")
+    tensors = [t for header in headers for t in header.tensors]
+    return _inventory_of(headers[0].fields, tensors, path, file_bytes)
+
+
+def _file_version(path: Path) -> tuple[str, int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return str(path), -1, -1  # a missing part: refused when read, and not cached stale
+    return str(path), stat.st_size, stat.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=16)
-def _read_inventory(path: str, _size: int, _mtime_ns: int) -> ModelInventory:
-    with without_cyclic_gc():  # the reader is created and dropped inside
-        return _inventory_of(open_gguf(path), path)
+def _read_inventory(path: str, _versions: tuple[tuple[str, int, int], ...]) -> ModelInventory:
+    first_path = Path(path)
+    first = _local_header(first_path)
+    parts = _split_parts(first_path, first)
+    headers = [first, *(_local_header(p, first_path) for p in parts[1:])]
+    file_bytes = sum(p.stat().st_size for p in parts)
+    return inventory_from_headers(headers, path, file_bytes)
 
 
-def _inventory_of(reader: gguf.GGUFReader, path: str) -> ModelInventory:
-    arch = str(field_value(reader, "general.architecture", "unknown"))
-    hp = _Hyper(reader, arch)
-    tensors = [_classified(t) for t in reader.tensors]
+def _local_header(path: Path, first_part: Path | None = None) -> GGUFHeader:
+    """The header of one local file, refused when its tensor data runs past the file's end."""
+    if first_part is not None and not path.exists():
+        raise ModelFileError(f"{first_part}: a part of this split model is missing: {path}")
+    header = read_local_header(check_model_path(path))
+    file_bytes = path.stat().st_size
+    if header.tensors and header.data_end > file_bytes:
+        raise ModelFileError(
+            f"{path}: truncated GGUF (tensor data needs {header.data_end} bytes, file has "
+            f"{file_bytes})"
+        )
+    return header
+
+
+def _named_split_parts(path: Path) -> list[Path]:
+    """The files whose versions key the cache: every part the name implies, else just path."""
+    match = _SPLIT_NAME.match(path.name)
+    if match is None or int(match["count"]) <= 1:
+        return [path]
+    return _part_paths(path, match["stem"], int(match["count"]))
+
+
+def _split_parts(path: Path, header: GGUFHeader) -> list[Path]:
+    """The files of the model whose first file is `path`; refuses a later part or odd names.
+
+    As llama.cpp does, the header's split.count decides whether there are other
+    parts and the file name (gguf-split's pattern) says where they are.
+    """
+    declared = header.field("split.count", 1)
+    count = declared if isinstance(declared, int) else 1
+    if count <= 1:
+        return [path]
+    match = _SPLIT_NAME.match(path.name)
+    if match is None or int(match["count"]) != count:
+        raise ModelFileError(
+            f"{path}: one of {count} parts of a split model, but not named "
+            f"…-00001-of-{count:05d}.gguf, so its other parts cannot be found"
+        )
+    part_no = int(match["no"])
+    if part_no != 1 or header.field("split.no", 0) != 0:
+        first = _part_paths(path, match["stem"], count)[0]
+        raise ModelFileError(
+            f"{path}: part {part_no} of {count} of a split model; open its first part, {first.name}"
+        )
+    return _part_paths(path, match["stem"], count)
+
+
+def _part_paths(path: Path, stem: str, count: int) -> list[Path]:
+    return [path.with_name(f"{stem}-{no:05d}-of-{count:05d}.gguf") for no in range(1, count + 1)]
+
+
+def _inventory_of(
+    fields: Mapping[str, object], tensor_infos: Sequence[TensorInfo], path: str, file_bytes: int
+) -> ModelInventory:
+    arch = str(fields.get("general.architecture", "unknown"))
+    hp = _Hyper(fields, arch)
+    tensors = [_classified(t) for t in tensor_infos]
     block_ids = sorted({t.block for t in tensors if t.block is not None})
     has_experts = any(t.kind is SubLayerKind.ROUTED_EXPERTS for t in tensors)
     tensors = [_moe_ffn_norm_to_router(t, has_experts) for t in tensors]
@@ -247,23 +335,23 @@ def _inventory_of(reader: gguf.GGUFReader, path: str) -> ModelInventory:
     for t in tensors:
         quant_bytes[t.quant] += t.n_bytes
     return ModelInventory(
-        path=str(Path(path)),
-        file_bytes=Path(path).stat().st_size,
+        path=path,
+        file_bytes=file_bytes,
         architecture=arch,
-        name=str(field_value(reader, "general.name", Path(path).stem)),
+        name=str(fields.get("general.name", Path(path).stem)),
         n_params=sum(t.n_elements for t in tensors),
         context_length=hp.number("context_length"),
         n_embd=hp.number("embedding_length"),
         n_layer=n_layer,
         n_head=hp.layer_int("attention.head_count", 0),
         n_head_kv=hp.layer_int("attention.head_count_kv", 0),
-        n_vocab=_vocab_size(reader, hp),
+        n_vocab=_vocab_size(fields, hp),
         expert_count=hp.number("expert_count") or 0,
         expert_used_count=hp.number("expert_used_count") or 0,
         expert_shared_count=hp.number("expert_shared_count") or 0,
         tied_output=not any(t.kind is SubLayerKind.OUTPUT_HEAD for t in tensors),
         is_vision_projector=arch == VISION_ARCHITECTURE,
-        projector_type=_projector_type(reader) if arch == VISION_ARCHITECTURE else None,
+        projector_type=_projector_type(fields) if arch == VISION_ARCHITECTURE else None,
         quant_bytes=dict(quant_bytes.most_common()),
         blocks=tuple(_block(i, tensors, hp) for i in block_ids),
         globals=_group([t for t in tensors if t.block is None], None),
@@ -280,15 +368,15 @@ class _Tensor:
     n_bytes: int
 
 
-def _classified(tensor: gguf.ReaderTensor) -> _Tensor:
+def _classified(tensor: TensorInfo) -> _Tensor:
     block, kind = _role_of(tensor.name)
     return _Tensor(
         name=tensor.name,
         kind=kind,
         block=block,
-        quant=tensor.tensor_type.name,
-        n_elements=int(tensor.n_elements),
-        n_bytes=int(tensor.n_bytes),
+        quant=tensor.ggml_type.name,
+        n_elements=tensor.n_elements,
+        n_bytes=tensor.n_bytes,
     )
 
 
@@ -345,12 +433,12 @@ def _group(tensors: list[_Tensor], block: int | None) -> tuple[SubLayer, ...]:
 class _Hyper:
     """Architecture-prefixed hyper-parameters, some of which may be per-layer arrays."""
 
-    def __init__(self, reader: gguf.GGUFReader, arch: str) -> None:
-        self._reader = reader
+    def __init__(self, fields: Mapping[str, object], arch: str) -> None:
+        self._fields = fields
         self._arch = arch
 
     def get(self, key: str, default: object = None) -> Any:
-        return field_value(self._reader, f"{self._arch}.{key}", default)
+        return self._fields.get(f"{self._arch}.{key}", default)
 
     def number(self, key: str) -> int | None:
         value = self.get(key)
@@ -387,16 +475,16 @@ class _Hyper:
         return window if layer % period < period - 1 else None
 
 
-def _vocab_size(reader: gguf.GGUFReader, hp: _Hyper) -> int | None:
+def _vocab_size(fields: Mapping[str, object], hp: _Hyper) -> int | None:
     explicit = hp.number("vocab_size")
     if explicit:
         return explicit
-    tokens = reader.get_field("tokenizer.ggml.tokens")
-    return len(tokens.data) if tokens is not None else None
+    tokens = fields.get("tokenizer.ggml.tokens")
+    return len(tokens) if isinstance(tokens, list) else None
 
 
-def _projector_type(reader: gguf.GGUFReader) -> str | None:
-    value = field_value(reader, "clip.projector_type")
+def _projector_type(fields: Mapping[str, object]) -> str | None:
+    value = fields.get("clip.projector_type")
     if value is None:
-        value = field_value(reader, "clip.vision.projector_type")
+        value = fields.get("clip.vision.projector_type")
     return None if value is None else str(value)

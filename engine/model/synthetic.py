@@ -23,6 +23,12 @@ model) is written for the projectors of ``engine.vision.synthetic``: Qwen2 block
 (q/k/v biases) whose M-RoPE splits each head's rotary pairs into time, height and
 width sections (``rope.dimension_sections``).
 
+``shape_only_header`` returns such a model's header bytes and file size without
+writing anything, for a server that serves a shape-true file it never stores
+(tests/local_hub): real tensor names, shapes and types, a llama.cpp quant mix
+drawn with per-tensor types, and a tokenizer as large as the real model's
+(``SyntheticSpec.tokenizer_size``).
+
 Only the types in DIRECT_QUANTS are written directly (numpy for F32/F16,
 ``gguf.quants`` for the rest). Others (K-quants, ...) come from
 ``quantize_model``, which runs llama.cpp's own quantizer on an F16 model. K-quants
@@ -36,8 +42,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import re
+import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -126,11 +135,7 @@ def write_shape_only_model(path: Path, spec: SyntheticSpec, quant: str) -> Path:
     encoded. llama.cpp could even load it, computing on zeros.
     """
     path = Path(path)
-    try:
-        qtype = gguf.GGMLQuantizationType[quant]
-    except KeyError:
-        raise ValueError(f"unknown ggml quantization type {quant!r}") from None
-    tensors = _tensor_plan(spec, vocab_size_of(spec), qtype)
+    tensors = _tensor_plan(spec, vocab_size_of(spec), _ggml_type(quant))
     part = path.with_suffix(path.suffix + ".part")
     try:
         _write_gguf(part, spec, _nearest_file_type(quant), tensors, shape_only=True)
@@ -139,6 +144,38 @@ def write_shape_only_model(path: Path, spec: SyntheticSpec, quant: str) -> Path:
         part.unlink(missing_ok=True)
         raise
     return path
+
+
+def shape_only_header(
+    spec: SyntheticSpec,
+    quant: str,
+    tensor_types: Sequence[tuple[str, str]] = (),
+    file_type: str | None = None,
+) -> tuple[bytes, int]:
+    """The header of a shape-only GGUF for `spec`, and the size the whole file would have.
+
+    The header (metadata and tensor table, as gguf's writer lays them out) is padded to
+    general.alignment, so the tensor data would start right after it; nothing is written
+    to disk that stays. Matrices are `quant` (any ggml type) unless a (regex, ggml type)
+    pair of `tensor_types` fully matches the tensor's name first, as llama-quantize's
+    --tensor-type chooses, so a llama.cpp mix such as Q4_K_M can be drawn; norms and the
+    MoE router stay F32. `file_type` labels the file (general.file_type: "Q4_K_M", ...);
+    by default `quant` if llama.cpp names a file type after it, else as write_shape_only_model.
+    """
+    tensors = _retyped(_tensor_plan(spec, vocab_size_of(spec), _ggml_type(quant)), tensor_types)
+    label = file_type or (quant if _names_a_file_type(quant) else _nearest_file_type(quant))
+    with tempfile.TemporaryDirectory(prefix="shape-only-header-") as folder:
+        part = Path(folder) / "header.gguf"
+        writer = gguf.GGUFWriter(part, gguf.MODEL_ARCH_NAMES[ARCHES[spec.architecture]])
+        try:
+            _write_header(writer, spec, label, tensors)
+        finally:
+            writer.close()
+        header = part.read_bytes()
+    align = writer.data_alignment
+    data_start = gguf.GGUFWriter.ggml_pad(len(header), align)
+    data_size = sum(gguf.GGUFWriter.ggml_pad(tensor.nbytes, align) for tensor in tensors)
+    return header + bytes(data_start - len(header)), data_start + data_size
 
 
 def quantize_model(src: Path, dst: Path, quant: str) -> Path:
@@ -173,6 +210,17 @@ def _direct_qtype(quant: str) -> gguf.GGMLQuantizationType:
             "and quantize_model() for others"
         )
     return gguf.GGMLQuantizationType[quant]
+
+
+def _ggml_type(quant: str) -> gguf.GGMLQuantizationType:
+    try:
+        return gguf.GGMLQuantizationType[quant]
+    except KeyError:
+        raise ValueError(f"unknown ggml quantization type {quant!r}") from None
+
+
+def _names_a_file_type(quant: str) -> bool:
+    return quant in FILE_TYPES or f"MOSTLY_{quant}" in gguf.LlamaFileType.__members__
 
 
 def _llama_ftype(llama_cpp: Any, quant: str) -> int:
@@ -260,6 +308,21 @@ def _tensor_type(
     return qtype
 
 
+def _retyped(tensors: list[_Tensor], tensor_types: Sequence[tuple[str, str]]) -> list[_Tensor]:
+    """`tensors` with each quantized one's type from the first (regex, type) matching its name."""
+    if not tensor_types:
+        return tensors
+    rules = [(re.compile(pattern), _ggml_type(quant)) for pattern, quant in tensor_types]
+    retyped = []
+    for tensor in tensors:
+        if tensor.qtype != gguf.GGMLQuantizationType.F32:  # norms and router stay F32
+            qtype = next((q for rule, q in rules if rule.fullmatch(tensor.name)), tensor.qtype)
+            tensor = replace(tensor, qtype=qtype)
+        retyped.append(tensor)
+    _check_rows(retyped)
+    return retyped
+
+
 def _check_rows(tensors: list[_Tensor]) -> None:
     for tensor in tensors:
         block_size = gguf.GGML_QUANT_SIZES[tensor.qtype][0]
@@ -278,15 +341,7 @@ def _write_gguf(
 ) -> None:
     writer = gguf.GGUFWriter(part, gguf.MODEL_ARCH_NAMES[ARCHES[spec.architecture]])
     try:
-        add_metadata(writer, spec, quant)
-        for tensor in tensors:
-            shape = quant_shape_to_byte_shape(tensor.shape, tensor.qtype)
-            writer.add_tensor_info(
-                tensor.name, shape, np.dtype(np.uint8), tensor.nbytes, tensor.qtype
-            )
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
+        _write_header(writer, spec, quant, tensors)
         if shape_only:
             _leave_a_hole_for_the_data(writer, tensors)
             return
@@ -296,6 +351,19 @@ def _write_gguf(
             writer.write_tensor_data(_tensor_data(tensor, rng))  # type: ignore[arg-type]
     finally:
         writer.close()
+
+
+def _write_header(
+    writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str, tensors: list[_Tensor]
+) -> None:
+    """Metadata and tensor table; the tensor data follows, aligned."""
+    add_metadata(writer, spec, quant)
+    for tensor in tensors:
+        shape = quant_shape_to_byte_shape(tensor.shape, tensor.qtype)
+        writer.add_tensor_info(tensor.name, shape, np.dtype(np.uint8), tensor.nbytes, tensor.qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
 
 
 def _leave_a_hole_for_the_data(writer: gguf.GGUFWriter, tensors: list[_Tensor]) -> None:

@@ -2,7 +2,10 @@
 
 The tokenizer (every ``tokenizer.ggml.*`` key and the chat template) is copied
 from the embedded default model, so synthetic models tokenize and template
-prompts like a real one.
+prompts like a real one. ``SyntheticSpec.tokenizer_size`` pads it with generated
+byte-pair tokens and their merges, so a shape-true model's header is as large as
+the real model's (151,936 tokens and ~151k merges for Qwen3) without a second
+tokenizer to copy; the padding tokens are never produced by tokenizing text.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ _TOKENIZER_PREFIX = "tokenizer."
 def add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> None:
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(spec.model_name)
-    writer.add_file_type(FILE_TYPES[quant])
+    writer.add_file_type(_file_type(quant))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     _add_hparams(writer, spec)
     if spec.is_moe:
@@ -45,13 +48,25 @@ def add_metadata(writer: gguf.GGUFWriter, spec: SyntheticSpec, quant: str) -> No
     for key, value, vtype, sub_type in _tokenizer_fields():
         if key == gguf.Keys.Tokenizer.LIST:
             value = _token_list(value, spec)
-        elif spec.extra_tokens and key == gguf.Keys.Tokenizer.TOKEN_TYPE:
-            value = [*value, *[gguf.TokenType.CONTROL] * len(spec.extra_tokens)]
+        elif key == gguf.Keys.Tokenizer.TOKEN_TYPE:
+            value = _token_types(value, spec)
+        elif key == gguf.Keys.Tokenizer.MERGES and spec.tokenizer_size is not None:
+            value = [*value, *_padding(spec)[1]]
         elif key == gguf.Keys.Tokenizer.CHAT_TEMPLATE and spec.chat_template is not None:
             continue  # written below, if at all
         writer.add_key_value(key, value, vtype, sub_type)
     if spec.chat_template:
         writer.add_chat_template(spec.chat_template)
+
+
+def _file_type(quant: str) -> gguf.LlamaFileType:
+    """general.file_type for `quant`: a type written directly, or a llama.cpp mix ("Q4_K_M")."""
+    if quant in FILE_TYPES:
+        return FILE_TYPES[quant]
+    try:
+        return gguf.LlamaFileType[f"MOSTLY_{quant}"]
+    except KeyError:
+        raise ValueError(f"no llama.cpp file type is called {quant!r}") from None
 
 
 def _token_list(tokens: list[str], spec: SyntheticSpec) -> list[str]:
@@ -62,7 +77,61 @@ def _token_list(tokens: list[str], spec: SyntheticSpec) -> list[str]:
     tokens = [renames.get(token, token) for token in tokens]
     if taken := set(spec.extra_tokens).intersection(tokens):
         raise ValueError(f"extra_tokens already in the vocabulary: {sorted(taken)}")
-    return [*tokens, *spec.extra_tokens]
+    return [*tokens, *_padding(spec)[0], *spec.extra_tokens]
+
+
+def _token_types(types: list[int], spec: SyntheticSpec) -> list[int]:
+    """The copied token types, then NORMAL for the padding and CONTROL for the extra tokens."""
+    padding = [gguf.TokenType.NORMAL] * len(_padding(spec)[0])
+    return [*types, *padding, *[gguf.TokenType.CONTROL] * len(spec.extra_tokens)]
+
+
+def _padding(spec: SyntheticSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(tokens, merges) generated to pad the copied tokenizer to spec.tokenizer_size."""
+    if spec.tokenizer_size is None:
+        return (), ()
+    n_padding = spec.tokenizer_size - _vocab_size() - len(spec.extra_tokens)
+    if n_padding < 0:
+        raise ValueError(
+            f"tokenizer_size {spec.tokenizer_size} is smaller than the copied tokenizer "
+            f"and the extra tokens ({_vocab_size() + len(spec.extra_tokens)})"
+        )
+    renamed = tuple(new for _, new in spec.renamed_tokens)
+    return _generated_tokens(n_padding, (*spec.extra_tokens, *renamed))
+
+
+_SYLLABLES = tuple(c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou")
+
+
+@cache
+def _generated_tokens(
+    count: int, reserved: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`count` distinct byte-pair-like tokens ("Ġkamo", "rebuti", ...) that are neither in the
+    copied vocabulary nor `reserved`, and for each the merge of its first syllable with the rest."""
+    taken = {*_copied_tokens(), *reserved}
+    tokens: list[str] = []
+    merges: list[str] = []
+    index = 0
+    while len(tokens) < count:
+        prefix = "Ġ" if index % 2 == 0 else ""  # GPT-2's byte-level space
+        syllables = _syllables_of(index)
+        index += 1
+        token = prefix + "".join(syllables)
+        if token in taken:
+            continue
+        tokens.append(token)
+        merges.append(f"{prefix}{syllables[0]} {''.join(syllables[1:])}")
+    return tuple(tokens), tuple(merges)
+
+
+def _syllables_of(index: int) -> list[str]:
+    """`index` written in base len(_SYLLABLES), at least two digits: distinct for every index."""
+    digits: list[str] = []
+    while index or len(digits) < 2:
+        index, digit = divmod(index, len(_SYLLABLES))
+        digits.append(_SYLLABLES[digit])
+    return digits
 
 
 def _add_hparams(writer: gguf.GGUFWriter, spec: SyntheticSpec) -> None:
@@ -124,11 +193,17 @@ def _tokenizer_fields() -> tuple[tuple[str, Any, gguf.GGUFValueType, Any], ...]:
 def vocab_size_of(spec: SyntheticSpec) -> int:
     if spec.vocab_size is not None:
         return spec.vocab_size
+    if spec.tokenizer_size is not None:
+        return spec.tokenizer_size
     return _vocab_size() + len(spec.extra_tokens)
 
 
 def _vocab_size() -> int:
+    return len(_copied_tokens())
+
+
+def _copied_tokens() -> list[str]:
     for key, value, _, _ in _tokenizer_fields():
         if key == gguf.Keys.Tokenizer.LIST:
-            return len(value)
+            return list(value)
     raise ValueError(f"{default_model_path()} has no {gguf.Keys.Tokenizer.LIST}")

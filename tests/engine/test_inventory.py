@@ -132,3 +132,14 @@ def test_inventory_notices_a_changed_file(tmp_path: Path, make_synthetic) -> Non
     first = read_inventory(path)
     path.write_bytes(make_synthetic("llama", "Q8_0").read_bytes())
     assert read_inventory(path).quant_bytes != first.quant_bytes
+
+
+@pytest.mark.parametrize("kept", [4096, -1000])
+def test_inventory_refuses_a_cut_file(kept: int, tmp_path: Path, default_model_file: Path) -> None:
+    """Cut inside the header (4 KiB kept) or inside the tensor data (1000 bytes short)."""
+    whole = default_model_file.read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(whole[:kept])
+    with pytest.raises(ModelFileError, match="truncated GGUF") as raised:
+        read_inventory(path)
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
