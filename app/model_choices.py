@@ -50,14 +50,15 @@ def picker_entries(
     seen: set[Path] = set()
     listed = [entry for entry in library.models() if entry.exists]
     default_path = Path(default_model).expanduser().resolve()
-    if default_path.is_file() and all(entry.path != default_path for entry in listed):
+    if default_path.is_file() and all(entry.path.resolve() != default_path for entry in listed):
         has_default = any(entry.is_default for entry in listed)
         entries.append(_unlisted_entry(default_path, is_default=not has_default))
         seen.add(default_path)
     for entry in listed:
-        if entry.path in seen or is_projector_name(entry.path):
+        real = entry.path.resolve()  # a link (the Hugging Face cache's) is the file it names
+        if real in seen or is_projector_name(entry.path):
             continue
-        seen.add(entry.path)
+        seen.add(real)
         entries.append(_listed_entry(entry))
     return entries
 

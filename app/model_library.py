@@ -171,9 +171,14 @@ class ModelLibrary:
         return [self._builtin_entry(is_default=not has_default), *stored]
 
     def find(self, path: str | os.PathLike[str]) -> ModelEntry | None:
-        """The listed entry for this file (any spelling of its path), or None."""
+        """The listed entry for this file (any spelling of its path, links followed), or None."""
         wanted = _resolved(path)
-        return next((entry for entry in self.models() if entry.path == wanted), None)
+        entries = self.models()
+        exact = next((entry for entry in entries if entry.path == wanted), None)
+        if exact is not None:
+            return exact
+        real = wanted.resolve()
+        return next((entry for entry in entries if entry.path.resolve() == real), None)
 
     def default(self) -> ModelEntry:
         """The model to load when none is named: the user's choice while its file exists."""

@@ -32,6 +32,7 @@ from engine.errors import ModelFileError
 from engine.known_fields import known_fields
 from engine.model.gguf_file import check_model_path
 from engine.model.gguf_header import GGUFHeader, TensorInfo, read_local_header
+from engine.model.model_naming import split_parts
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # the KV cache stays f16: lossless, always
 VISION_ARCHITECTURE = "clip"
@@ -233,7 +234,7 @@ def read_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     file version: the same paths, sizes and modification times.
     """
     model_path = check_model_path(path).resolve()
-    versions = tuple(_file_version(p) for p in _named_split_parts(model_path))
+    versions = tuple(_file_version(p) for p in split_parts(model_path))
     return _read_inventory(str(model_path), versions)
 
 
@@ -284,14 +285,6 @@ def _local_header(path: Path, first_part: Path | None = None) -> GGUFHeader:
     return header
 
 
-def _named_split_parts(path: Path) -> list[Path]:
-    """The files whose versions key the cache: every part the name implies, else just path."""
-    match = _SPLIT_NAME.match(path.name)
-    if match is None or int(match["count"]) <= 1:
-        return [path]
-    return _part_paths(path, match["stem"], int(match["count"]))
-
-
 def _split_parts(path: Path, header: GGUFHeader) -> list[Path]:
     """The files of the model whose first file is `path`; refuses a later part or odd names.
 
@@ -310,15 +303,11 @@ def _split_parts(path: Path, header: GGUFHeader) -> list[Path]:
         )
     part_no = int(match["no"])
     if part_no != 1 or header.field("split.no", 0) != 0:
-        first = _part_paths(path, match["stem"], count)[0]
+        first = split_parts(path)[0]
         raise ModelFileError(
             f"{path}: part {part_no} of {count} of a split model; open its first part, {first.name}"
         )
-    return _part_paths(path, match["stem"], count)
-
-
-def _part_paths(path: Path, stem: str, count: int) -> list[Path]:
-    return [path.with_name(f"{stem}-{no:05d}-of-{count:05d}.gguf") for no in range(1, count + 1)]
+    return split_parts(path)
 
 
 def _inventory_of(
