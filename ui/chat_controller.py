@@ -48,8 +48,9 @@ EMPTY_CHAT_LINES = (
 )
 NO_MODEL_TITLE = "No model loaded"
 NO_MODEL_LINES = (
-    "Tools → Models (Ctrl+M) imports a GGUF model from disk,",
-    "or drop a .gguf file on this window.",
+    "Tools → Models → Discover (Ctrl+Shift+M) finds a model on Hugging Face, says how fast",
+    "each of its quants would run here, and downloads it.",
+    "Tools → Models (Ctrl+M) imports a GGUF model from disk, or drop a .gguf file here.",
 )
 TITLE_CHARS = 40
 
@@ -148,6 +149,12 @@ class ChatController(QObject):
     def model_path(self) -> str:
         """The model loaded, or being loaded."""
         return self._model_path
+
+    def planning_inputs(self) -> tuple[Profile | None, int | None, int]:
+        """The profile, VRAM budget (None before a plan) and context length loads are planned
+        with now; the Discover page predicts a remote model's speed with the same."""
+        n_ctx = self._n_ctx() if self.conversation_id is not None else self._loaded_n_ctx
+        return self._profile, self._budget(), n_ctx
 
     def use_profile(
         self, profile: Profile | None, model_path: str | None = None, mmproj: str | None = None

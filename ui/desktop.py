@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
+from app.hub.discover_model import DiscoverModel
 from app.load_planning import LoadRequest, stored_profile
 from app.model_choices import picker_entries
 from app.model_library import ModelLibrary
@@ -24,6 +25,7 @@ from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from ui.batch_controller import BatchController
 from ui.chat_controller import ChatController
+from ui.discover_page import DiscoverJobs
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import load_image_file
 from ui.main_window import MainWindow
@@ -67,6 +69,8 @@ class Desktop:
         )
         self.vram = VramController(self.window.vram_panel, self.worker, self.bridge, None, read_gpu)
         self.batch = BatchController(self.window.batch_panel, self.worker, self.bridge)
+        # the Discover tab's searches and downloads: kept here so downloads outlive the dialog
+        self.discover = DiscoverJobs(DiscoverModel(profile, None, n_ctx), parent=self.window)
         self.theme = theme or ThemeManager(parent=self.window)
         self.window.view_menu.addSeparator()
         self.window.view_menu.addMenu(theme_menu(self.theme, self.window))
@@ -80,6 +84,11 @@ class Desktop:
         self.batch.message.connect(self._say)
         self.window.profile_action.triggered.connect(self.profile_again)
         self.window.models_action.triggered.connect(self.open_models)
+        self.window.discover_action.triggered.connect(self.open_discover)
+        self.discover.imported.connect(lambda _path: self.show_models(None))  # in the picker
+        self.vram.plan_applied.connect(
+            lambda plan: self.discover.set_budget(plan.vram.budget_bytes)
+        )
         self.window.import_model_action.triggered.connect(
             lambda: self.open_models().choose_and_import()
         )
@@ -118,13 +127,21 @@ class Desktop:
         self.window.input.add_attachments(images)
 
     def open_models(self) -> ModelManager:
-        """Tools → Models: the model manager beside the chat; "Load now" switches models."""
-        manager = ModelManager(self.models, parent=self.window)
+        """Tools → Models: the model manager beside the chat; "Load now" switches models.
+        Its Discover tab predicts with the profile, budget and context loads use now."""
+        self.discover.use_machine(*self.chat.planning_inputs())
+        manager = ModelManager(self.models, parent=self.window, discover=self.discover)
         manager.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         manager.load_requested.connect(self.chat.load_model)
         manager.prompt_format_changed.connect(self.chat.use_prompt_format)
         manager.finished.connect(lambda _result: self.show_models(None))  # new imports show
         manager.open()
+        return manager
+
+    def open_discover(self) -> ModelManager:
+        """Tools → Discover models: the model manager open on its Discover tab."""
+        manager = self.open_models()
+        manager.show_discover()
         return manager
 
     def profile_again(self) -> ProfileWizard:
@@ -168,6 +185,7 @@ class Desktop:
         if self.worker.is_running:
             self.state.save(self.window, self.chat.conversation_id)
             self.chat.shutdown()  # a reply in progress is kept as far as it got
+            self.discover.shutdown()  # downloads pause; they resume from their .part files
             self.vram.shutdown()
             self.worker.shutdown()
             self.store.close()

@@ -80,6 +80,7 @@ class MainWindow(QMainWindow):
         self.stop_action = _action(self, "&Stop the reply", "Esc")
         self.import_model_action = _action(self, "&Import GGUF model…", "Ctrl+O")
         self.models_action = _action(self, "&Models…", "Ctrl+M")
+        self.discover_action = _action(self, "&Discover models on Hugging Face…", "Ctrl+Shift+M")
         self.profile_action = _action(self, "&Profile this machine…", None)
         self.batch_action = _action(self, "Summarise a &folder…", "Ctrl+Shift+S")
         self.quit_action = _action(self, "&Quit", QKeySequence.StandardKey.Quit)
@@ -105,6 +106,7 @@ class MainWindow(QMainWindow):
         view.addAction(self.batch_dock.toggleViewAction())
         tools = bar.addMenu("&Tools")
         tools.addAction(self.models_action)
+        tools.addAction(self.discover_action)
         tools.addAction(self.batch_action)
         tools.addAction(self.profile_action)
 

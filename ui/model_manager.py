@@ -1,6 +1,7 @@
-"""The "Models" dialog: import, pair, choose the default, load and remove GGUF models.
+"""The "Models" dialog: import, pair, choose the default, load and remove GGUF models
+("My models"), and get new ones from Hugging Face ("Discover", ui.discover_page).
 
-It renders `app.model_library.ModelLibrary` (the list) and
+"My models" renders `app.model_library.ModelLibrary` (the list) and
 `app.model_summary` (what is said about one file); every change goes through
 the library and the dialog then redraws from it, so the window never holds
 state of its own. Refusals (a text file named .gguf, a projector given as a
@@ -46,16 +47,19 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app.hub.discover_model import DiscoverModel
 from app.model_library import ModelEntry, ModelLibrary, is_projector_name, lone_projector_beside
 from app.model_summary import ModelSummary, summarize
 from app.prompt_format_setting import chosen_format_text, prompt_format_choices
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.model.inventory import ModelInventory, read_inventory
+from ui.discover_page import DiscoverJobs, DiscoverPage
 from ui.model_drop import GgufDropFilter
 from ui.theme import error_style
 
@@ -69,6 +73,7 @@ READING_ROW, READING_PENDING = "Status", "reading the model…"
 
 T = TypeVar("T")
 InventoryReader = Callable[[Path], ModelInventory]
+MY_MODELS_TAB, DISCOVER_TAB = 0, 1
 FileKey = tuple[Path, int, int]  # path, size, mtime (ns): one version of one file
 Reading = ModelSummary | str  # what the file holds, or why it cannot be read
 
@@ -91,13 +96,20 @@ class ModelManager(QDialog):
         library: ModelLibrary,
         parent: QWidget | None = None,
         read_inventory: InventoryReader = read_inventory,
+        discover: DiscoverJobs | None = None,
     ) -> None:
-        """`read_inventory` is the engine's (cached) reader; a test wraps it to see its thread."""
+        """`read_inventory` is the engine's (cached) reader; a test wraps it to see its thread.
+        `discover`: the Discover page's jobs, when they outlive the dialog (the desktop's, so
+        downloads go on after it closes); without them the dialog makes its own, with no
+        profile, and pauses their downloads when it closes."""
         super().__init__(parent)
         self.library = library
         self._read_inventory = read_inventory
+        self._owns_jobs = discover is None
+        self.jobs = discover or DiscoverJobs(DiscoverModel(), parent=self)
         self.setWindowTitle("Models")
-        self.resize(900, 560)
+        self.resize(1120, 700)
+        self.tabs = QTabWidget()
         self.table = _table(COLUMNS, stretch_column=NAME)
         self.details = _table(("Property", "Value"), stretch_column=1)
         self.breakdown = _table(("Part", "Size", "Share"), stretch_column=0)
@@ -124,6 +136,7 @@ class ModelManager(QDialog):
         self.remove_button = QPushButton("Remove")
         self.close_buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         self._last_folder = Path.home()
+        self.discover = DiscoverPage(self.jobs)
         self._lay_out()
         self._name_for_screen_readers()
         self._connect()
@@ -156,11 +169,19 @@ class ModelManager(QDialog):
         for button in self._action_buttons():
             buttons.addWidget(button)
         buttons.addStretch(1)
-        buttons.addWidget(self.close_buttons)
+        mine = QWidget()
+        mine_column = QVBoxLayout(mine)
+        mine_column.addWidget(QLabel("Drop .gguf files here, or import them."))
+        mine_column.addWidget(splitter, stretch=1)
+        mine_column.addLayout(buttons)
+        self.tabs.addTab(mine, "My models")
+        self.tabs.addTab(self.discover, "Discover")
+        closing = QHBoxLayout()
+        closing.addStretch(1)
+        closing.addWidget(self.close_buttons)
         column = QVBoxLayout(self)
-        column.addWidget(QLabel("Drop .gguf files here, or import them."))
-        column.addWidget(splitter, stretch=1)
-        column.addLayout(buttons)
+        column.addWidget(self.tabs, stretch=1)
+        column.addLayout(closing)
 
     def _action_buttons(self) -> tuple[QPushButton, ...]:
         return (
@@ -190,6 +211,30 @@ class ModelManager(QDialog):
         self.remove_button.clicked.connect(self.remove)
         self.prompt_format.activated.connect(lambda _index: self.set_prompt_format())
         self.close_buttons.rejected.connect(self.reject)
+        self.discover.load_requested.connect(self._load_downloaded)
+        self.jobs.imported.connect(self._downloaded)
+
+    def show_discover(self) -> DiscoverPage:
+        """Bring the Discover tab to the front (the no-model empty state points here)."""
+        self.tabs.setCurrentIndex(DISCOVER_TAB)
+        return self.discover
+
+    def done(self, result: int) -> None:
+        """Closing: the page stops following the Discover state; jobs of the dialog's own
+        pause their downloads (they are listed with Resume next time)."""
+        self.discover.detach()
+        if self._owns_jobs:
+            self.jobs.shutdown()
+        super().done(result)
+
+    def _downloaded(self, model_path: str) -> None:
+        """A download finished and is in the model list: show it under My models."""
+        self.refresh(select=Path(model_path).resolve())
+
+    def _load_downloaded(self, model_path: str, projector: str | None) -> None:
+        """ "Load now" on the Discover tab: the same request as from My models, then close."""
+        self.load_requested.emit(model_path, projector)
+        self.accept()
 
     # -- rendering -----------------------------------------------------------------------------
 
