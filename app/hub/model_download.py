@@ -140,6 +140,9 @@ def run_download(
     except DownloadStopped as stopped:
         store.set_status(download_id, CANCELLED if stopped.cancelled else PAUSED)
         raise
+    except KeyboardInterrupt:  # Ctrl-C in the CLI: what is on disk stays, to resume
+        store.set_status(download_id, PAUSED)
+        raise
     except ShardChatError as exc:
         store.set_status(download_id, FAILED, str(exc))
         raise
