@@ -36,6 +36,7 @@ from app.hub.remote_plans import (
     Prediction,
     QuantReading,
     default_budget,
+    may_fit,
     predict_quants,
     read_quants,
     recommended,
@@ -78,6 +79,11 @@ def _add_search(actions: argparse._SubParsersAction) -> None:
     search.add_argument(
         "--max-params", type=_param_count, metavar="N", help="at most N parameters (e.g. 14B)"
     )
+    search.add_argument(
+        "--fits",
+        action="store_true",
+        help="only models whose 4-bit quant fits this machine's RAM and VRAM (needs its profile)",
+    )
     search.add_argument("--json", action="store_true", help="print the results as JSON")
     search.set_defaults(run=run_search)
 
@@ -86,6 +92,10 @@ def run_search(args: argparse.Namespace) -> int:
     found = Catalogue().search(
         args.query, kind=args.kind, sort=args.sort, limit=args.limit, max_params=args.max_params
     )
+    if args.fits:
+        profile = load_profile_for_planning(None)
+        budget = default_budget(profile)
+        found = [r for r in found if r.n_params and may_fit(r.n_params, profile, budget)]
     if args.json:
         print(json.dumps([{**asdict(r), "kind": r.kind} for r in found], indent=1, default=str))
         return 0

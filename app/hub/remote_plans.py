@@ -34,6 +34,7 @@ PROMPT_TOKENS = 512
 READABLE_TOKENS_PER_S = 5.0  # below this, people stop reading along and wait
 HOST_RESERVE_BYTES = 2 << 30  # what the OS and the app itself keep of RAM
 GPU_RESERVE_BYTES = 512 << 20  # as app.auto_budget leaves for the desktop
+Q4_BITS_PER_WEIGHT = 4.85  # Q4_K_M's average, embeddings and 6-bit layers included
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,13 @@ def default_budget(profile: Profile) -> int:
     if profile.gpu is None:
         return 0
     return max(0, profile.gpu.vram_total_bytes - GPU_RESERVE_BYTES)
+
+
+def may_fit(n_params: int, profile: Profile, budget_bytes: int) -> bool:
+    """Whether a model of `n_params` can run here at all in a 4-bit quant (Q4_K_M: about 4.8
+    bits a weight): what a search can tell before any file of it is read."""
+    weights = n_params * Q4_BITS_PER_WEIGHT / 8
+    return weights + HOST_RESERVE_BYTES <= host_memory_bytes(profile) + budget_bytes
 
 
 def host_memory_bytes(profile: Profile) -> int:

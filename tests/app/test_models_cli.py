@@ -220,3 +220,16 @@ def test_import_lists_models_of_the_hugging_face_cache_in_place_by_their_names(
     assert entry.mmproj_path == snapshot / "mmproj-tiny-vision-F16.gguf"
     code, _out, err = _run(capsys, "models", "import", str(tmp_path / "nowhere"))
     assert code == 2 and "no such file or folder" in err
+
+
+def test_a_search_can_keep_only_models_whose_4_bit_quant_fits_the_machine() -> None:
+    from app.hub.remote_plans import default_budget, host_memory_bytes, may_fit
+    from engine.machine.described_machines import load_described
+
+    laptop = load_described("laptop-8gb")  # 32 GiB of RAM, an 8 GiB GPU
+    budget = default_budget(laptop)
+    assert host_memory_bytes(laptop) == 32 << 30 and budget == (8 << 30) - (512 << 20)
+    assert may_fit(30_500_000_000, laptop, budget)  # Qwen3-30B-A3B: about 18.5 GB at Q4_K_M
+    assert not may_fit(235_000_000_000, laptop, budget)  # Qwen3-235B: about 142 GB
+    assert not may_fit(60_000_000_000, laptop, 0)  # 36 GB: only with the GPU's 8 GB on top
+    assert may_fit(60_000_000_000, laptop, budget)
