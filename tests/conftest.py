@@ -29,6 +29,9 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SHARDCHAT_HOME", str(home))
     # a Hugging Face token saved by a test never reaches the person's real keyring
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    # no test reaches huggingface.co: one that forgets the local hub gets a closed loopback port
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     return home
 
 
