@@ -35,10 +35,8 @@ from typing import TypeVar
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, SignalInstance
 from PySide6.QtGui import QColor, QPalette, QShowEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QInputDialog,
     QLabel,
     QLineEdit,
@@ -80,6 +78,7 @@ from app.stores.hub_store import CANCELLED, DONE, PAUSED, QUEUED, UNFINISHED, Hu
 from app.units import format_bytes
 from engine.errors import ShardChatError
 from engine.machine.profile import Profile
+from ui.tables import read_only_table
 from ui.theme import DARK, LIGHT, Theme, error_style
 
 log = logging.getLogger(__name__)
@@ -934,16 +933,8 @@ def _row(*buttons: QPushButton) -> QHBoxLayout:
 
 
 def _table(headers: tuple[str, ...], stretch_column: int) -> QTableWidget:
-    """A read-only table of whole rows; one column takes the spare width, the rest fit."""
-    table = QTableWidget(0, len(headers))
-    table.setHorizontalHeaderLabels(list(headers))
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    table.verticalHeader().setVisible(False)
+    """The manager's read-only table, drawn without grid lines or wrapped cells."""
+    table = read_only_table(headers, stretch_column)
     table.setShowGrid(False)
     table.setWordWrap(False)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(stretch_column, QHeaderView.ResizeMode.Stretch)
     return table

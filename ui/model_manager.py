@@ -33,14 +33,12 @@ from typing import TypeVar
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
@@ -61,6 +59,7 @@ from engine.errors import BadInputError
 from engine.model.inventory import ModelInventory, read_inventory
 from ui.discover_page import DiscoverJobs, DiscoverPage
 from ui.model_drop import GgufDropFilter
+from ui.tables import read_only_table
 from ui.theme import error_style
 
 COLUMNS = ("Name", "Size", "Kind", "Default", "Status")
@@ -110,9 +109,9 @@ class ModelManager(QDialog):
         self.setWindowTitle("Models")
         self.resize(1120, 700)
         self.tabs = QTabWidget()
-        self.table = _table(COLUMNS, stretch_column=NAME)
-        self.details = _table(("Property", "Value"), stretch_column=1)
-        self.breakdown = _table(("Part", "Size", "Share"), stretch_column=0)
+        self.table = read_only_table(COLUMNS, stretch_column=NAME)
+        self.details = read_only_table(("Property", "Value"), stretch_column=1)
+        self.breakdown = read_only_table(("Part", "Size", "Share"), stretch_column=0)
         self.message = QLabel(wordWrap=True)
         self.prompt_format = QComboBox()
         self.prompt_format.addItems(prompt_format_choices())
@@ -591,20 +590,6 @@ def _paired_note(entry: ModelEntry) -> str:
     if entry.mmproj_path is None:
         return ""
     return f", paired with {entry.mmproj_path.name}"
-
-
-def _table(headers: tuple[str, ...], stretch_column: int) -> QTableWidget:
-    """A read-only table of whole rows; one column takes the spare width, the rest fit."""
-    table = QTableWidget(0, len(headers))
-    table.setHorizontalHeaderLabels(list(headers))
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    table.verticalHeader().setVisible(False)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(stretch_column, QHeaderView.ResizeMode.Stretch)
-    return table
 
 
 def _fill(table: QTableWidget, rows: Sequence[tuple[str, ...]]) -> None:
