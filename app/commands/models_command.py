@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -140,10 +140,7 @@ def run_show(args: argparse.Namespace) -> int:
     if not details.models:
         raise BadInputError(f"{args.repo} has no GGUF model files")
     with HubStore() as store:
-        readings = read_quants(
-            details.models, catalogue.endpoint, details.repo_id, details.revision,
-            catalogue.auth_headers(), store,
-        )  # fmt: skip
+        readings = _read_quants(catalogue, details, details.models, store)
     profile, note = _profile_or_note(args.hardware)
     budget = args.vram if args.vram is not None else (default_budget(profile) if profile else 0)
     predictions = predict_quants(readings, profile, budget, args.ctx) if profile else {}
@@ -311,14 +308,21 @@ def run_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_quants(
+    catalogue: Catalogue, details: RepoDetails, models: Sequence[RemoteModel], store: HubStore
+) -> list[QuantReading]:
+    """The quants' headers (cached by commit in the hub store) as the planner reads them."""
+    return read_quants(
+        models, catalogue.endpoint, details.repo_id, details.revision, catalogue.auth_headers(),
+        store,
+    )  # fmt: skip
+
+
 def _check_headers(
     details: RepoDetails, model: RemoteModel, catalogue: Catalogue, store: HubStore
 ) -> None:
     """Refuse, before a byte of weights, a file whose header is not a usable GGUF."""
-    (reading,) = read_quants(
-        [model], catalogue.endpoint, details.repo_id, details.revision,
-        catalogue.auth_headers(), store,
-    )  # fmt: skip
+    (reading,) = _read_quants(catalogue, details, [model], store)
     if reading.problem:
         raise BadInputError(f"not downloading {details.repo_id}/{model.path}: {reading.problem}")
 
@@ -336,10 +340,7 @@ def _chosen_model(details: RepoDetails, wanted: str, catalogue: Catalogue) -> Re
     if profile is None:
         return details.models[0]  # the smallest: safe without knowing the machine
     with HubStore() as store:
-        readings = read_quants(
-            details.models, catalogue.endpoint, details.repo_id, details.revision,
-            catalogue.auth_headers(), store,
-        )  # fmt: skip
+        readings = _read_quants(catalogue, details, details.models, store)
     predictions = predict_quants(readings, profile, default_budget(profile), 4096)
     best = recommended(list(details.models), lambda m: predictions.get(m.path))
     return best or details.models[0]

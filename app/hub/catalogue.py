@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, TypeVar
 
-from huggingface_hub import HfApi, ModelCard, hf_hub_url
+from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.hf_api import ModelInfo, RepoFile
 from huggingface_hub.utils import http_backoff
@@ -29,6 +29,7 @@ from tenacity import retry_if_exception, stop_after_attempt, wait_exponential
 from app.hub.gguf_files import RemoteFile, RemoteModel, group_models
 from app.hub.hub_errors import TRANSIENT_STATUS, hub_errors
 from app.hub.hub_settings import hub_endpoint, hub_token
+from app.hub.remote_file import RemoteFileRef
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +133,6 @@ class Catalogue:
             files=files,
         )
 
-    def file_url(self, repo_id: str, path: str, revision: str) -> str:
-        """The `resolve` URL of a file: it redirects to the CDN that serves the bytes."""
-        return hf_hub_url(repo_id, path, revision=revision, endpoint=self.endpoint)
-
     def auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.token}"} if self.token else {}
 
@@ -143,7 +140,9 @@ class Catalogue:
         if not any(f.path == "README.md" for f in files):
             return None
         response = http_backoff(
-            "GET", self.file_url(repo_id, "README.md", commit), headers=self.auth_headers()
+            "GET",
+            RemoteFileRef(self.endpoint, repo_id, commit, "README.md").url,
+            headers=self.auth_headers(),
         )
         if response.status_code != 200:
             log.info("no model card for %s (HTTP %s)", repo_id, response.status_code)
