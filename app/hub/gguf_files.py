@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from engine.model.model_naming import quant_in_name, readable_model_name
+from engine.model.model_naming import quant_in_name
 
 GGUF_SUFFIX = ".gguf"
 PROJECTOR_MARK = "mmproj"
@@ -61,10 +61,6 @@ class RemoteModel:
     def download_size(self) -> int:
         """Everything a pull fetches: the parts and the paired projector."""
         return self.size + (self.projector.size if self.projector else 0)
-
-    @property
-    def display_name(self) -> str:
-        return readable_model_name(self.parts[0].name)
 
     @property
     def is_split(self) -> bool:
