@@ -23,6 +23,7 @@ from app.commands.models_command import add_models_command
 from app.commands.plan_command import add_plan_command
 from app.commands.profile_command import add_profile_command
 from app.commands.sampling_options import add_sampling_options
+from app.commands.serve_command import add_serve_command
 from app.commands.summarize_command import add_summarize_command
 from app.logging_setup import configure_logging
 from app.selftest import run_selftest
@@ -95,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     add_ask_image_command(commands)
     add_chats_command(commands)
     add_models_command(commands)
+    add_serve_command(commands)
     return parser
 
 

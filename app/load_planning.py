@@ -59,6 +59,7 @@ class LoadRequest:
     choice: PlacementChoice = AUTO  # the planner's placement, CPU only, or one by hand
     gpu: int | None = None  # which GPU (llama.cpp's index); None: the first
     prompt_format: str | None = None  # None: the model's setting in the model library
+    n_threads: int | None = None  # None: the physical cores
 
     def planned(self) -> PlannedLoad:
         inventory = read_inventory(self.model_path) if self.profile is not None else None
@@ -66,6 +67,9 @@ class LoadRequest:
             self.model_path, self.n_ctx, self.profile, self.budget_bytes, inventory,
             self.choice, self.gpu,
         )  # fmt: skip
+        if self.n_threads is not None:
+            threads = {"n_threads": self.n_threads, "n_threads_batch": self.n_threads}
+            load = replace(load, params=load.params.with_changes(**threads))
         if self.mmproj_path is None:
             return load
         return with_vision(load, inventory, self.mmproj_path, self.budget_bytes, self.choice)

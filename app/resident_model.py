@@ -10,6 +10,7 @@ Only the worker thread touches it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.load_planning import PlannedLoad, with_vision
@@ -62,6 +63,8 @@ class ResidentModel:
         self.mmproj: str | None = None  # the loaded model's projector, while it sees images
         self.prompt_format = AUTO_FORMAT  # the loaded model's setting; reloads keep it
         self._steps: StepLog | None = None
+        # called before the model is freed: what holds a context on it lets go first
+        self.before_close: list[Callable[[], None]] = []
 
     def require(self) -> LoadedModel:
         if self.model is None:
@@ -124,6 +127,9 @@ class ResidentModel:
         return tuple(self._steps.drain()) if self._steps else ()
 
     def close(self) -> None:
+        if self.model is not None:
+            for hook in self.before_close:
+                hook()
         self._steps = None
         self.plan = self.profile = None
         if self.model is not None:

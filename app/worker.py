@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.api.api_streams import ApiStreams
+from app.api.engine_calls import ApiJob
 from app.events import (
     ConversationStarted,
     EngineEvent,
@@ -52,6 +54,7 @@ from engine.planning.placement_choice import (
 )
 from engine.planning.plan import Plan
 from engine.runtime.chat import ChatSession
+from engine.runtime.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,16 @@ class _Stop:
     pass
 
 
+@dataclass(frozen=True)
+class _Wake:
+    """An API job arrived: come out of waiting on the queue and serve it."""
+
+
+@dataclass(frozen=True)
+class _CloseApi:
+    pass
+
+
 @dataclass
 class _Queued:
     request_id: int
@@ -137,6 +150,8 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._resident = ResidentModel()
         self._session: ChatSession | None = None
+        self.api = ApiStreams()
+        self._resident.before_close.append(self.api.unloaded)
         self._handlers: dict[type, Callable[[_Queued], None]] = {
             _LoadModel: self._load,
             _LoadPlanned: self._load_planned,
@@ -147,6 +162,8 @@ class EngineWorker:
             _SetPlacement: self._set_placement,
             _SetPromptFormat: self._set_prompt_format,
             _Summarize: self._summarize,
+            _Wake: lambda _entry: None,
+            _CloseApi: lambda _entry: self.api.close("the server stopped"),
         }
 
     # --- the caller's side (any thread) ---
@@ -237,6 +254,18 @@ class EngineWorker:
         """
         return self._submit(_Summarize(input_folder, output_folder, settings))
 
+    def serve_api(self, job: ApiJob) -> None:
+        """Run an API request (from the server's thread); its events go to `job.sink`.
+
+        API requests do not queue behind chat: they run in a pool of sequences of
+        their own, one step at a time between the steps of whatever else runs."""
+        self.api.submit(job)
+        self._queue.put(_Queued(0, _Wake()))
+
+    def close_api(self) -> None:
+        """End the API's requests and free the pool's KV cache (the server stopped)."""
+        self._submit(_CloseApi())
+
     def cancel(self, request_id: int | None = None) -> None:
         """Cancel one request, or every queued and running one when no id is given."""
         with self._lock:
@@ -268,13 +297,36 @@ class EngineWorker:
 
     def _run(self) -> None:
         try:
-            while not isinstance((entry := self._next()).request, _Stop):
+            while True:
+                entry = self._next()
+                if entry is None:
+                    self._api_step()
+                    continue
+                if isinstance(entry.request, _Stop):
+                    break
                 self._execute(entry)
         finally:
+            self.api.close("the engine stopped")
             self._resident.close()
 
-    def _next(self) -> _Queued:
-        return self._deferred.popleft() if self._deferred else self._queue.get()
+    def _next(self) -> _Queued | None:
+        """The next request; None while API streams run and nothing else waits."""
+        if self._deferred:
+            return self._deferred.popleft()
+        if not self.api.busy:
+            return self._queue.get()
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _api_step(self) -> None:
+        """One step of the API's streams (called between every other activity's steps)."""
+        try:
+            self.api.step(self._resident.model, self._resident.plan)
+        except Exception:  # a bug must not kill the worker: end the API's streams
+            log.exception("API step failed")
+            self.api.close("internal error while generating")
 
     def _serve_chat_waiting(self) -> None:
         """During a job: run waiting chat requests now; keep the rest for after the job."""
@@ -285,8 +337,9 @@ class EngineWorker:
                 return
             if isinstance(entry.request, _SendMessage | _StartConversation):
                 self._execute(entry)
-            else:
+            elif not isinstance(entry.request, _Wake):
                 self._deferred.append(entry)
+        self._api_step()
 
     def _execute(self, entry: _Queued) -> None:
         try:
@@ -335,6 +388,7 @@ class EngineWorker:
         history = self._session.messages if self._session else []
         attached = self._resident.load(params, plan, profile, planned, prompt_format)
         model = self._resident.require()
+        self._serve_api_between_steps(model)
         self._session = ChatSession(model, history=history)  # the conversation carries over
         inventory = model.inventory
         self._emit(
@@ -356,6 +410,12 @@ class EngineWorker:
                 general_name=inventory.name,
             )
         )
+
+    def _serve_api_between_steps(self, model: LoadedModel) -> None:
+        """A chat or vision turn on this model lets the API's streams take a step between
+        each of its own; the API serves the model from now on."""
+        model.scheduler.between_steps = self._api_step
+        self.api.loaded(model)
 
     def _set_prompt_format(self, entry: _Queued) -> None:
         request: _SetPromptFormat = entry.request  # type: ignore[assignment]
@@ -383,6 +443,7 @@ class EngineWorker:
         outcome = self._resident.replan(budget_bytes, choice)
         if outcome.reloaded:
             self._session = ChatSession(self._resident.require(), history=history)
+            self._serve_api_between_steps(self._resident.require())
         if outcome.fell_back is not None:
             self._emit(PlacementFellBack(request_id, outcome.wanted, outcome.fell_back))
         plan = outcome.plan

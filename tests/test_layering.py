@@ -156,7 +156,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"planning"},  # plans, the cost model, and how a plan becomes load parameters
     {"generation"},  # the scheduler, its streams, sampling: the one token loop
     {"runtime"},  # the loaded model, its conversation, the step log
-    {"vision", "batch", "profiling"},
+    {"vision", "batch", "profiling", "serving"},  # serving: many clients' streams in slots
 ]
 
 

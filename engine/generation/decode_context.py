@@ -32,7 +32,9 @@ import llama_cpp
 import numpy as np
 
 from engine.errors import BadInputError
+from engine.generation.logprobs import TokenLogprob, log_softmax, top_tokens
 from engine.generation.prompt_pieces import EncodedImage
+from engine.generation.text_assembly import token_bytes
 from engine.generation.token_sampler import TokenSampler
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import CONTEXT_GRANULE, LoadParams, make_llama_kwargs
@@ -172,6 +174,18 @@ class DecodeContext:
     def sample(self, sampler: TokenSampler, index: int) -> int:
         """The next token from the logits at batch `index`, drawn by `sampler`."""
         return sampler.sample(self._require_open(), index)
+
+    def logprob(self, token: int, index: int, n_top: int) -> TokenLogprob:
+        """The chosen token's log-probability under the raw logits of batch `index`, and the
+        `n_top` most likely tokens'."""
+        raw = llama_cpp.llama_get_logits_ith(self._require_open(), index)
+        logits = np.ctypeslib.as_array(raw, shape=(self.n_vocab,))
+        logprobs = log_softmax(logits)
+        vocab = self.handle.vocab
+        top = tuple(
+            (t, token_bytes(vocab, t), float(logprobs[t])) for t in top_tokens(logprobs, n_top)
+        )
+        return TokenLogprob(token, token_bytes(vocab, token), float(logprobs[token]), top)
 
     def forget(self, sequence: int, from_position: int = 0) -> None:
         """Drop a sequence's cells from `from_position` on (all of them by default)."""

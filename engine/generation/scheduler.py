@@ -56,6 +56,9 @@ class Scheduler:
         self.context = context
         self.plan = plan
         self.observers: list[StepObserver] = []
+        # run before each step: the engine worker advances its other schedulers here, so a
+        # chat turn and the API's streams take turns step by step (each its own context)
+        self.between_steps: Callable[[], None] | None = None
         self.slots: list[Stream | None] = [None] * context.n_sequences
         self._held: list[list[_Held]] = [[] for _ in range(context.n_sequences)]
         self._end: list[int] = [0] * context.n_sequences  # each sequence's next position
@@ -83,12 +86,22 @@ class Scheduler:
             raise BadInputError(f"the prompt takes {size} tokens; the context holds {room}")
         if not request.pieces or not isinstance(request.pieces[-1], TextRun):
             raise BadInputError("a prompt must end with text (the reply starts after it)")
-        sampler = TokenSampler(request.settings, self.context.handle, seed, self.n_ctx_per_sequence)
+        sampler = TokenSampler(
+            request.settings, self.context.handle, seed, self.n_ctx_per_sequence, request.grammar
+        )
         stream = Stream(request, seq_id, sampler, 0, 0)
         stream.reused, stream.n_past = self._reuse(seq_id, stream.identities, request, copy_from)
         stream.fed = stream.clock.reused = stream.reused
         self.slots[seq_id] = stream
         return stream
+
+    def held_prefix(self, seq_id: int, identities: list[Identity]) -> int:
+        """How many leading prompt tokens sequence `seq_id`'s cache already holds."""
+        return _reusable(self._held[seq_id], identities)
+
+    def held_length(self, seq_id: int) -> int:
+        """How many tokens sequence `seq_id`'s cache holds."""
+        return len(self._held[seq_id])
 
     def retire(self, stream: Stream, finish: FinishReason = FinishReason.CANCELLED) -> None:
         """End a stream now (its consumer went away, or its job was cancelled)."""
@@ -122,6 +135,13 @@ class Scheduler:
         self.slots[target], self.slots[source] = stream, None
         stream.seq_id = target
 
+    def forget(self, seq_id: int) -> None:
+        """Drop a free sequence's cells (a cancelled stream's: nobody will continue it)."""
+        if self.slots[seq_id] is not None:
+            raise RuntimeError(f"sequence {seq_id} is busy")
+        self.context.forget(seq_id)
+        self._held[seq_id], self._end[seq_id] = [], 0
+
     def forget_all(self) -> None:
         """Drop every sequence's cells (no stream may be running)."""
         self.context.forget_all()
@@ -138,6 +158,8 @@ class Scheduler:
     def step(self) -> list[Stream]:
         """Advance every stream by one llama_decode (and any image it continues with); the
         streams that ended."""
+        if self.between_steps is not None:
+            self.between_steps()
         streams = self.active()
         for stream in streams:
             if stream.request.cancel.cancelled:
@@ -175,7 +197,11 @@ class Scheduler:
         for stream in stepping:
             self._advance(stream, chunks.get(stream.seq_id, []))
             if stream.output_index is not None:
-                token = self.context.sample(stream.sampler, stream.output_index)
+                index = stream.output_index
+                token = self.context.sample(stream.sampler, index)
+                n_top = stream.request.top_logprobs
+                if n_top is not None:
+                    stream.note_logprob(self.context.logprob(token, index, n_top))
                 stream.accept(token, self.context.handle, self.n_ctx_per_sequence)
                 if stream.done:
                     self._release(stream)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.cancel import CancelToken
+from engine.generation.logprobs import TokenLogprob
 from engine.generation.loop_guard import LoopGuard
 from engine.generation.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.generation.sampling import SamplingSettings
@@ -59,6 +60,8 @@ class StreamRequest:
     cancel: CancelToken = field(default_factory=CancelToken)
     key: str = ""
     reuse_cache: bool = True
+    grammar: str | None = None  # GBNF the reply must follow (llama.cpp's grammar sampler)
+    top_logprobs: int | None = None  # record each token's logprob and this many alternatives
 
     @classmethod
     def of_tokens(
@@ -97,6 +100,7 @@ class Stream:
         self._reply: list[str] = []
         self._loops = LoopGuard() if request.settings.stop_loops else None
         self.kept_text: str | None = None  # a looping reply without its repeats
+        self._logprobs: list[TokenLogprob] = []  # not yet taken by the consumer
 
     @property
     def prompt_left(self) -> int:
@@ -161,6 +165,14 @@ class Stream:
         """The text said since the last call."""
         said, self._said = "".join(self._said), []
         return said
+
+    def note_logprob(self, logprob: TokenLogprob) -> None:
+        self._logprobs.append(logprob)
+
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """The logprobs of the tokens sampled since the last call (with `top_logprobs`)."""
+        taken, self._logprobs = self._logprobs, []
+        return taken
 
     def stats(self) -> GenerationStats:
         return self.clock.stats(self.finish or FinishReason.CANCELLED)

@@ -18,6 +18,7 @@ import ctypes
 
 import llama_cpp
 
+from engine.errors import BadInputError
 from engine.generation.sampling import WHOLE_CONTEXT, SamplingSettings
 from engine.llama.handle import LlamaHandle
 
@@ -32,12 +33,19 @@ class TokenSampler:
     is used unless the settings name one."""
 
     def __init__(
-        self, settings: SamplingSettings, handle: LlamaHandle, seed: int, n_ctx: int
+        self,
+        settings: SamplingSettings,
+        handle: LlamaHandle,
+        seed: int,
+        n_ctx: int,
+        grammar: str | None = None,
     ) -> None:
+        constraint = [_grammar(grammar, handle)] if grammar is not None else []  # may refuse
+        chosen_seed = seed if settings.seed is None else settings.seed
+        stages = constraint + _stages(settings, handle, chosen_seed, n_ctx)
         params = llama_cpp.llama_sampler_chain_default_params()
         self._chain: llama_cpp.llama_sampler_p | None = llama_cpp.llama_sampler_chain_init(params)
-        chosen_seed = seed if settings.seed is None else settings.seed
-        for stage in _stages(settings, handle, chosen_seed, n_ctx):
+        for stage in stages:
             llama_cpp.llama_sampler_chain_add(self._chain, stage)  # the chain owns the stage
 
     def sample(self, ctx: ctypes.c_void_p, index: int) -> int:
@@ -87,6 +95,18 @@ def _stages(
         llama_cpp.llama_sampler_init_temp(s.temperature),
         llama_cpp.llama_sampler_init_dist(seed),
     ]
+
+
+def _grammar(grammar: str, handle: LlamaHandle) -> llama_cpp.llama_sampler_p:
+    """The grammar stage, first in the chain: every later stage then chooses among the
+    tokens the grammar allows (llama.cpp's full constraint, not its resample-on-reject
+    shortcut, which costs the same when the grammar allows few tokens)."""
+    stage: llama_cpp.llama_sampler_p | None = llama_cpp.llama_sampler_init_grammar(
+        handle.vocab, grammar.encode("utf-8"), b"root"
+    )
+    if not stage:
+        raise BadInputError("llama.cpp could not parse the grammar the reply must follow")
+    return stage
 
 
 def _dry(s: SamplingSettings, handle: LlamaHandle, n_ctx: int) -> llama_cpp.llama_sampler_p:

@@ -131,10 +131,21 @@ class ChatTemplate:
         `enable_thinking` goes into the template's context when not None (only a
         template with `has_thinking_switch` reads it)."""
         # plain role/content dicts: what the formatter's TypedDict union describes, by role
-        plain: list[Any] = [m.to_dict() for m in messages]
+        return self.render_dicts([m.to_dict() for m in messages], enable_thinking=enable_thinking)
+
+    def render_dicts(
+        self,
+        plain: Sequence[dict[str, Any]],
+        *,
+        enable_thinking: bool | None = None,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> RenderedPrompt:
+        """Render messages as OpenAI clients send them (tool calls, tool results) with the
+        generation prompt; `tools` reach a template that renders them (only the model's own
+        template can: built-in formats and plain completion ignore them)."""
         kind = self.format.kind
         if kind is FormatKind.TEMPLATE:
-            text, stop = self._render_template(plain, enable_thinking)
+            text, stop = self._render_template(list(plain), enable_thinking, list(tools))
         elif kind is FormatKind.BUILTIN:
             text = render_builtin(self.format.name, plain)
             stop = builtin_stop(self.format.name, self._eos_token)
@@ -144,12 +155,14 @@ class ChatTemplate:
         return RenderedPrompt(text=text, stop=stop, template_adds_bos=adds_bos)
 
     def _render_template(
-        self, plain: list[Any], enable_thinking: bool | None
+        self, plain: list[Any], enable_thinking: bool | None, tools: list[Any]
     ) -> tuple[str, tuple[str, ...]]:
         assert self._formatter is not None  # the format is TEMPLATE only when it compiled
         extra: dict[str, Any] = {}
         if enable_thinking is not None:
             extra["enable_thinking"] = enable_thinking
+        if tools:
+            extra["tools"] = tools
         try:
             response = self._formatter(messages=plain, **extra)
         except _TEMPLATE_ERRORS as exc:

@@ -21,6 +21,7 @@ import llama_cpp
 from engine.cancel import CancelToken
 from engine.errors import ModelFileError
 from engine.generation.decode_context import DecodeContext
+from engine.generation.prompt_pieces import Piece
 from engine.generation.sampling import SamplingSettings
 from engine.generation.scheduler import Scheduler
 from engine.generation.stats import GenerationResponse
@@ -48,6 +49,10 @@ class ModelVision(Protocol):
     def decoded(self, image: ImageFile) -> RgbImage: ...
 
     def tokens_for(self, image: ImageFile) -> int: ...
+
+    def prepare(
+        self, text: str, images: Sequence[RgbImage], add_bos: bool = False
+    ) -> list[Piece]: ...
 
     def stream_reply(
         self,

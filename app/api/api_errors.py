@@ -1,0 +1,42 @@
+"""Errors the server answers with, in OpenAI's shape: `{"error": {"message", "type", "param",
+"code"}}` with the status a client library maps to its exception (400 BadRequestError, 401
+AuthenticationError, 404 NotFoundError, 413, 429 RateLimitError, 500)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(eq=False)
+class ApiError(Exception):
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", code, param)
+
+
+def not_found(message: str, code: str = "model_not_found", param: str | None = None) -> ApiError:
+    return ApiError(404, message, "invalid_request_error", code, param)
+
+
+def server_error(message: str) -> ApiError:
+    return ApiError(500, message, "server_error", "internal_error")

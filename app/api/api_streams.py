@@ -1,0 +1,172 @@
+"""The API's streams on the engine worker: an inbox any thread fills, a pool the worker steps.
+
+The worker calls `step` whenever it has nothing else to do and between the
+steps of a chat turn or a summary job, so every activity advances one
+llama_decode at a time in turn: a GUI reply, the API's batch of client
+streams (one step for all of them) and a summary job's batch. The pool is
+made on the first request after a load, with the slots and context the
+server asked for, and let go before the model is freed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.api.api_errors import ApiError, not_found
+from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit
+from engine.errors import BadInputError
+from engine.model.model_naming import readable_model_name
+from engine.planning.plan import Plan
+from engine.runtime.loaded_model import LoadedModel
+from engine.serving.stream_pool import StreamPool
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SLOTS = 4
+DEFAULT_CTX_PER_SLOT = 4096
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The loaded model as /v1/models lists it; published by the worker for the server."""
+
+    id: str
+    name: str
+    path: str
+    n_ctx_per_slot: int
+    vision: bool
+    created: int
+
+    def answers_to(self, requested: str) -> bool:
+        wanted = requested.strip().lower()
+        names = {self.id.lower(), self.name.lower(), Path(self.path).name.lower()}
+        return wanted in names
+
+
+def model_id(path: str) -> str:
+    """A model's id in the API: its file name without .gguf (split parts' suffix dropped)."""
+    stem = Path(path).name.removesuffix(".gguf")
+    head, sep, tail = stem.rpartition("-of-")
+    if sep and tail.isdigit() and head[-5:].isdigit():
+        stem = head[:-6]
+    return stem
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    n_slots: int = DEFAULT_SLOTS
+    n_ctx_per_slot: int = DEFAULT_CTX_PER_SLOT
+
+
+class ApiStreams:
+    """What the worker needs to serve API jobs; only `submit` and `configure` may be called
+    from other threads."""
+
+    def __init__(self) -> None:
+        self._inbox: collections.deque[ApiJob] = collections.deque()  # appends are atomic
+        self.shape = PoolShape()
+        self._pool: StreamPool | None = None
+        self._served: dict[int, ServedJob] = {}
+        self.model: ServedModel | None = None  # read by the server's thread
+
+    # --- any thread ---
+
+    def submit(self, job: ApiJob) -> None:
+        self._inbox.append(job)
+
+    def configure(self, shape: PoolShape) -> None:
+        """Slots and context per slot for the next pool (the running one keeps its own)."""
+        self.shape = shape
+
+    # --- the worker's thread ---
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._inbox) or (self._pool is not None and self._pool.busy)
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(running, waiting) streams of the pool."""
+        return self._pool.counts if self._pool is not None else (0, 0)
+
+    def loaded(self, model: LoadedModel) -> None:
+        path = str(model.params.model_path)
+        trained = model.inventory.context_length
+        self.model = ServedModel(
+            id=model_id(path),
+            name=readable_model_name(path, model.inventory.name),
+            path=path,
+            n_ctx_per_slot=min(self.shape.n_ctx_per_slot, trained or self.shape.n_ctx_per_slot),
+            vision=model.vision is not None,
+            created=int(Path(path).stat().st_mtime) if Path(path).exists() else 0,
+        )
+
+    def step(self, model: LoadedModel | None, plan: Plan | None) -> None:
+        """Admit what arrived, then advance every API stream by one step."""
+        self._admit(model, plan)
+        pool = self._pool
+        if pool is None or not pool.busy:
+            return
+        ended = pool.step()
+        for served in self._served.values():
+            served.pump()
+        for entry in ended:
+            done = self._served.pop(id(entry), None)
+            if done is not None:
+                done.finish()
+
+    def close(self, reason: str) -> None:
+        """End every job (`reason` as their error) and free the pool's context."""
+        while self._inbox:
+            self._inbox.popleft().sink(ApiFailed(ApiError(503, reason, "server_error")))
+        if self._pool is not None:
+            for entry in self._pool.close(reason):
+                gone = self._served.pop(id(entry), None)
+                if gone is not None:
+                    gone.finish()
+            self._pool = None
+        self._served.clear()
+
+    def unloaded(self) -> None:
+        self.close("the model was unloaded or replaced; send the request again")
+        self.model = None
+
+    def _admit(self, model: LoadedModel | None, plan: Plan | None) -> None:
+        while self._inbox:
+            job = self._inbox.popleft()
+            if job.cancel.cancelled:
+                continue
+            try:
+                loaded = self._require_model(job, model)
+                pool = self._pool_for(loaded, plan)
+                served = admit(job, loaded, pool)
+            except ApiError as exc:
+                job.sink(ApiFailed(exc))
+                continue
+            self._served[id(served.entry)] = served
+
+    def _require_model(self, job: ApiJob, model: LoadedModel | None) -> LoadedModel:
+        served = self.model
+        if model is None or served is None:
+            raise ApiError(503, "no model is loaded", "server_error", "model_not_loaded")
+        if not served.answers_to(job.call.model):
+            raise not_found(
+                f"the model {job.call.model!r} is not loaded; the loaded model is {served.id!r}",
+                param="model",
+            )
+        return model
+
+    def _pool_for(self, model: LoadedModel, plan: Plan | None) -> StreamPool:
+        if self._pool is None:
+            shape = self.shape
+            try:
+                self._pool = StreamPool(model, shape.n_slots, shape.n_ctx_per_slot, plan)
+            except BadInputError as exc:
+                raise ApiError(503, str(exc), "server_error", "no_memory") from exc
+            log.info(
+                "API streams: %d sequences x %d tokens", shape.n_slots, self._pool.n_ctx_per_slot
+            )
+        return self._pool

@@ -1,0 +1,263 @@
+"""The engine worker's half of an API request: the prompt it evaluates, the events it sends.
+
+The server's thread parses a request into an `ApiCall` and hands the worker
+an `ApiJob`; on the worker's thread (which owns the model) the job's prompt
+is rendered with the model's own chat template, tokenized, checked against
+the context, and submitted to the API's stream pool. After every step the
+job's new text is split into reasoning and answer, tool calls are held back
+and parsed, and the pieces go to the job's sink as plain events, which the
+server's loop turns into OpenAI's JSON.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.api.api_errors import ApiError, bad_request, server_error
+from app.api.openai_request import ApiCall
+from app.api.tool_calls import (
+    ToolCall,
+    ToolCallFormat,
+    ToolCallStream,
+    format_for_template,
+    tool_call_grammar,
+)
+from engine.cancel import CancelToken
+from engine.errors import BadInputError
+from engine.generation.logprobs import TokenLogprob
+from engine.generation.prompt_pieces import Piece, TextRun
+from engine.generation.stats import FinishReason
+from engine.generation.stream import StreamRequest
+from engine.generation.thinking import ThinkingSplitter
+from engine.runtime.loaded_model import LoadedModel
+from engine.serving.stream_pool import PoolEntry, StreamPool
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+@dataclass(frozen=True)
+class ApiDelta:
+    """New reply text (answer and reasoning apart) and its tokens' logprobs."""
+
+    content: str = ""
+    reasoning: str = ""
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApiFinished:
+    finish_reason: str  # OpenAI's: stop, length, tool_calls
+    usage: Usage
+    tool_calls: tuple[ToolCall, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ApiFailed:
+    error: ApiError
+
+
+ApiEvent = ApiDelta | ApiFinished | ApiFailed
+Sink = Callable[[ApiEvent], None]
+
+
+@dataclass
+class ApiJob:
+    """A parsed request on its way to the engine; `sink` is called on the worker's thread."""
+
+    call: ApiCall
+    sink: Sink
+    label: str = field(default_factory=lambda: f"api request {next(_ids)}")
+    cancel: CancelToken = field(default_factory=CancelToken)
+    created: float = field(default_factory=time.perf_counter)
+
+
+class ServedJob:
+    """A job admitted to the pool: its stream's output turned into events."""
+
+    def __init__(
+        self, job: ApiJob, entry: PoolEntry, prompt_text: str, tools: ToolCallFormat | None
+    ) -> None:
+        self.job = job
+        self.entry = entry
+        chat = job.call.endpoint == "chat"
+        self._thinking = ThinkingSplitter.after(prompt_text) if chat else None
+        self._tools = ToolCallStream(tools) if tools is not None else None
+
+    def pump(self) -> None:
+        """Send what the stream said since the last call."""
+        stream = self.entry.stream
+        if stream is None:
+            return
+        text = stream.take_text()
+        logprobs = tuple(stream.take_logprobs())
+        content, reasoning = self._split(text)
+        if content or reasoning or logprobs:
+            self.job.sink(ApiDelta(content, reasoning, logprobs))
+
+    def finish(self) -> None:
+        """Send the end: the last held-back text, the tool calls, the finish reason, usage."""
+        stream = self.entry.stream
+        if stream is None or stream.finish is FinishReason.ERROR:
+            message = self.entry.error or (stream.error if stream else None) or "failed"
+            self.job.sink(ApiFailed(_admission_error(message)))
+            return
+        self.pump()
+        content, reasoning = "", ""
+        if self._thinking is not None:
+            rest = self._thinking.finish()
+            content, reasoning = self._tool_content(rest.answer), rest.thinking
+        calls: list[ToolCall] = []
+        if self._tools is not None:
+            tail, calls = self._tools.finish()
+            content += tail
+        if content or reasoning:
+            self.job.sink(ApiDelta(content, reasoning))
+        finish = _finish_reason(stream.finish or FinishReason.CANCELLED, bool(calls))
+        usage = Usage(len(stream.identities), len(stream.generated), stream.reused)
+        seconds = time.perf_counter() - self.job.created
+        self.job.sink(ApiFinished(finish, usage, tuple(calls), seconds))
+
+    def _split(self, text: str) -> tuple[str, str]:
+        if self._thinking is None:
+            return self._tool_content(text), ""
+        part = self._thinking.feed(text)
+        return self._tool_content(part.answer), part.thinking
+
+    def _tool_content(self, text: str) -> str:
+        if self._tools is None or not text:
+            return text
+        return self._tools.feed(text)
+
+
+def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
+    """Render and tokenize the job's prompt and queue it in the pool; ApiError when it cannot
+    run (the model cannot see images, the template cannot render tools, it does not fit)."""
+    call = job.call
+    pieces, prompt_text, stop, tool_format, grammar = _prompt(call, model)
+    size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
+    room = pool.n_ctx_per_slot
+    if size + 1 >= room:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {room} tokens per request; your prompt "
+            f"takes {size} tokens. Shorten the messages.",
+            "invalid_request_error",
+            "context_length_exceeded",
+            "messages" if call.endpoint == "chat" else "prompt",
+        )
+    request = StreamRequest(
+        tuple(pieces), call.settings, stop, job.cancel, job.label,
+        reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,
+    )  # fmt: skip
+    seed = call.settings.seed if call.settings.seed is not None else model.params.seed
+    entry = pool.submit(request, seed, job.label)
+    return ServedJob(job, entry, prompt_text, tool_format)
+
+
+def _prompt(
+    call: ApiCall, model: LoadedModel
+) -> tuple[list[Piece], str, tuple[str, ...], ToolCallFormat | None, str | None]:
+    """(pieces, prompt text, stop strings, tool-call format, grammar) of a call."""
+    prompt = call.prompt
+    if prompt.text is not None:
+        tokens = model.llm.tokenize(
+            prompt.text.encode("utf-8"), add_bos=model.wants_bos(), special=True
+        )
+        return [TextRun(tuple(tokens))], prompt.text, (), None, call.grammar
+    template = model.chat_template
+    tool_format, grammar = _tools(call, template.source if not template.is_fallback else None)
+    tools = prompt.tools if prompt.tool_choice != "none" else ()
+    switch = prompt.thinking if template.has_thinking_switch else None
+    try:
+        rendered = template.render_dicts(prompt.messages, enable_thinking=switch, tools=tools)
+    except BadInputError as exc:
+        raise bad_request(str(exc), "messages") from exc
+    if prompt.images:
+        return _vision_pieces(call, model, rendered.text, rendered.template_adds_bos), (
+            rendered.text
+        ), rendered.stop, tool_format, grammar  # fmt: skip
+    tokens = model.tokenize_prompt(rendered)
+    return [TextRun(tuple(tokens))], rendered.text, rendered.stop, tool_format, grammar
+
+
+def _tools(call: ApiCall, template: str | None) -> tuple[ToolCallFormat | None, str | None]:
+    """The tool-call format to parse replies in, and the grammar: the response format's, or
+    one that forces a call when tool_choice asks for one."""
+    prompt = call.prompt
+    if not prompt.tools or prompt.tool_choice == "none":
+        return None, call.grammar
+    fmt = format_for_template(template)
+    if fmt is None:
+        raise bad_request(
+            "this model's chat template does not render tools; load a model whose template "
+            "does (Qwen 2.5/3, Llama 3.1+, Mistral, Hermes)",
+            "tools",
+        )
+    choice = prompt.tool_choice
+    if choice == "auto":
+        return fmt, call.grammar
+    if call.grammar is not None:
+        raise bad_request("response_format cannot be combined with a forced tool call", "tools")
+    name = choice["function"]["name"] if isinstance(choice, dict) else None
+    try:
+        return fmt, tool_call_grammar(list(prompt.tools), fmt, name)
+    except ValueError as exc:
+        raise bad_request(str(exc), "tools", "unsupported_schema") from exc
+
+
+def _vision_pieces(
+    call: ApiCall, model: LoadedModel, text: str, template_adds_bos: bool
+) -> list[Piece]:
+    vision = model.vision
+    if vision is None:
+        name = model.inventory.name or "the loaded model"
+        raise bad_request(
+            f"{name} cannot see images: it was loaded without its vision projector (mmproj)",
+            "messages",
+            "model_not_multimodal",
+        )
+    try:
+        images = [vision.decoded(image) for image in call.prompt.images]
+        add_bos = not template_adds_bos and model.wants_bos()
+        pieces: list[Piece] = vision.prepare(text, images, add_bos)
+    except BadInputError as exc:
+        raise bad_request(str(exc), "messages", "invalid_image") from exc
+    return pieces
+
+
+def _finish_reason(finish: FinishReason, called_tools: bool) -> str:
+    if called_tools:
+        return "tool_calls"
+    if finish.cut_short:
+        return "length"
+    return "stop"
+
+
+def _admission_error(message: str) -> ApiError:
+    if "cancelled" in message:
+        return ApiError(499, message, "invalid_request_error", "cancelled")
+    if "model was" in message:
+        return ApiError(503, message, "server_error", "model_unloaded")
+    return server_error(message)

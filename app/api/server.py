@@ -1,0 +1,460 @@
+"""The OpenAI-compatible HTTP server: aiohttp on a thread and event loop of its own.
+
+It runs beside whatever drives the engine (the GUI or `shardchat serve`):
+requests are parsed here, handed to the engine worker (which owns the
+model) as jobs, and their events come back through the loop's thread-safe
+queue, so a busy GUI thread never stalls a stream and the server never
+touches llama.cpp. Concurrent requests run together in the worker's pool of
+sequences; past its slots and a bounded queue they are refused with 429,
+bodies past the size limit with 413. A client that goes away mid-stream
+has its handler cancelled by aiohttp, which cancels its sequence at once.
+
+Bound to 127.0.0.1 unless told otherwise; any other address needs an API key.
+CORS answers only the origins the user lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hmac
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from app.api.api_errors import ApiError, bad_request, not_found, server_error
+from app.api.api_streams import PoolShape, ServedModel
+from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished, ApiJob
+from app.api.openai_replies import ReplyBuilder
+from app.api.openai_request import ApiCall, parse_chat, parse_completion
+from engine.errors import BadInputError
+
+if TYPE_CHECKING:
+    from app.worker import EngineWorker
+
+log = logging.getLogger("shardchat.api")
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_PORT = 8088
+MAX_BODY_BYTES = 32 * 2**20  # room for a few data-URL images
+SHUTDOWN_SECONDS = 2.0  # streams still open when the server stops are cut after this
+USAGE_WORDS = web.RequestKey("usage_words", str)  # what the request log says of the tokens
+
+
+class ServerStartError(BadInputError):
+    """The server could not listen (the port is taken, the address is not this machine's)."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    n_slots: int = 4
+    n_ctx_per_slot: int = 4096
+    max_queue: int = 32  # requests waiting for a slot before 429
+    max_body_bytes: int = MAX_BODY_BYTES
+    log_prompts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.host not in LOOPBACK and not self.api_key:
+            raise BadInputError(
+                f"listening on {self.host} exposes the model to the network: set an API key "
+                "(--api-key) or use 127.0.0.1"
+            )
+        if not 0 <= self.port <= 65535:
+            raise BadInputError(f"port must be 0-65535, not {self.port}")
+        if self.n_slots < 1:
+            raise BadInputError("the server needs at least one slot")
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What the status bar shows: off, or listening on an address with N clients."""
+
+    address: str | None = None
+    active: int = 0
+    waiting: int = 0
+    error: str | None = None
+
+    @property
+    def listening(self) -> bool:
+        return self.address is not None
+
+
+@dataclass
+class _Counters:
+    active: int = 0
+    served: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ApiServer:
+    """Start it (blocks until listening, or raises ServerStartError), stop it."""
+
+    def __init__(
+        self,
+        worker: EngineWorker,
+        config: ServerConfig,
+        on_state: Callable[[ServerState], None] | None = None,
+    ) -> None:
+        self.worker = worker
+        self.config = config
+        self._on_state = on_state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._counters = _Counters()
+        self.address: str | None = None
+        worker.api.configure(PoolShape(config.n_slots, config.n_ctx_per_slot))
+
+    # --- the owner's thread ---
+
+    def start(self) -> str:
+        """Listen; the address (http://host:port). ServerStartError in one line if it cannot."""
+        ready = threading.Event()
+        problem: list[str] = []
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready, problem), name="shardchat-api", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+        if problem:
+            self._thread.join(5)
+            raise ServerStartError(problem[0])
+        assert self.address is not None
+        self._publish()
+        return self.address
+
+    def stop(self) -> None:
+        """Stop listening, end the requests in flight, free the API's KV cache."""
+        self.worker.close_api()  # the streams in flight end with an error chunk
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            stopped = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+            stopped.result(timeout=SHUTDOWN_SECONDS + 10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        self.address = None
+        self._publish()
+
+    @property
+    def state(self) -> ServerState:
+        running, waiting = self.worker.api.counts
+        with self._counters.lock:
+            active = self._counters.active
+        return ServerState(self.address, active, max(active - running, waiting))
+
+    # --- the server's thread ---
+
+    def _serve(self, ready: threading.Event, problem: list[str]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._listen())
+        except OSError as exc:
+            problem.append(_listen_problem(self.config, exc))
+            ready.set()
+            loop.close()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _listen(self) -> None:
+        app = web.Application(
+            client_max_size=self.config.max_body_bytes,
+            middlewares=[self._errors, self._cors, self._auth],
+        )
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models/{id:.+}", self._model)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/health", self._health)
+        runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.host, self.config.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        sockets = runner.addresses
+        port = sockets[0][1] if sockets else self.config.port
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        self.address = f"http://{host}:{port}"
+        log.info("listening on %s", self.address)
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _publish(self) -> None:
+        if self._on_state is not None:
+            try:
+                self._on_state(self.state)
+            except Exception:
+                log.exception("server state callback failed")
+
+    # --- middleware ---
+
+    @web.middleware
+    async def _errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except ApiError as exc:
+            status = exc.status
+            return web.json_response(exc.body(), status=exc.status)
+        except web.HTTPRequestEntityTooLarge:
+            status = 413
+            limit = self.config.max_body_bytes // 2**20
+            error = ApiError(413, f"the request body is larger than {limit} MB", code="too_large")
+            return web.json_response(error.body(), status=413)
+        except web.HTTPException as exc:
+            status = exc.status
+            error = ApiError(exc.status, exc.reason, code=None)
+            return web.json_response(error.body(), status=exc.status, headers=exc.headers)
+        except asyncio.CancelledError:
+            status = 499  # the client went away
+            raise
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return web.json_response(server_error("internal server error").body(), status=500)
+        finally:
+            tokens = request.get(USAGE_WORDS, "")
+            log.info(
+                "%s %s %d %s%.2f s", request.method, request.path, status,
+                f"{tokens} " if tokens else "", time.perf_counter() - started,
+            )  # fmt: skip
+
+    @web.middleware
+    async def _cors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        allowed = origin is not None and (
+            origin in self.config.cors_origins or "*" in self.config.cors_origins
+        )
+        if request.method == "OPTIONS" and allowed:
+            response: web.StreamResponse = web.Response(status=204)
+        else:
+            response = await handler(request)
+        if allowed and not response.prepared:
+            response.headers["Access-Control-Allow-Origin"] = origin or "*"
+            response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+        return response
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        key = self.config.api_key
+        if key and request.path != "/health":
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                raise ApiError(
+                    401, "invalid API key: send it as 'Authorization: Bearer KEY'",
+                    "invalid_request_error", "invalid_api_key",
+                )  # fmt: skip
+        return await handler(request)
+
+    # --- handlers ---
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        loaded = self.worker.api.model is not None
+        return web.json_response({"status": "ok" if loaded else "no model loaded"})
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        model = self.worker.api.model
+        data = [_model_card(model)] if model is not None else []
+        return web.json_response({"object": "list", "data": data})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        model: ServedModel | None = self.worker.api.model
+        wanted = request.match_info["id"]
+        if model is None or not model.answers_to(wanted):
+            loaded = f"; the loaded model is {model.id!r}" if model else "; no model is loaded"
+            raise not_found(f"the model {wanted!r} is not loaded{loaded}")
+        return web.json_response(_model_card(model))
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, parse_chat)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, parse_completion)
+
+    async def _generate(
+        self, request: web.Request, parse: Callable[[Any], ApiCall]
+    ) -> web.StreamResponse:
+        call = parse(await _json_body(request))
+        model = self.worker.api.model
+        if model is None:
+            raise ApiError(503, "no model is loaded", "server_error", "model_not_loaded")
+        if not model.answers_to(call.model):
+            raise not_found(
+                f"the model {call.model!r} is not loaded; the loaded model is {model.id!r}",
+                param="model",
+            )
+        if self.config.log_prompts:
+            log.info("prompt: %s", json.dumps(await request.json())[:4000])
+        with self._admitted():
+            queue: asyncio.Queue[ApiEvent] = asyncio.Queue()
+            loop = asyncio.get_running_loop()
+            job = ApiJob(call, lambda event: _deliver(loop, queue, event))
+            reply = ReplyBuilder(
+                call.endpoint, model.id, call.include_usage, call.top_logprobs is not None
+            )
+            self.worker.serve_api(job)
+            try:
+                if call.stream:
+                    return await _stream(request, queue, reply)
+                return await _whole(request, queue, reply)
+            finally:
+                job.cancel.cancel()  # a no-op once it ended; frees the sequence if not
+
+    def _admitted(self) -> _Admission:
+        return _Admission(self)
+
+
+class _Admission:
+    """Counts a request in flight; refuses it (429) past the slots and the queue."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self._server = server
+
+    def __enter__(self) -> None:
+        counters, config = self._server._counters, self._server.config
+        with counters.lock:
+            if counters.active >= config.n_slots + config.max_queue:
+                raise ApiError(
+                    429, f"the server is busy: {counters.active} requests in flight; retry "
+                    "shortly", "rate_limit_exceeded", "queue_full",
+                )  # fmt: skip
+            counters.active += 1
+        self._server._publish()
+
+    def __exit__(self, *_exc: object) -> None:
+        counters = self._server._counters
+        with counters.lock:
+            counters.active -= 1
+            counters.served += 1
+        self._server._publish()
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[ApiEvent], event: Any) -> None:
+    """From the worker's thread into the request's queue (dropped once the server stopped)."""
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"the request body is not valid JSON ({exc})") from exc
+
+
+async def _whole(
+    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
+) -> web.Response:
+    while True:
+        event = await queue.get()
+        if isinstance(event, ApiDelta):
+            reply.take(event)
+        elif isinstance(event, ApiFailed):
+            raise event.error
+        else:
+            request[USAGE_WORDS] = _usage_words(event)
+            return web.json_response(reply.whole(event))
+
+
+async def _stream(
+    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
+) -> web.StreamResponse:
+    first = await queue.get()  # an error before the first token is still a plain error
+    if isinstance(first, ApiFailed):
+        raise first.error
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    opening = reply.first_chunk()
+    if opening is not None:
+        await _send(response, opening)
+    event: ApiEvent = first
+    while True:
+        if isinstance(event, ApiDelta):
+            await _send(response, reply.delta_chunk(event))
+        elif isinstance(event, ApiFailed):
+            await _send(response, event.error.body())
+            return response
+        else:
+            request[USAGE_WORDS] = _usage_words(event)
+            if event.tool_calls:
+                await _send(response, reply.tool_calls_chunk(event.tool_calls))
+            await _send(response, reply.final_chunk(event))
+            if reply.include_usage:
+                await _send(response, reply.usage_chunk(event))
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        event = await queue.get()
+
+
+async def _send(response: web.StreamResponse, body: dict[str, Any]) -> None:
+    await response.write(b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n")
+
+
+def _usage_words(finished: ApiFinished) -> str:
+    usage = finished.usage
+    return (
+        f"prompt {usage.prompt_tokens} ({usage.cached_tokens} cached) "
+        f"completion {usage.completion_tokens} tokens,"
+    )
+
+
+def _model_card(model: ServedModel) -> dict[str, Any]:
+    return {
+        "id": model.id,
+        "object": "model",
+        "created": model.created,
+        "owned_by": "shardchat",
+        "meta": {"name": model.name, "n_ctx_per_slot": model.n_ctx_per_slot,
+                 "vision": model.vision},
+    }  # fmt: skip
+
+
+def _listen_problem(config: ServerConfig, exc: OSError) -> str:
+    where = f"{config.host}:{config.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {config.port} is already in use on {config.host}; choose another (--port)"
+    if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+        return f"cannot listen on {where}: not an address of this machine"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need root)"
+    return f"cannot listen on {where}: {exc.strerror or exc}"

@@ -1,0 +1,138 @@
+"""`shardchat serve`: the OpenAI-compatible server without the window.
+
+Loads the model on the engine worker (under the planner when this machine
+has a profile, as the window does), starts the server and serves until
+Ctrl-C. The address goes to stdout once it listens, so a script can wait
+for it; a taken port or a bad address is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from app.api.server import DEFAULT_PORT, ApiServer, ServerConfig
+from app.commands.arg_types import add_prompt_format_option, positive_int, size
+from app.events import EngineEvent, ModelLoaded, RequestFailed
+from app.load_planning import LoadRequest, stored_profile
+from app.worker import EngineWorker
+from engine.errors import BadInputError
+from engine.model.default_model import default_model_path
+from engine.runtime.loaded_model import inspect_model
+
+log = logging.getLogger(__name__)
+
+
+def add_serve_command(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser(
+        "serve",
+        help="serve the model over an OpenAI-compatible HTTP API",
+        description="Serve a model at /v1/chat/completions, /v1/completions and /v1/models, "
+        "as LM Studio, Ollama and llama-server do. Concurrent requests decode together. "
+        "Listens on 127.0.0.1 unless --host is given (then --api-key is required).",
+    )
+    cmd.add_argument("--model", "-m", metavar="PATH", help="GGUF model (default: the embedded one)")
+    cmd.add_argument("--mmproj", metavar="PATH", help="its vision projector, to accept images")
+    cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    cmd.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port ({DEFAULT_PORT})")
+    cmd.add_argument(
+        "--api-key",
+        default=os.environ.get("SHARDCHAT_API_KEY"),
+        help="clients must send 'Authorization: Bearer KEY' (default: $SHARDCHAT_API_KEY)",
+    )
+    cmd.add_argument(
+        "--parallel", type=positive_int, default=4,
+        help="requests decoded together (slots); more wait in a queue",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--ctx-per-slot", type=positive_int, default=4096, help="context tokens of each slot"
+    )
+    cmd.add_argument(
+        "--max-queue", type=int, default=32, help="requests waiting for a slot before 429"
+    )
+    cmd.add_argument("--threads", type=positive_int, default=None, help="CPU threads")
+    cmd.add_argument(
+        "--vram", type=size, default=None, metavar="SIZE",
+        help="VRAM budget for the planner (needs this machine's profile; 0: CPU only)",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--cors-origin", action="append", default=[], metavar="ORIGIN",
+        help="let a web page from ORIGIN call the API (repeatable; '*' for any)",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--log-prompts", action="store_true", help="write request bodies to the log (off)"
+    )
+    add_prompt_format_option(cmd)
+    cmd.set_defaults(command="serve", run=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    config = ServerConfig(
+        host=args.host, port=args.port, api_key=args.api_key or None,
+        cors_origins=tuple(args.cors_origin), n_slots=args.parallel,
+        n_ctx_per_slot=args.ctx_per_slot, max_queue=max(args.max_queue, 0),
+        log_prompts=args.log_prompts,
+    )  # fmt: skip
+    model_path = inspect_model(args.model or default_model_path()).path
+    mmproj = _projector(args.mmproj)
+    profile = stored_profile()
+    if args.vram is not None and profile is None:
+        raise BadInputError("--vram needs this machine's profile: run `shardchat profile` first")
+    request = LoadRequest(
+        str(model_path), min(args.ctx_per_slot, 4096), profile if args.vram is not None else None,
+        args.vram, mmproj, prompt_format=args.prompt_format, n_threads=args.threads,
+    )  # fmt: skip
+    events: queue.Queue[EngineEvent] = queue.Queue()
+    worker = EngineWorker(events.put).start()
+    try:
+        loaded = _wait_for(events, worker.load_planned(request))
+        if isinstance(loaded, ModelLoaded) and loaded.vision_problem:
+            print(f"shardchat: no images: {loaded.vision_problem}", file=sys.stderr)
+        server = ApiServer(worker, config)
+        address = server.start()
+        served = worker.api.model
+        print(f"listening on {address} (model {served.id if served else '?'})", flush=True)
+        _until_interrupted()
+        server.stop()
+    finally:
+        worker.shutdown()
+    return 0
+
+
+def _projector(path: str | None) -> str | None:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise BadInputError(f"{path}: no such projector file")
+    return path
+
+
+def _wait_for(events: queue.Queue[EngineEvent], request_id: int) -> EngineEvent:
+    while True:
+        event = events.get()
+        if getattr(event, "request_id", None) != request_id:
+            continue
+        if isinstance(event, RequestFailed):
+            if event.bad_input:
+                raise BadInputError(event.message)
+            raise RuntimeError(event.message)
+        return event
+
+
+def _until_interrupted() -> None:
+    """Block until Ctrl-C or SIGTERM."""
+    done = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(3600):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

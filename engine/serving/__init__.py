@@ -1,0 +1,1 @@
+"""Serving many clients at once: their streams in the sequences of one context."""

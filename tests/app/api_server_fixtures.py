@@ -1,0 +1,106 @@
+"""A real engine worker with a real model behind a real server on a loopback port, for the API
+tests: `Serving` starts them and gives an `openai` client pointed at the server."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+import openai
+
+from app.api.server import ApiServer, ServerConfig
+from app.events import EngineEvent, ModelLoaded, RequestFailed
+from app.load_planning import LoadRequest
+from app.worker import EngineWorker
+
+
+@dataclass
+class Serving:
+    worker: EngineWorker
+    server: ApiServer
+    model_id: str
+    api_key: str = "unused"
+    clients: list[openai.OpenAI] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        assert self.server.address is not None
+        return f"{self.server.address}/v1"
+
+    def client(self, api_key: str | None = None, timeout: float = 120) -> openai.OpenAI:
+        made = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or self.api_key, timeout=timeout,
+            max_retries=0,
+        )  # fmt: skip
+        self.clients.append(made)
+        return made
+
+    def async_client(self, timeout: float = 120) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=self.api_key, timeout=timeout, max_retries=0
+        )
+
+    def close(self) -> None:
+        for made in self.clients:
+            made.close()
+        self.server.stop()
+        self.worker.shutdown()
+
+
+def start_serving(
+    model_path: str,
+    mmproj: str | None = None,
+    n_ctx: int = 1024,
+    **config: object,
+) -> Serving:
+    """Load the model on a new worker and serve it on a free loopback port."""
+    events: queue.Queue[EngineEvent] = queue.Queue()
+    worker = EngineWorker(events.put).start()
+    request_id = worker.load_planned(
+        LoadRequest(model_path, n_ctx, None, None, mmproj, n_threads=2)
+    )
+    while True:
+        event = events.get(timeout=120)
+        if getattr(event, "request_id", None) != request_id:
+            continue
+        if isinstance(event, RequestFailed):
+            worker.shutdown()
+            raise RuntimeError(event.message)
+        assert isinstance(event, ModelLoaded)
+        break
+    settings = {"port": 0, "n_slots": 4, "n_ctx_per_slot": 1024, **config}
+    server = ApiServer(worker, ServerConfig(**settings))  # type: ignore[arg-type]
+    server.start()
+    assert worker.api.model is not None
+    key = str(config.get("api_key") or "unused")
+    return Serving(worker, server, worker.api.model.id, key)
+
+
+class LogWatch(logging.Handler):
+    """Waits for a log record whose message holds a text (records come from any thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.seen = threading.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.messages.append(message)
+        if self.text in message:
+            self.seen.set()
+
+    def __enter__(self) -> LogWatch:
+        root = logging.getLogger()
+        self._level = root.level
+        root.setLevel(logging.DEBUG)
+        root.addHandler(self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        root.setLevel(self._level)
