@@ -58,6 +58,9 @@ class VramOverview:
     placement_comparison: str = ""
     # What sits where, in plain words (app.plan_words): the GPU, the CPU, PCIe, the KV cache.
     plan_details: tuple[str, ...] = ()
+    # The batch row: BATCH_SEQUENCES side by side, or the local API server's slots while
+    # it serves, since those are the sequences that then decode together.
+    batch_label: str = f"Batch ({BATCH_SEQUENCES})"
 
     @property
     def has_gpu(self) -> bool:
@@ -79,11 +82,13 @@ def vram_overview(
     auto: bool = False,
     budget_bytes: int | None = None,
     planner_plan: Plan | None = None,
+    api_slots: int | None = None,
 ) -> VramOverview:
     """The panel's figures; `budget_bytes` overrides the plan's while a new one is applied.
 
     `planner_plan` is what the planner would choose at this budget when `plan` is a
     placement chosen by hand (the worker plans it: the GUI thread never does).
+    `api_slots`: the local API server's slots while it serves; the batch row predicts them.
     """
     budget = budget_bytes if budget_bytes is not None else _plan_budget(plan)
     extras = plan.extras if plan else {}
@@ -99,7 +104,7 @@ def vram_overview(
         family=_family(plan),
         chat_ttft_s=plan.predicted_ttft_s if plan else None,
         chat_tokens_per_s=predicted_decode_tps(plan),  # as it runs, beside the last reply's
-        batch_tokens_per_s=_batch_tokens_per_s(plan),
+        batch_tokens_per_s=_batch_tokens_per_s(plan, api_slots or BATCH_SEQUENCES),
         backend=backend_text(gpu.backend, gpu.ggml_device) if gpu else None,
         integrated=gpu.integrated if gpu else False,
         gpu_used_bytes=gpu.vram_used_bytes if gpu else None,
@@ -108,6 +113,7 @@ def vram_overview(
         is_moe=bool(extras["is_moe"]) if "is_moe" in extras else None,
         placement_comparison=_comparison(plan, planner_plan),
         plan_details=tuple(plan_details(plan)),
+        batch_label=_batch_label(api_slots),
     )
 
 
@@ -166,9 +172,15 @@ def _family(plan: Plan | None) -> str:
     return plan.family_for(1).value.replace("_", " ")
 
 
-def _batch_tokens_per_s(plan: Plan | None) -> float | None:
-    """Aggregate decode speed of BATCH_SEQUENCES sequences: the tier that holds them."""
+def _batch_tokens_per_s(plan: Plan | None, n_sequences: int) -> float | None:
+    """Aggregate decode speed of n sequences decoding together: the tier that holds them."""
     if plan is None:
         return None
-    tier = plan.tier_for(BATCH_SEQUENCES)
+    tier = plan.tier_for(n_sequences)
     return next(t.tokens_per_s for t in plan.tiers if t.tier == tier)
+
+
+def _batch_label(api_slots: int | None) -> str:
+    if api_slots is None:
+        return f"Batch ({BATCH_SEQUENCES})"
+    return f"API ({api_slots} slot{'' if api_slots == 1 else 's'})"

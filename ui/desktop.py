@@ -17,6 +17,7 @@ from app.hub.discover_model import DiscoverModel
 from app.load_planning import LoadRequest, stored_profile
 from app.model_choices import picker_entries
 from app.model_library import ModelLibrary
+from app.server_view import ServerView, status_text
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError
@@ -33,6 +34,7 @@ from ui.message_html import warm_up
 from ui.model_drop import GgufDropFilter
 from ui.model_manager import ModelManager
 from ui.profile_wizard import ProfileWizard
+from ui.server_controller import ServerController
 from ui.theme import DARK, LIGHT, ThemeManager, theme_menu
 from ui.vram_controller import GpuReader, VramController, read_first_gpu
 from ui.window_state import WindowState
@@ -69,6 +71,8 @@ class Desktop:
         )
         self.vram = VramController(self.window.vram_panel, self.worker, self.bridge, None, read_gpu)
         self.batch = BatchController(self.window.batch_panel, self.worker, self.bridge)
+        # the local API server: off unless switched on; it serves the model loaded here
+        self.server = ServerController(self.window.server_panel, self.worker, self.bridge)
         # the Discover tab's searches and downloads: kept here so downloads outlive the dialog
         self.discover = DiscoverJobs(DiscoverModel(profile, None, n_ctx), parent=self.window)
         self.theme = theme or ThemeManager(parent=self.window)
@@ -82,6 +86,8 @@ class Desktop:
         self.chat.plan_used.connect(self.vram.use_plan)
         self.vram.message.connect(self._say)
         self.batch.message.connect(self._say)
+        self.server.view_changed.connect(self._show_server)
+        self.window.server_panel.copied.connect(lambda url: self._say(f"copied {url}"))
         self.window.profile_action.triggered.connect(self.profile_again)
         self.window.models_action.triggered.connect(self.open_models)
         self.window.discover_action.triggered.connect(self.open_discover)
@@ -187,6 +193,7 @@ class Desktop:
             self.chat.shutdown()  # a reply in progress is kept as far as it got
             self.discover.shutdown()  # downloads pause; they resume from their .part files
             self.vram.shutdown()
+            self.server.shutdown()  # its streams end before the worker that runs them
             self.worker.shutdown()
             self.store.close()
             self.models.close()
@@ -197,6 +204,11 @@ class Desktop:
         if entry is None or not entry.mmproj_exists or entry.mmproj_path is None:
             return None
         return str(entry.mmproj_path)
+
+    def _show_server(self, view: ServerView) -> None:
+        """The status bar's API label; while it serves, the VRAM panel predicts its slots."""
+        self.window.api_label.setText(status_text(view))
+        self.vram.use_api_slots(view.serving_slots)
 
     def _say(self, message: str) -> None:
         self.window.statusBar().showMessage(message, STATUS_MS)

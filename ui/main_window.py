@@ -1,5 +1,6 @@
 """The main window, laid out as LM Studio and Jan are: conversations on the left, the
-model picker above the chat, settings, VRAM and folder summaries in a side panel.
+model picker above the chat, settings, VRAM, folder summaries and the local API server
+in a side panel.
 
 Only layout and rendering live here; controllers decide what happens. The
 menus hold every action with its shortcut, so the keyboard reaches everything.
@@ -33,6 +34,7 @@ from ui.conversation_settings import ConversationSettings
 from ui.image_attachments import AttachmentStrip
 from ui.message_input import MessageInput
 from ui.model_picker import ModelPicker
+from ui.server_panel import ServerPanel
 from ui.vram_panel import VramPanel
 
 CONVERSATION_ID = Qt.ItemDataRole.UserRole
@@ -64,10 +66,14 @@ class MainWindow(QMainWindow):
         self.regenerate_button = _named(QPushButton("Regenerate"), "Regenerate the last reply")
         self.edit_button = _named(QPushButton("Edit last"), "Edit the last message")
         self.model_label, self.plan_label, self.speed_label = QLabel(), QLabel(), QLabel()
+        self.api_label = _named(QLabel("API off"), "Local API server")
         self.vram_panel = VramPanel()
         self.vram_dock = QDockWidget("VRAM", self)
         self.batch_panel = BatchPanel()
         self.batch_dock = QDockWidget("Summarise a folder", self)
+        self.server_panel = ServerPanel()
+        self.server_dock = QDockWidget("API", self)  # a short tab: four share the panel
+        self.side_docks = (self.settings_dock, self.vram_dock, self.batch_dock, self.server_dock)
         self._make_actions()
         self._lay_out()
         self._make_menus()
@@ -82,13 +88,15 @@ class MainWindow(QMainWindow):
         self.models_action = _action(self, "&Models…", "Ctrl+M")
         self.discover_action = _action(self, "&Discover models on Hugging Face…", "Ctrl+Shift+M")
         self.profile_action = _action(self, "&Profile this machine…", None)
+        self.server_action = _action(self, "&Local API server…", None)
         self.batch_action = _action(self, "Summarise a &folder…", "Ctrl+Shift+S")
         self.quit_action = _action(self, "&Quit", QKeySequence.StandardKey.Quit)
         self.find_action.triggered.connect(self._focus_search)
         self.settings_action.triggered.connect(self._toggle_settings)
         self.new_chat_action.triggered.connect(self.new_chat.click)
         self.quit_action.triggered.connect(self.close)
-        self.batch_action.triggered.connect(self._show_batch)
+        self.batch_action.triggered.connect(lambda: self._show_dock(self.batch_dock))
+        self.server_action.triggered.connect(lambda: self._show_dock(self.server_dock))
 
     def _make_menus(self) -> None:
         bar = self.menuBar()
@@ -101,14 +109,15 @@ class MainWindow(QMainWindow):
         for action in (self.find_action, self.settings_action, self.stop_action):
             chat.addAction(action)
         self.view_menu = view = bar.addMenu("&View")
-        view.addAction(self.settings_dock.toggleViewAction())
-        view.addAction(self.vram_dock.toggleViewAction())
-        view.addAction(self.batch_dock.toggleViewAction())
+        self.server_dock.toggleViewAction().setText("Local &API server")
+        for dock in self.side_docks:
+            view.addAction(dock.toggleViewAction())
         tools = bar.addMenu("&Tools")
         tools.addAction(self.models_action)
         tools.addAction(self.discover_action)
         tools.addAction(self.batch_action)
         tools.addAction(self.profile_action)
+        tools.addAction(self.server_action)
 
     def _lay_out(self) -> None:
         splitter = QSplitter()
@@ -118,7 +127,7 @@ class MainWindow(QMainWindow):
         splitter.setCollapsible(1, False)
         self.setCentralWidget(splitter)
         self._side_panel()
-        for label in (self.model_label, self.plan_label, self.speed_label):
+        for label in (self.model_label, self.plan_label, self.speed_label, self.api_label):
             self.statusBar().addPermanentWidget(label)
 
     def _sidebar(self) -> QWidget:
@@ -166,7 +175,7 @@ class MainWindow(QMainWindow):
         return chat
 
     def _side_panel(self) -> None:
-        """Settings, VRAM and the folder summary as tabs of one panel on the right."""
+        """Settings, VRAM, the folder summary and the API server as tabs of one panel."""
         scroller = QScrollArea()
         scroller.setWidgetResizable(True)
         scroller.setFrameShape(QFrame.Shape.NoFrame)
@@ -175,6 +184,7 @@ class MainWindow(QMainWindow):
             (self.settings_dock, "settings-dock", scroller),
             (self.vram_dock, "vram-dock", self.vram_panel),
             (self.batch_dock, "batch-dock", self.batch_panel),
+            (self.server_dock, "server-dock", self.server_panel),
         ):
             dock.setObjectName(name)
             dock.setWidget(widget)
@@ -182,9 +192,10 @@ class MainWindow(QMainWindow):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
         self.tabifyDockWidget(self.settings_dock, self.vram_dock)
         self.tabifyDockWidget(self.vram_dock, self.batch_dock)
+        self.tabifyDockWidget(self.batch_dock, self.server_dock)
         self.settings_dock.raise_()
         self.resizeDocks([self.settings_dock], [320], Qt.Orientation.Horizontal)
-        for dock in (self.settings_dock, self.vram_dock, self.batch_dock):
+        for dock in self.side_docks:
             dock.visibilityChanged.connect(lambda _shown: self._sync_panel_button())
 
     def show_context(self, used: int, window: int) -> None:
@@ -201,13 +212,13 @@ class MainWindow(QMainWindow):
         )
 
     def _show_side_panel(self, shown: bool) -> None:
-        for dock in (self.settings_dock, self.vram_dock, self.batch_dock):
+        for dock in self.side_docks:
             dock.setVisible(shown)
         if shown:
             self.settings_dock.raise_()
 
     def _sync_panel_button(self) -> None:
-        shown = any(d.isVisible() for d in (self.settings_dock, self.vram_dock, self.batch_dock))
+        shown = any(dock.isVisible() for dock in self.side_docks)
         self.panel_button.blockSignals(True)
         self.panel_button.setChecked(shown)
         self.panel_button.blockSignals(False)
@@ -232,9 +243,9 @@ class MainWindow(QMainWindow):
         for button in (self.send_button, self.regenerate_button, self.edit_button):
             button.setEnabled(not busy)
 
-    def _show_batch(self) -> None:
-        self.batch_dock.show()
-        self.batch_dock.raise_()
+    def _show_dock(self, dock: QDockWidget) -> None:
+        dock.show()
+        dock.raise_()
 
     def _focus_search(self) -> None:
         self.search.setFocus()

@@ -60,6 +60,7 @@ class VramController(QObject):
         self._pending: dict[int, int] = {}  # request id -> budget asked for
         self._placements: dict[int, str] = {}  # request id -> placement asked for
         self.planner_plan: Plan | None = None  # the planner's, beside a manual placement
+        self.api_slots: int | None = None  # the local API server's, while it serves
         self._timer = QTimer(self, interval=REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
         panel.budget_chosen.connect(self._choose_budget)
@@ -96,6 +97,13 @@ class VramController(QObject):
         self._placements.clear()
         self.panel.reset_placement()
         self._render()
+
+    def use_api_slots(self, n_slots: int | None) -> None:
+        """The local API server serves with n slots (None: it is off): the batch row
+        predicts those sequences decoding together."""
+        if n_slots != self.api_slots:
+            self.api_slots = n_slots
+            self._render()
 
     def refresh(self) -> None:
         """Read the GPU again; under Auto, re-plan when free VRAM moved."""
@@ -157,6 +165,7 @@ class VramController(QObject):
         if budget_bytes is None and self._pending:
             budget_bytes = list(self._pending.values())[-1]
         view = vram_overview(
-            self.plan, self._gpu, self._no_gpu_reason, self.auto, budget_bytes, self.planner_plan
-        )
+            self.plan, self._gpu, self._no_gpu_reason, self.auto, budget_bytes, self.planner_plan,
+            self.api_slots,
+        )  # fmt: skip
         self.panel.show_overview(view)

@@ -115,6 +115,7 @@ class VramPanel(QWidget):
         self.last_speed = QLabel("–")  # the last reply's measured speed, by the prediction
         self.last_speed.setAccessibleName("The last reply's speed")
         self.batch = QLabel()
+        self.batch_label = QLabel(f"Batch ({BATCH_SEQUENCES})")  # or the API server's slots
         self.live = QLabel(wordWrap=True)
         self.placement = QComboBox()
         self.placement.setAccessibleName("Placement")
@@ -151,7 +152,7 @@ class VramPanel(QWidget):
         form.addRow("Plan", self.family)
         form.addRow("Chat", self.chat)
         form.addRow("Last reply", self.last_speed)
-        form.addRow(f"Batch ({BATCH_SEQUENCES})", self.batch)
+        form.addRow(self.batch_label, self.batch)
         form.addRow("GPU now", self.live)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("<b>VRAM budget</b>"))
@@ -178,6 +179,7 @@ class VramPanel(QWidget):
         self.plan_words.setText("\n".join(view.plan_details))
         self.chat.setText(_speed(view.chat_tokens_per_s, view.chat_ttft_s))
         self.batch.setText(_speed(view.batch_tokens_per_s, None))
+        self.batch_label.setText(view.batch_label)
         self.live.setText(_live(view))
         self._show_placement(view)
 

@@ -39,6 +39,9 @@ from engine.serving.stream_pool import PoolEntry, StreamPool
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+# formats whose call marker is a control token ([TOOL_CALLS], <|python_tag|>): the reply's
+# text must show control tokens for the parser to see the call
+_MARKED_BY_CONTROL_TOKENS = (ToolCallFormat.MISTRAL, ToolCallFormat.LLAMA3)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
     request = StreamRequest(
         tuple(pieces), call.settings, stop, job.cancel, job.label,
         reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,
+        show_special=tool_format in _MARKED_BY_CONTROL_TOKENS,
     )  # fmt: skip
     seed = call.settings.seed if call.settings.seed is not None else model.params.seed
     entry = pool.submit(request, seed, job.label)

@@ -62,6 +62,7 @@ class StreamRequest:
     reuse_cache: bool = True
     grammar: str | None = None  # GBNF the reply must follow (llama.cpp's grammar sampler)
     top_logprobs: int | None = None  # record each token's logprob and this many alternatives
+    show_special: bool = False  # control tokens in the text (tool-call markers some models use)
 
     @classmethod
     def of_tokens(
@@ -139,7 +140,7 @@ class Stream:
         if handle.is_end_of_generation(token):
             self.end(FinishReason.STOP)
             return
-        piece = self._text.feed(token_bytes(handle.vocab, token))
+        piece = self._text.feed(token_bytes(handle.vocab, token, self.request.show_special))
         self._say(piece)
         if self._text.stopped:
             self.end(FinishReason.STOP)

@@ -11,13 +11,14 @@ import llama_cpp
 _PIECE_BUFFER = 64
 
 
-def token_bytes(vocab: llama_cpp.llama_vocab_p, token: int) -> bytes:
-    """The bytes of one token's text piece (special tokens render as nothing)."""
+def token_bytes(vocab: llama_cpp.llama_vocab_p, token: int, special: bool = False) -> bytes:
+    """The bytes of one token's text piece; special tokens render as nothing unless
+    `special` (a tool call's [TOOL_CALLS] or <|python_tag|> is a control token)."""
     buffer = ctypes.create_string_buffer(_PIECE_BUFFER)
-    size = llama_cpp.llama_token_to_piece(vocab, token, buffer, _PIECE_BUFFER, 0, False)
+    size = llama_cpp.llama_token_to_piece(vocab, token, buffer, _PIECE_BUFFER, 0, special)
     if size < 0:  # the piece is longer than the buffer: llama.cpp tells us how long
         buffer = ctypes.create_string_buffer(-size)
-        size = llama_cpp.llama_token_to_piece(vocab, token, buffer, -size, 0, False)
+        size = llama_cpp.llama_token_to_piece(vocab, token, buffer, -size, 0, special)
     return buffer.raw[:size]
 
 

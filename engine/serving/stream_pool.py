@@ -157,7 +157,6 @@ class StreamPool:
             f" (copied from sequence {copy_from})" if copy_from is not None else "",
         )  # fmt: skip
 
-
     def _worth(self, seq_id: int, shared: int) -> float:
         """What starting in this sequence saves: the prompt tokens its cache holds, less the
         other cells it holds, which are lost (another client's conversation, kept for its

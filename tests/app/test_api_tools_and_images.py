@@ -154,3 +154,43 @@ def test_an_image_request_to_the_vision_pair(tmp_path_factory: pytest.TempPathFa
         assert again.choices[0].message.content == first.choices[0].message.content
     finally:
         vision.close()
+
+
+THINKING_TEMPLATE = (
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{%- else %}<think>\n{%- endif %}{%- endif %}"
+)
+
+
+def test_reasoning_goes_to_reasoning_content(make_synthetic) -> None:
+    """A template that opens the thinking in its generation prompt (Qwen3's, DeepSeek-R1's):
+    the reply starts inside it, so what the model says until </think> is reasoning."""
+    model = make_synthetic("llama", "F16", chat_template=THINKING_TEMPLATE)
+    thinker = start_serving(str(model), n_slots=1, n_ctx_per_slot=512)
+    try:
+        client = thinker.client()
+        thought = client.chat.completions.create(
+            model=thinker.model_id, messages=ASK, temperature=0, max_tokens=12
+        )
+        message = thought.choices[0].message
+        reasoning = (message.model_extra or {}).get("reasoning_content", "")
+        assert reasoning.strip() and not message.content  # cut short inside its thinking
+        chunks = list(
+            client.chat.completions.create(
+                model=thinker.model_id, messages=ASK, temperature=0, max_tokens=12, stream=True
+            )
+        )
+        streamed = "".join(
+            (c.choices[0].delta.model_extra or {}).get("reasoning_content", "") for c in chunks
+        )
+        assert streamed == reasoning
+        answered = client.chat.completions.create(
+            model=thinker.model_id, messages=ASK, temperature=0, max_tokens=12,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )  # fmt: skip
+        assert answered.choices[0].message.content  # no thinking: it all is the answer
+    finally:
+        thinker.close()

@@ -1,0 +1,188 @@
+"""What the Local API server panel does: run app.api.server inside the app, on the window's model.
+
+The server serves whatever model the window's engine worker has loaded; this owns
+it. Starting binds a socket and stopping ends the streams in flight (up to
+seconds), so both run on a thread of their own and report back through queued
+signals: the GUI thread never waits on the network. The server's reports of
+clients coming and going arrive on its own thread and are relayed the same way.
+
+Switched on when the app last closed, it is switched on again once the next model
+is loaded. On quit it is stopped before the worker shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from PySide6.QtCore import QObject, Signal
+
+from app.api.server import SHUTDOWN_SECONDS, ApiServer, ServerState
+from app.server_view import (
+    ServerPhase,
+    ServerSettings,
+    ServerView,
+    refused,
+    started,
+    starting,
+    stopped,
+    stopping,
+    with_settings,
+    with_state,
+)
+from app.worker import EngineWorker
+from engine.errors import BadInputError
+from ui.engine_bridge import EngineBridge
+from ui.server_panel import ServerPanel
+from ui.server_settings import ServerSettingsStore
+
+log = logging.getLogger(__name__)
+
+QUIT_WAIT_S = SHUTDOWN_SECONDS + 10  # what stop() itself allows its loop, and a margin
+
+
+class ServerController(QObject):
+    view_changed = Signal(object)  # ServerView: the status bar, the VRAM panel's slot count
+    _state_arrived = Signal(object)  # ServerState, from the server's thread
+    _start_done = Signal(object, str)  # ApiServer, its address; from the starting thread
+    _start_failed = Signal(object, str)  # ApiServer, why in one line
+    _stop_done = Signal()
+
+    def __init__(
+        self,
+        panel: ServerPanel,
+        worker: EngineWorker,
+        bridge: EngineBridge,
+        store: ServerSettingsStore | None = None,
+    ) -> None:
+        super().__init__(panel)
+        self.panel, self.worker, self.bridge = panel, worker, bridge
+        self.store = store or ServerSettingsStore()
+        self.view = ServerView(settings=self.store.load())
+        self._start_when_loaded = self.view.settings.enabled
+        self._server: ApiServer | None = None  # listening, or on its way up or down
+        self._job: threading.Thread | None = None  # the start or stop under way
+        panel.switched.connect(self.switch)
+        panel.settings_edited.connect(self._edit)
+        self._state_arrived.connect(self._on_state)
+        self._start_done.connect(self._on_started)
+        self._start_failed.connect(self._on_start_failed)
+        self._stop_done.connect(self._on_stopped)
+        bridge.model_loaded.connect(self._on_model_loaded)
+        self._show(self.view)
+
+    def switch(self, on: bool) -> None:
+        """Start or stop serving; a switch while it is on its way up or down is not taken."""
+        if on and self.view.phase is ServerPhase.OFF:
+            self._start()
+        elif not on and self.view.phase is ServerPhase.ON:
+            self._stop()
+        else:
+            self._show(self.view)  # the switch shows the phase again
+
+    def report_state(self, state: ServerState) -> None:
+        """The server's `on_state`, called from any thread: the view follows on the GUI's."""
+        self._state_arrived.emit(state)
+
+    def shutdown(self) -> None:
+        """Before the worker goes (the app is closing): remember the settings, stop serving.
+
+        The one place that waits for the network, boundedly, since the window is closing."""
+        self.bridge.model_loaded.disconnect(self._on_model_loaded)
+        self._state_arrived.disconnect(self._on_state)  # reports of the stop below go nowhere
+        wanted = self.view.switched_on or self._start_when_loaded
+        self._remember(wanted)
+        if self._job is not None:
+            self._job.join(QUIT_WAIT_S)
+        server, self._server = self._server, None
+        if server is not None and server.address is not None:
+            self._in_background(server.stop, lambda: None).join(QUIT_WAIT_S)
+
+    # --- what the person did ---
+
+    def _edit(self, settings: ServerSettings) -> None:
+        if self.view.editable:
+            self._show(with_settings(self.view, settings))
+
+    def _start(self) -> None:
+        try:
+            config = self.view.settings.config()
+        except BadInputError as exc:
+            self._show(refused(self.view, str(exc)))
+            return
+        server = ApiServer(self.worker, config, self.report_state)
+        self._server = server
+        self._show(starting(self.view))
+
+        def start() -> None:
+            try:
+                self._start_done.emit(server, server.start())
+            except BadInputError as exc:  # ServerStartError: a taken port, a foreign address
+                self._start_failed.emit(server, str(exc))
+            except Exception as exc:  # the panel says it; the log keeps the traceback
+                log.exception("the API server did not start")
+                self._start_failed.emit(server, f"the server did not start: {exc}")
+
+        self._in_background(start, lambda: None)
+
+    def _stop(self) -> None:
+        server, self._server = self._server, None
+        self._show(stopping(self.view))
+        self._remember(False)
+        if server is None:
+            self._on_stopped()
+            return
+        self._in_background(server.stop, self._stop_done.emit)
+
+    # --- reports, on the GUI thread ---
+
+    def _on_started(self, server: ApiServer, address: str) -> None:
+        if server is self._server and self.view.phase is ServerPhase.STARTING:
+            self._show(started(self.view, address))
+            self._remember(True)
+
+    def _on_start_failed(self, server: ApiServer, message: str) -> None:
+        if server is self._server:
+            self._server = None
+            self._show(refused(self.view, message))
+            self._remember(False)
+
+    def _on_stopped(self) -> None:
+        self._show(stopped(self.view))
+
+    def _on_state(self, state: ServerState) -> None:
+        shown = with_state(self.view, state)
+        if shown != self.view:
+            self._show(shown)
+
+    def _on_model_loaded(self, _event: object) -> None:
+        """On when the app last closed: on again, now that there is a model to serve."""
+        if self._start_when_loaded:
+            self._start_when_loaded = False
+            self.switch(True)
+
+    # --- helpers ---
+
+    def _show(self, view: ServerView) -> None:
+        self.view = view
+        self.panel.show_view(view)
+        self.view_changed.emit(view)
+
+    def _remember(self, enabled: bool) -> None:
+        self.store.save(replace(self.view.settings, enabled=enabled))
+
+    def _in_background(
+        self, work: Callable[[], None], then: Callable[[], None]
+    ) -> threading.Thread:
+        def run() -> None:
+            try:
+                work()
+            except Exception:
+                log.exception("the API server's %s failed", work.__name__)
+            then()
+
+        self._job = threading.Thread(target=run, name="shardchat-api-switch", daemon=True)
+        self._job.start()
+        return self._job
