@@ -172,6 +172,7 @@ class ApiServer:
             loop.close()
 
     async def _listen(self) -> None:
+        self._outbox = _Outbox(asyncio.get_running_loop())
         app = web.Application(
             client_max_size=self.config.max_body_bytes,
             middlewares=[self._errors, self._cors, self._auth],
@@ -319,8 +320,8 @@ class ApiServer:
             log.info("prompt: %s", json.dumps(await request.json())[:4000])
         with self._admitted():
             queue: asyncio.Queue[ApiEvent] = asyncio.Queue()
-            loop = asyncio.get_running_loop()
-            job = ApiJob(call, lambda event: _deliver(loop, queue, event))
+            outbox = self._outbox
+            job = ApiJob(call, lambda event: outbox.put(queue, event))
             reply = ReplyBuilder(
                 call.endpoint, model.id, call.include_usage, call.top_logprobs is not None
             )
@@ -361,10 +362,32 @@ class _Admission:
         self._server._publish()
 
 
-def _deliver(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[ApiEvent], event: Any) -> None:
-    """From the worker's thread into the request's queue (dropped once the server stopped)."""
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-        loop.call_soon_threadsafe(queue.put_nowait, event)
+class _Outbox:
+    """Events from the worker's thread into the requests' queues on the server's loop.
+
+    The worker sends one event per stream per step; waking the loop for each
+    (a write to its self-pipe) would cost sixteen system calls a step with
+    sixteen clients. Events gather here and the first of a batch schedules one
+    flush, which hands them all over."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue[ApiEvent], ApiEvent]] = []
+
+    def put(self, queue: asyncio.Queue[ApiEvent], event: ApiEvent) -> None:
+        with self._lock:
+            self._pending.append((queue, event))
+            if len(self._pending) > 1:
+                return  # a flush is already on its way
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+            self._loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for queue, event in pending:
+            queue.put_nowait(event)
 
 
 async def _json_body(request: web.Request) -> Any:
