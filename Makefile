@@ -166,3 +166,43 @@ clean:
 
 distclean: clean
 	rm -rf $(WHEELS)
+
+# bench/api_throughput.py: ShardChat's OpenAI-compatible server against two peers on the
+# same model and threads, both from the llama-cpp-python release we ship: llama.cpp's
+# llama-server, built portably from the llama.cpp that release vendors (about 8 minutes
+# on 2 cores, once), and llama-cpp-python's own server in .venv-bench, from the same
+# portable wheel as .venv. Not part of `make test`.
+BENCH_VENV := .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_INSTALLED := $(BENCH_VENV)/.installed
+LLAMA_SDIST := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION).tar.gz
+LLAMA_SERVER_BUILD := .cache/llama-server/build
+LLAMA_SERVER := $(LLAMA_SERVER_BUILD)/bin/llama-server
+
+.PHONY: bench-api
+bench-api: $(LLAMA_SERVER) $(BENCH_INSTALLED) $(INSTALLED)
+	$(PY) bench/api_throughput.py
+
+# From the sdist the fit.cpp rule above unpacks too, into the same place; fetched here
+# only when missing (that rule starts from an empty .cache/llama-src).
+$(LLAMA_SERVER): | $(PY)
+	@$(call apt_ensure,cmake:cmake ninja:ninja-build g++:g++)
+	test -f $(LLAMA_SDIST) || $(PIP) download --quiet --no-deps --no-binary :all: \
+		-d $(dir $(LLAMA_SDIST)) llama-cpp-python==$(LLAMA_VERSION)
+	test -f $(LLAMA_SRC)/CMakeLists.txt || tar -xzf $(LLAMA_SDIST) -C $(dir $(LLAMA_SDIST))
+	cmake -S $(LLAMA_SRC) -B $(LLAMA_SERVER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+		$(PORTABLE_CMAKE_ARGS) -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF
+	cmake --build $(LLAMA_SERVER_BUILD) --target llama-server -j2
+
+# The wheel without its dependencies first, so pip never swaps it for a build from source;
+# then the `server` extra's dependencies, pip seeing 0.3.36 already installed.
+$(BENCH_INSTALLED): $(LLAMA_WHEEL_STAMP)
+	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --upgrade pip
+	$(BENCH_PY) -m pip install --force-reinstall --no-deps \
+		$(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(BENCH_PY) -m pip install --find-links $(WHEELS) --only-binary llama-cpp-python \
+		'llama-cpp-python[server]==$(LLAMA_VERSION)'
+	touch $@
