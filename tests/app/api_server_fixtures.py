@@ -11,9 +11,18 @@ from dataclasses import dataclass, field
 import openai
 
 from app.api.server import ApiServer, ServerConfig
-from app.events import EngineEvent, ModelLoaded, RequestFailed
+from app.events import (
+    ConversationStarted,
+    EngineEvent,
+    JobFinished,
+    ModelLoaded,
+    ReplyFinished,
+    RequestFailed,
+)
 from app.load_planning import LoadRequest
 from app.worker import EngineWorker
+
+FINAL = (ReplyFinished, JobFinished, RequestFailed, ConversationStarted)
 
 
 @dataclass
@@ -21,6 +30,7 @@ class Serving:
     worker: EngineWorker
     server: ApiServer
     model_id: str
+    events: queue.Queue[EngineEvent]
     api_key: str = "unused"
     clients: list[openai.OpenAI] = field(default_factory=list)
 
@@ -41,6 +51,13 @@ class Serving:
         return openai.AsyncOpenAI(
             base_url=self.base_url, api_key=self.api_key, timeout=timeout, max_retries=0
         )
+
+    def wait_for(self, request_id: int, timeout: float = 300) -> EngineEvent:
+        """The worker's final event for a request (progress events on the way are kept)."""
+        while True:
+            event = self.events.get(timeout=timeout)
+            if getattr(event, "request_id", None) == request_id and isinstance(event, FINAL):
+                return event
 
     def close(self) -> None:
         for made in self.clients:
@@ -75,7 +92,7 @@ def start_serving(
     server.start()
     assert worker.api.model is not None
     key = str(config.get("api_key") or "unused")
-    return Serving(worker, server, worker.api.model.id, key)
+    return Serving(worker, server, worker.api.model.id, events, key)
 
 
 class LogWatch(logging.Handler):
