@@ -151,6 +151,7 @@ class EngineWorker:
         self._resident = ResidentModel()
         self._session: ChatSession | None = None
         self.api = ApiStreams()
+        self.api.switch_model = self._switch_for_api
         self._resident.before_close.append(self.api.unloaded)
         self._handlers: dict[type, Callable[[_Queued], None]] = {
             _LoadModel: self._load,
@@ -410,6 +411,21 @@ class EngineWorker:
                 general_name=inventory.name,
             )
         )
+
+    def _switch_for_api(self, model_path: str, mmproj_path: str | None) -> None:
+        """Load the model an API request names (the server allows switching), planned as the
+        current one is: the same context, threads, profile and budget."""
+        current, plan = self._resident.model, self._resident.plan
+        params = current.params if current is not None else None
+        request = LoadRequest(
+            model_path,
+            params.n_ctx if params is not None else 4096,
+            self._resident.profile,
+            plan.request.vram_budget_bytes if plan is not None else None,
+            mmproj_path,
+            n_threads=params.n_threads if params is not None else None,
+        )
+        self._load_planned(_Queued(0, _LoadPlanned(request)))
 
     def _serve_api_between_steps(self, model: LoadedModel) -> None:
         """A chat or vision turn on this model lets the API's streams take a step between

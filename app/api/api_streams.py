@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.api.api_errors import ApiError, not_found
 from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit
-from engine.errors import BadInputError
+from engine.errors import BadInputError, ShardChatError
 from engine.model.model_naming import readable_model_name
 from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
@@ -71,6 +72,9 @@ class ApiStreams:
         self._pool: StreamPool | None = None
         self._served: dict[int, ServedJob] = {}
         self.model: ServedModel | None = None  # read by the server's thread
+        # jobs waiting for the model they name, which is loaded once the pool is idle
+        self._switching: collections.deque[ApiJob] = collections.deque()
+        self.switch_model: Callable[[str, str | None], None] | None = None  # set by the worker
 
     # --- any thread ---
 
@@ -85,7 +89,7 @@ class ApiStreams:
 
     @property
     def busy(self) -> bool:
-        return bool(self._inbox) or (self._pool is not None and self._pool.busy)
+        return bool(self._inbox or self._switching) or self._pool is not None and self._pool.busy
 
     @property
     def counts(self) -> tuple[int, int]:
@@ -109,6 +113,7 @@ class ApiStreams:
         self._admit(model, plan)
         pool = self._pool
         if pool is None or not pool.busy:
+            self._switch_when_idle()
             return
         ended = pool.step()
         for served in self._served.values():
@@ -120,8 +125,9 @@ class ApiStreams:
 
     def close(self, reason: str) -> None:
         """End every job (`reason` as their error) and free the pool's context."""
-        while self._inbox:
-            self._inbox.popleft().sink(ApiFailed(ApiError(503, reason, "server_error")))
+        while self._inbox or self._switching:
+            queued = self._inbox or self._switching
+            queued.popleft().sink(ApiFailed(ApiError(503, reason, "server_error")))
         if self._pool is not None:
             for entry in self._pool.close(reason):
                 gone = self._served.pop(id(entry), None)
@@ -131,13 +137,19 @@ class ApiStreams:
         self._served.clear()
 
     def unloaded(self) -> None:
+        waiting = list(self._switching)  # they wait for a model: the switch itself unloads
+        self._switching.clear()
         self.close("the model was unloaded or replaced; send the request again")
+        self._switching.extend(waiting)
         self.model = None
 
     def _admit(self, model: LoadedModel | None, plan: Plan | None) -> None:
         while self._inbox:
             job = self._inbox.popleft()
             if job.cancel.cancelled:
+                continue
+            if self._switching or self._needs_switch(job):
+                self._switching.append(job)  # in order: later jobs wait behind a switch
                 continue
             try:
                 loaded = self._require_model(job, model)
@@ -147,6 +159,42 @@ class ApiStreams:
                 job.sink(ApiFailed(exc))
                 continue
             self._served[id(served.entry)] = served
+
+    def _needs_switch(self, job: ApiJob) -> bool:
+        served = self.model
+        wanted = job.call.model
+        return job.switch_to is not None and (served is None or not served.answers_to(wanted))
+
+    def _switch_when_idle(self) -> None:
+        """With the pool idle, load the model the first waiting job names; then every waiting
+        job is admitted again (one for yet another model waits for the next switch)."""
+        if not self._switching:
+            return
+        first: ApiJob | None = self._switching.popleft()
+        assert first is not None
+        if self._needs_switch(first):
+            first = self._switched_for(first)
+        waiting = ([first] if first is not None else []) + list(self._switching)
+        self._switching.clear()
+        self._inbox.extendleft(reversed(waiting))
+
+    def _switched_for(self, job: ApiJob) -> ApiJob | None:
+        """Load the model `job` names; the job, or None when it was failed."""
+        assert job.switch_to is not None
+        path, mmproj = job.switch_to
+        if self.switch_model is None:
+            job.sink(ApiFailed(not_found(f"the model {job.call.model!r} is not loaded")))
+            return None
+        log.info("API: loading %s for %s", path, job.label)
+        try:
+            self.switch_model(path, mmproj)
+        except ShardChatError as exc:
+            job.sink(ApiFailed(ApiError(400, f"could not load {job.call.model!r}: {exc}")))
+            return None
+        if self._needs_switch(job):  # loaded, yet under another name: never load it again
+            job.sink(ApiFailed(not_found(f"the model {job.call.model!r} is not loaded")))
+            return None
+        return job
 
     def _require_model(self, job: ApiJob, model: LoadedModel | None) -> LoadedModel:
         served = self.model

@@ -94,6 +94,8 @@ class ApiJob:
     label: str = field(default_factory=lambda: f"api request {next(_ids)}")
     cancel: CancelToken = field(default_factory=CancelToken)
     created: float = field(default_factory=time.perf_counter)
+    # a library model to load first (the server allows switching models): (model, projector)
+    switch_to: tuple[str, str | None] | None = None
 
 
 class ServedJob:

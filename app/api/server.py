@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from app.api.api_errors import ApiError, bad_request, not_found, server_error
-from app.api.api_streams import PoolShape, ServedModel
+from app.api.api_streams import PoolShape, ServedModel, model_id
 from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished, ApiJob
 from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
+from app.model_library import ModelEntry, ModelLibrary
 from engine.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class ServerConfig:
     max_queue: int = 32  # requests waiting for a slot before 429
     max_body_bytes: int = MAX_BODY_BYTES
     log_prompts: bool = False
+    # a request may name any model of the model library: it is loaded once the API is idle
+    allow_model_switch: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in LOOPBACK and not self.api_key:
@@ -288,15 +291,33 @@ class ApiServer:
     async def _models(self, _request: web.Request) -> web.Response:
         model = self.worker.api.model
         data = [_model_card(model)] if model is not None else []
+        if self.config.allow_model_switch:
+            listed = {card["id"] for card in data}
+            data += [
+                _library_card(e) for e in await _library() if model_id(str(e.path)) not in listed
+            ]
         return web.json_response({"object": "list", "data": data})
 
     async def _model(self, request: web.Request) -> web.Response:
         model: ServedModel | None = self.worker.api.model
         wanted = request.match_info["id"]
-        if model is None or not model.answers_to(wanted):
-            loaded = f"; the loaded model is {model.id!r}" if model else "; no model is loaded"
-            raise not_found(f"the model {wanted!r} is not loaded{loaded}")
-        return web.json_response(_model_card(model))
+        if model is not None and model.answers_to(wanted):
+            return web.json_response(_model_card(model))
+        entry = await self._switchable(wanted)
+        if entry is not None:
+            return web.json_response(_library_card(entry))
+        loaded = f"; the loaded model is {model.id!r}" if model else "; no model is loaded"
+        raise not_found(f"the model {wanted!r} is not loaded{loaded}")
+
+    async def _switchable(self, wanted: str) -> ModelEntry | None:
+        """The library model a request names, when the user allows switching models."""
+        if not self.config.allow_model_switch:
+            return None
+        name = wanted.strip().lower()
+        for entry in await _library():
+            if name in (model_id(str(entry.path)).lower(), entry.name.lower()):
+                return entry
+        return None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, parse_chat)
@@ -309,21 +330,29 @@ class ApiServer:
     ) -> web.StreamResponse:
         call = parse(await _json_body(request))
         model = self.worker.api.model
-        if model is None:
+        switch_to = None
+        # with switching allowed, any library model may be named, the loaded one included:
+        # another request's switch may unload it before this one starts
+        entry = await self._switchable(call.model)
+        if entry is None and model is None:
             raise ApiError(503, "no model is loaded", "server_error", "model_not_loaded")
-        if not model.answers_to(call.model):
+        if entry is None and model is not None and not model.answers_to(call.model):
             raise not_found(
                 f"the model {call.model!r} is not loaded; the loaded model is {model.id!r}",
                 param="model",
             )
+        if entry is not None:
+            mmproj = str(entry.mmproj_path) if entry.mmproj_exists else None
+            switch_to = (str(entry.path), mmproj)
         if self.config.log_prompts:
             log.info("prompt: %s", json.dumps(await request.json())[:4000])
         with self._admitted():
             queue: asyncio.Queue[ApiEvent] = asyncio.Queue()
             outbox = self._outbox
-            job = ApiJob(call, lambda event: outbox.put(queue, event))
+            job = ApiJob(call, lambda event: outbox.put(queue, event), switch_to=switch_to)
+            served_as = model_id(switch_to[0]) if switch_to else model.id if model else call.model
             reply = ReplyBuilder(
-                call.endpoint, model.id, call.include_usage, call.top_logprobs is not None
+                call.endpoint, served_as, call.include_usage, call.top_logprobs is not None
             )
             self.worker.serve_api(job)
             try:
@@ -459,6 +488,26 @@ def _usage_words(finished: ApiFinished) -> str:
         f"prompt {usage.prompt_tokens} ({usage.cached_tokens} cached) "
         f"completion {usage.completion_tokens} tokens,"
     )
+
+
+async def _library() -> list[ModelEntry]:
+    """The model library's language models whose files exist (SQLite: off the loop)."""
+
+    def read() -> list[ModelEntry]:
+        with ModelLibrary() as library:
+            return [e for e in library.models() if e.exists]
+
+    return await asyncio.get_running_loop().run_in_executor(None, read)
+
+
+def _library_card(entry: ModelEntry) -> dict[str, Any]:
+    return {
+        "id": model_id(str(entry.path)),
+        "object": "model",
+        "created": 0,
+        "owned_by": "shardchat",
+        "meta": {"name": entry.readable_name, "loaded": False, "vision": entry.mmproj_exists},
+    }
 
 
 def _model_card(model: ServedModel) -> dict[str, Any]:

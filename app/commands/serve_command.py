@@ -68,6 +68,11 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument(
         "--log-prompts", action="store_true", help="write request bodies to the log (off)"
     )
+    cmd.add_argument(
+        "--allow-model-switch", action="store_true",
+        help="a request may name any model of the model list (shardchat models list): it is "
+        "loaded once the requests in flight have ended (default: 404 naming the loaded one)",
+    )  # fmt: skip
     add_prompt_format_option(cmd)
     cmd.set_defaults(command="serve", run=run_serve)
 
@@ -77,7 +82,7 @@ def run_serve(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, api_key=args.api_key or None,
         cors_origins=tuple(args.cors_origin), n_slots=args.parallel,
         n_ctx_per_slot=args.ctx_per_slot, max_queue=max(args.max_queue, 0),
-        log_prompts=args.log_prompts,
+        log_prompts=args.log_prompts, allow_model_switch=args.allow_model_switch,
     )  # fmt: skip
     model_path = inspect_model(args.model or default_model_path()).path
     mmproj = _projector(args.mmproj)

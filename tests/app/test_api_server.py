@@ -19,6 +19,7 @@ from api_server_fixtures import LogWatch, Serving, start_serving
 
 from app.api.server import ApiServer, ServerConfig, ServerStartError
 from app.cli import main
+from app.model_library import ModelLibrary
 from engine.errors import BadInputError
 
 QUESTION = [{"role": "user", "content": "Name three colours of the rainbow."}]
@@ -330,3 +331,31 @@ def test_the_request_log_has_tokens_and_seconds_but_no_prompt(serving: Serving) 
         line,
     ), line
     assert "Name three colours" not in " ".join(watch.messages)  # no prompt text in the log
+
+
+def test_with_switching_allowed_a_request_loads_the_model_it_names(
+    default_model_file: Path, make_synthetic
+) -> None:
+    other = make_synthetic("llama", "F16")
+    with ModelLibrary() as library:
+        added = library.add(other)
+    switching = start_serving(str(default_model_file), n_slots=2, allow_model_switch=True)
+    try:
+        client = switching.client()
+        other_id = added.name
+        listed = [m.id for m in client.models.list().data]
+        assert listed[0] == switching.model_id and other_id in listed
+        reply = client.chat.completions.create(
+            model=other_id, messages=QUESTION, temperature=0, max_tokens=4
+        )
+        assert reply.model == other_id and reply.choices[0].finish_reason in ("stop", "length")
+        assert switching.worker.api.model is not None
+        assert switching.worker.api.model.id == other_id
+        back = client.chat.completions.create(
+            model=switching.model_id, messages=QUESTION, temperature=0, max_tokens=4
+        )
+        assert back.model == switching.model_id
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="not-in-the-library", messages=QUESTION)
+    finally:
+        switching.close()
