@@ -247,7 +247,7 @@ def _vision_pieces(
     try:
         images = [vision.decoded(image) for image in call.prompt.images]
         add_bos = not template_adds_bos and model.wants_bos()
-        pieces: list[Piece] = vision.prepare(text, images, add_bos)
+        pieces: list[Piece] = vision.prepare_for_decode(text, images, add_bos)
     except BadInputError as exc:
         raise bad_request(str(exc), "messages", "invalid_image") from exc
     return pieces

@@ -99,6 +99,7 @@ def run_serve(args: argparse.Namespace) -> int:
         loaded = _wait_for(events, worker.load_planned(request))
         if isinstance(loaded, ModelLoaded) and loaded.vision_problem:
             print(f"shardchat: no images: {loaded.vision_problem}", file=sys.stderr)
+        _show_requests()
         server = ApiServer(worker, config)
         address = server.start()
         served = worker.api.model
@@ -108,6 +109,15 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         worker.shutdown()
     return 0
+
+
+def _show_requests() -> None:
+    """The request log (one line per request, never the prompt) on stderr as well as in the
+    log file, as a server's terminal shows it."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    handler.setLevel(logging.INFO)
+    logging.getLogger("shardchat.api").addHandler(handler)
 
 
 def _projector(path: str | None) -> str | None:

@@ -50,7 +50,7 @@ class ModelVision(Protocol):
 
     def tokens_for(self, image: ImageFile) -> int: ...
 
-    def prepare(
+    def prepare_for_decode(
         self, text: str, images: Sequence[RgbImage], add_bos: bool = False
     ) -> list[Piece]: ...
 

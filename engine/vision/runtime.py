@@ -96,14 +96,22 @@ class VisionRuntime:
     ) -> Iterator[GenerationResponse]:
         """Stream the reply to a rendered prompt whose image markers stand for `images`."""
         add_bos = not prompt.template_adds_bos and self.model.wants_bos()
-        pieces = self.prepare(prompt.text, [self.decoded(image) for image in images], add_bos)
-        if self.options.free_after_encode:
-            self.close_encoder()
+        decoded = [self.decoded(image) for image in images]
+        pieces = self.prepare_for_decode(prompt.text, decoded, add_bos)
         request = StreamRequest(
             tuple(pieces), settings, prompt.stop, cancel, reuse_cache=reuse_cache
         )
         self.events.append("language decode started")
         yield from generate(self.model.scheduler, request, self.model.params.seed)
+
+    def prepare_for_decode(
+        self, text: str, images: Sequence[RgbImage], add_bos: bool = False
+    ) -> list[Piece]:
+        """`prepare`, then the encoder freed where the plan wants its room for decoding."""
+        pieces = self.prepare(text, images, add_bos)
+        if self.options.free_after_encode:
+            self.close_encoder()
+        return pieces
 
     def prepare(self, text: str, images: Sequence[RgbImage], add_bos: bool = False) -> list[Piece]:
         """Text runs and encoded images, encoding (and caching) only new images.

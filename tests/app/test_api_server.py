@@ -359,3 +359,16 @@ def test_with_switching_allowed_a_request_loads_the_model_it_names(
             client.chat.completions.create(model="not-in-the-library", messages=QUESTION)
     finally:
         switching.close()
+
+
+def test_serve_on_a_taken_port_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--threads", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"shardchat: error: port {port} is already in use on 127.0.0.1; choose "
+                   "another (--port)"]  # fmt: skip
