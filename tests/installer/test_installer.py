@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,6 +218,34 @@ def test_the_portable_archive_has_the_launcher_at_its_top_and_runs(
             tar.extractall(tmp_path / "unpacked")
     done = run_selftest(tmp_path / "unpacked" / top / "shardchat", tmp_path / "home")
     assert_answers(done)
+
+
+def test_the_bundle_serves_the_openai_api(deb_root: Path, tmp_path: Path) -> None:
+    """`shardchat serve` from the bundle: its HTTP server and grammar code were collected."""
+    command = [str(installed_executable(deb_root)), "serve", "--port", "0", "--threads", "2"]
+    env = clean_env(tmp_path / "home", SHARDCHAT_HOME=str(tmp_path / "data"))
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # "listening on http://127.0.0.1:PORT (model ...)"
+        assert line.startswith("listening on http://127.0.0.1:"), line
+        base = line.split()[2]
+        body = {
+            "model": "SmolLM2-135M-Instruct.Q4_1", "max_tokens": 4, "temperature": 0,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "response_format": {"type": "json_object"},
+        }  # fmt: skip
+        request = urllib.request.Request(
+            f"{base}/v1/chat/completions", json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=120) as response:
+            reply = json.loads(response.read())
+        assert reply["usage"]["completion_tokens"] > 0
+        assert reply["choices"][0]["message"]["content"].startswith("{")
+    finally:
+        server.terminate()
+        assert server.wait(30) == 0
 
 
 @pytest.fixture(scope="session")
