@@ -37,7 +37,7 @@ class ServedModel:
     id: str
     name: str
     path: str
-    n_ctx_per_slot: int
+    context_length: int  # what the model was trained for (0: unknown)
     vision: bool
     created: int
 
@@ -103,7 +103,7 @@ class ApiStreams:
             id=model_id(path),
             name=readable_model_name(path, model.inventory.name),
             path=path,
-            n_ctx_per_slot=min(self.shape.n_ctx_per_slot, trained or self.shape.n_ctx_per_slot),
+            context_length=trained or 0,
             vision=model.vision is not None,
             created=int(Path(path).stat().st_mtime) if Path(path).exists() else 0,
         )

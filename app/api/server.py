@@ -290,7 +290,7 @@ class ApiServer:
 
     async def _models(self, _request: web.Request) -> web.Response:
         model = self.worker.api.model
-        data = [_model_card(model)] if model is not None else []
+        data = [_model_card(model, self._slot_context(model))] if model is not None else []
         if self.config.allow_model_switch:
             listed = {card["id"] for card in data}
             data += [
@@ -302,12 +302,17 @@ class ApiServer:
         model: ServedModel | None = self.worker.api.model
         wanted = request.match_info["id"]
         if model is not None and model.answers_to(wanted):
-            return web.json_response(_model_card(model))
+            return web.json_response(_model_card(model, self._slot_context(model)))
         entry = await self._switchable(wanted)
         if entry is not None:
             return web.json_response(_library_card(entry))
         loaded = f"; the loaded model is {model.id!r}" if model else "; no model is loaded"
         raise not_found(f"the model {wanted!r} is not loaded{loaded}")
+
+    def _slot_context(self, model: ServedModel) -> int:
+        """The tokens one request may use: the slot's context, within the trained one."""
+        wanted = self.config.n_ctx_per_slot
+        return min(wanted, model.context_length) if model.context_length else wanted
 
     async def _switchable(self, wanted: str) -> ModelEntry | None:
         """The library model a request names, when the user allows switching models."""
@@ -510,15 +515,14 @@ def _library_card(entry: ModelEntry) -> dict[str, Any]:
     }
 
 
-def _model_card(model: ServedModel) -> dict[str, Any]:
+def _model_card(model: ServedModel, n_ctx_per_slot: int) -> dict[str, Any]:
     return {
         "id": model.id,
         "object": "model",
         "created": model.created,
         "owned_by": "shardchat",
-        "meta": {"name": model.name, "n_ctx_per_slot": model.n_ctx_per_slot,
-                 "vision": model.vision},
-    }  # fmt: skip
+        "meta": {"name": model.name, "n_ctx_per_slot": n_ctx_per_slot, "vision": model.vision},
+    }
 
 
 def _listen_problem(config: ServerConfig, exc: OSError) -> str:

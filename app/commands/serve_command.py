@@ -89,9 +89,11 @@ def run_serve(args: argparse.Namespace) -> int:
     profile = stored_profile()
     if args.vram is not None and profile is None:
         raise BadInputError("--vram needs this machine's profile: run `shardchat profile` first")
+    # planned as the window plans: with this machine's profile when it has one (the budget:
+    # --vram, else what other programs leave free), else on the CPU
     request = LoadRequest(
-        str(model_path), min(args.ctx_per_slot, 4096), profile if args.vram is not None else None,
-        args.vram, mmproj, prompt_format=args.prompt_format, n_threads=args.threads,
+        str(model_path), min(args.ctx_per_slot, 4096), profile, args.vram, mmproj,
+        prompt_format=args.prompt_format, n_threads=args.threads,
     )  # fmt: skip
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()

@@ -51,6 +51,7 @@ def test_models_are_listed_and_an_unknown_one_is_404(serving: Serving) -> None:
     client = serving.client()
     listed = client.models.list()
     assert [m.id for m in listed.data] == [serving.model_id]
+    assert (listed.data[0].model_extra or {})["meta"]["n_ctx_per_slot"] == 1024
     assert client.models.retrieve(serving.model_id).id == serving.model_id
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
