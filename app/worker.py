@@ -301,7 +301,7 @@ class EngineWorker:
             while True:
                 entry = self._next()
                 if entry is None:
-                    self._api_step()
+                    self._api_step(may_switch=True)
                     continue
                 if isinstance(entry.request, _Stop):
                     break
@@ -321,10 +321,13 @@ class EngineWorker:
         except queue.Empty:
             return None
 
-    def _api_step(self) -> None:
-        """One step of the API's streams (called between every other activity's steps)."""
+    def _api_step(self, may_switch: bool = False) -> None:
+        """One step of the API's streams (called between every other activity's steps).
+
+        Only between activities (`may_switch`) may an API request load another model:
+        inside a chat turn's or a job's step, their model must stay."""
         try:
-            self.api.step(self._resident.model, self._resident.plan)
+            self.api.step(self._resident.model, self._resident.plan, may_switch)
         except Exception:  # a bug must not kill the worker: end the API's streams
             log.exception("API step failed")
             self.api.close("internal error while generating")

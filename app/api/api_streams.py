@@ -108,12 +108,14 @@ class ApiStreams:
             created=int(Path(path).stat().st_mtime) if Path(path).exists() else 0,
         )
 
-    def step(self, model: LoadedModel | None, plan: Plan | None) -> None:
-        """Admit what arrived, then advance every API stream by one step."""
+    def step(self, model: LoadedModel | None, plan: Plan | None, may_switch: bool = False) -> None:
+        """Admit what arrived, then advance every API stream by one step; with `may_switch`
+        (nothing else uses the model), load the model waiting requests name once idle."""
         self._admit(model, plan)
         pool = self._pool
         if pool is None or not pool.busy:
-            self._switch_when_idle()
+            if may_switch:
+                self._switch_when_idle()
             return
         ended = pool.step()
         for served in self._served.values():
