@@ -201,11 +201,10 @@ def _prompt(
     except BadInputError as exc:
         raise bad_request(str(exc), "messages") from exc
     if prompt.images:
-        return _vision_pieces(call, model, rendered.text, rendered.template_adds_bos), (
-            rendered.text
-        ), rendered.stop, tool_format, grammar  # fmt: skip
-    tokens = model.tokenize_prompt(rendered)
-    return [TextRun(tuple(tokens))], rendered.text, rendered.stop, tool_format, grammar
+        pieces = _vision_pieces(call, model, rendered.text, rendered.template_adds_bos)
+    else:
+        pieces = [TextRun(tuple(model.tokenize_prompt(rendered)))]
+    return pieces, rendered.text, rendered.stop, tool_format, grammar
 
 
 def _tools(call: ApiCall, template: str | None) -> tuple[ToolCallFormat | None, str | None]:
