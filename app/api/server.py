@@ -163,8 +163,12 @@ class ApiServer:
         self._loop = loop
         try:
             loop.run_until_complete(self._listen())
-        except OSError as exc:
-            problem.append(_listen_problem(self.config, exc))
+        except Exception as exc:  # whatever stops it listening is said, never a hang in start()
+            if isinstance(exc, OSError):
+                problem.append(_listen_problem(self.config, exc))
+            else:
+                log.exception("the API server could not start")
+                problem.append(f"the server could not start: {exc or type(exc).__name__}")
             ready.set()
             loop.close()
             return
