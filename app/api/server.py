@@ -453,6 +453,8 @@ async def _whole(
 async def _stream(
     request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
 ) -> web.StreamResponse:
+    """The reply as server-sent events. Events that wait in the queue together (the loop
+    fell behind the engine) go out in one write: one system call, not one per chunk."""
     first = await queue.get()  # an error before the first token is still a plain error
     if isinstance(first, ApiFailed):
         raise first.error
@@ -465,30 +467,34 @@ async def _stream(
     )
     await response.prepare(request)
     opening = reply.first_chunk()
-    if opening is not None:
-        await _send(response, opening)
+    chunks: list[bytes] = [_event(opening)] if opening is not None else []
     event: ApiEvent = first
     while True:
         if isinstance(event, ApiDelta):
-            await _send(response, reply.delta_chunk(event))
+            chunks.append(_event(reply.delta_chunk(event)))
         elif isinstance(event, ApiFailed):
-            await _send(response, event.error.body())
+            await response.write(b"".join([*chunks, _event(event.error.body())]))
             return response
         else:
             request[USAGE_WORDS] = _usage_words(event)
             if event.tool_calls:
-                await _send(response, reply.tool_calls_chunk(event.tool_calls))
-            await _send(response, reply.final_chunk(event))
+                chunks.append(_event(reply.tool_calls_chunk(event.tool_calls)))
+            chunks.append(_event(reply.final_chunk(event)))
             if reply.include_usage:
-                await _send(response, reply.usage_chunk(event))
-            await response.write(b"data: [DONE]\n\n")
+                chunks.append(_event(reply.usage_chunk(event)))
+            await response.write(b"".join([*chunks, b"data: [DONE]\n\n"]))
             await response.write_eof()
             return response
-        event = await queue.get()
+        if queue.empty():
+            await response.write(b"".join(chunks))
+            chunks = []
+            event = await queue.get()
+        else:
+            event = queue.get_nowait()
 
 
-async def _send(response: web.StreamResponse, body: dict[str, Any]) -> None:
-    await response.write(b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n")
+def _event(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
 def _usage_words(finished: ApiFinished) -> str:
