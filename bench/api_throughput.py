@@ -42,6 +42,8 @@ aggregate tokens/s and median TTFT in ms, ShardChat / llama-server / llama-cpp-p
     16 clients  150.9 / 150.7 / 54.7 tok/s    1271 / 673 / 16614 ms
 
 Replies were identical token for token across the three servers (32/32 per level).
+Two later runs of the same code gave ShardChat/llama-server 0.92x and 0.84x at 1 client,
+0.90x and 1.02x at 4, 1.07x and 1.11x at 16: on this shared machine one run is one sample.
 """
 
 from __future__ import annotations
