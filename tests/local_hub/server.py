@@ -726,19 +726,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 delay = started + sent / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            self.connection.sendall(chunk)
+            self.hub._count(key, len(chunk))  # first: the client may have it before we return
+            try:
+                self.connection.sendall(chunk)
+            except OSError:
+                self.hub._count(key, -len(chunk))
+                raise
             sent += len(chunk)
-            self.hub._count(key, len(chunk))
 
     def _sendfile(self, file: HubFile, start: int, end: int, key: tuple[str, str]) -> None:
         assert file.path is not None
         with open(file.path, "rb") as handle:
             while start < end:
                 count = min(end - start, 8 << 20)
-                sent = self.connection.sendfile(handle, start, count)
+                self.hub._count(key, count)  # first: the client may have it before we return
+                try:
+                    sent = self.connection.sendfile(handle, start, count)
+                except OSError:
+                    self.hub._count(key, -count)
+                    raise
+                self.hub._count(key, sent - count)
                 if not sent:
                     raise ConnectionAbortedError("sendfile sent nothing")
-                self.hub._count(key, sent)
                 start += sent
 
     def _cut(self) -> None:
