@@ -14,7 +14,7 @@ import binascii
 import contextlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from llama_cpp.llama_grammar import json_schema_to_gbnf
@@ -55,8 +55,6 @@ class ApiCall:
     include_usage: bool = False
     top_logprobs: int | None = None  # None: no logprobs
     grammar: str | None = None  # from response_format
-    max_tokens_given: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_chat(body: Any) -> ApiCall:
@@ -119,7 +117,6 @@ def _call(
         include_usage=include_usage,
         top_logprobs=top,
         grammar=_grammar(body.get("response_format")),
-        max_tokens_given=max_tokens is not None,
     )
 
 

@@ -96,7 +96,6 @@ class ServerState:
 @dataclass
 class _Counters:
     active: int = 0
-    served: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -337,7 +336,8 @@ class ApiServer:
     async def _generate(
         self, request: web.Request, parse: Callable[[Any], ApiCall]
     ) -> web.StreamResponse:
-        call = parse(await _json_body(request))
+        body = await _json_body(request)
+        call = parse(body)
         model = self.worker.api.model
         switch_to = None
         # with switching allowed, any library model may be named, the loaded one included:
@@ -354,7 +354,7 @@ class ApiServer:
             mmproj = str(entry.mmproj_path) if entry.mmproj_exists else None
             switch_to = (str(entry.path), mmproj)
         if self.config.log_prompts:
-            log.info("prompt: %s", json.dumps(await request.json())[:4000])
+            log.info("prompt: %s", json.dumps(body)[:4000])
         with self._admitted():
             queue: asyncio.Queue[ApiEvent] = asyncio.Queue()
             outbox = self._outbox
@@ -396,7 +396,6 @@ class _Admission:
         counters = self._server._counters
         with counters.lock:
             counters.active -= 1
-            counters.served += 1
         self._server._publish()
 
 
