@@ -15,7 +15,8 @@ This measures, with the default model in one process, side by side:
     .venv/bin/python bench/api_interleave.py [--clients 8] [--threads 2]
 
 Last run (2 cores, default model, 8 clients, 96 tokens each, GUI reply 96 tokens):
-see the closing note of issue 18.
+GUI reply 111.7 tokens/s alone, 18.8 beside the API streams (0.17x); the 8 API streams
+188.3 tokens/s alone, 140.9 beside the GUI reply (0.75x): about one share per stream.
 """
 
 from __future__ import annotations
