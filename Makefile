@@ -7,20 +7,54 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 WHEELS := .cache/wheels
 LLAMA_VERSION := 0.3.36
-LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
+LLAMA_PATCHES := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-backend-modules.patch \
+	installer/patches/llama-cpp-python-$(LLAMA_VERSION)-vulkan-headers-1.3.239.patch
+LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-backend-dl
 INSTALLED := $(VENV)/.installed
 INSTALLER_TOOLS := $(VENV)/.installer-tools
 
-# llama.cpp's default -march=native build crashes on CPUs that advertise AMX
-# (see DESIGN.md); a portable build is also what installers must ship.
+# One llama.cpp build for every machine, as llama.cpp's own releases are built: each backend
+# a module loaded at run time (engine/llama/backends.py loads them from llama_cpp/lib), the
+# CPU backend once per x86 level (the best-scoring one for this CPU wins), Vulkan for any
+# GPU without a toolkit, RPC. The patches install the modules beside libggml and make a CPU
+# variant score 0 where the OS has not enabled the register state it needs (XCR0, and
+# Linux's AMX permission): llama.cpp's score read CPUID alone, so on a virtual machine whose
+# CPUID shows AMX without its tile state the sapphirerapids variant won and died of SIGILL.
+LLAMA_CMAKE_ARGS := -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF \
+	-DGGML_VULKAN=ON -DGGML_RPC=ON
+LLAMA_BUILD := .cache/llama-build
+LLAMA_SDIST := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION).tar.gz
+
+# The portable single-library build ShardChat shipped before the loadable backends: only
+# bench/backend_build.py's side-by-side comparison builds it (make bench-build).
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: run test test-gpu lint format bench screenshots clean distclean
+.PHONY: run test test-gpu lint format bench bench-build screenshots clean distclean
 .PHONY: installer installer-test installer-clean
 
+# Where NVML or nvidia-smi shows an NVIDIA GPU and the CUDA module is missing, it is built
+# first (make cuda); everywhere else the app starts at once, on Vulkan or the CPU.
 run: $(INSTALLED)
+	@archs=$$($(PY) installer/cuda_module.py detect 2>/dev/null || true); \
+	if [ -n "$$archs" ] && [ -z "$$($(PY) -c "$(HAS_CUDA_MODULE)")" ]; then \
+		echo "NVIDIA GPU found (compute capability $$archs): building llama.cpp's CUDA module once"; \
+		$(MAKE) cuda CUDA_ARCHS="$$archs"; \
+	fi
 	$(VENV)/bin/shardchat gui
+
+# ggml's CUDA module for the installed build (installer/cuda_module.py): for this machine's
+# NVIDIA GPUs, or for CUDA_ARCHS="86;89;120". The toolkit is the system's, completed from
+# PyPI's nvidia-* packages (cuBLAS; nvcc too where there is none); about 20 minutes per
+# architecture on 2 cores. The module lands in llama_cpp/lib, where the engine loads it.
+CUDA_ARCHS ?=
+HAS_CUDA_MODULE := import llama_cpp, pathlib; lib = pathlib.Path(llama_cpp.__file__).parent / 'lib'; \
+	print(*lib.glob('libggml-cuda*'))
+
+.PHONY: cuda
+cuda: $(INSTALLED)
+	@$(call apt_ensure,cmake:cmake patchelf:patchelf g++:g++)
+	$(PY) installer/cuda_module.py build $(if $(CUDA_ARCHS),--archs "$(CUDA_ARCHS)")
 
 test: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
@@ -29,71 +63,43 @@ test: $(INSTALLED)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu"
 
 # The GPU tier (tests/gpu) on a real Vulkan device: Mesa's software GPU (lavapipe) where
-# there is no other. Its own venv, with llama-cpp-python built with Vulkan: the prebuilt
-# wheel from the shared folder when it is there, else built from source (patched for
-# Debian 12's Vulkan headers). llama.cpp skips CPU-type Vulkan devices unless told.
-VULKAN_VENV := .venv-vulkan
-VULKAN_PY := $(VULKAN_VENV)/bin/python
-VULKAN_INSTALLED := $(VULKAN_VENV)/.installed
-VULKAN_SHARED_WHEEL := ../shared/wheels/vulkan/llama_cpp_python-$(LLAMA_VERSION)-py3-none-linux_x86_64.whl
-VULKAN_WHEELS := .cache/wheels-vulkan
-VULKAN_PATCH := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-vulkan-headers-1.3.239.patch
+# there is no other, with the same install as `make test`. llama.cpp skips CPU-type Vulkan
+# devices unless told (GGML_VK_VISIBLE_DEVICES).
 GPU_ENV := GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1
 LLAMA_SRC := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp
 FIT_PARAMS := .cache/fit-params/llama-fit-params
+LAVAPIPE := $(VENV)/.lavapipe
 
-test-gpu: $(VULKAN_INSTALLED) $(FIT_PARAMS)
+test-gpu: $(INSTALLED) $(LAVAPIPE) $(FIT_PARAMS)
 	QT_QPA_PLATFORM=offscreen $(GPU_ENV) FIT_PARAMS_TOOL=$(CURDIR)/$(FIT_PARAMS) \
-		$(VULKAN_PY) -m pytest -m gpu tests/gpu -v
+		$(PY) -m pytest -m gpu tests/gpu -v
 
-$(VULKAN_INSTALLED): pyproject.toml
+$(LAVAPIPE): | $(PY)
 	@$(call apt_ensure,vulkaninfo:vulkan-tools)
 	@test -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json -o -e /usr/share/vulkan/icd.d/lvp_icd.json || \
 		{ apt-get update && apt-get install -y --no-install-recommends mesa-vulkan-drivers libvulkan1; }
-	test -x $(VULKAN_PY) || $(PYTHON) -m venv $(VULKAN_VENV)
-	$(VULKAN_PY) -m pip install --quiet --upgrade pip
-	if [ -f $(VULKAN_SHARED_WHEEL) ]; then \
-		$(VULKAN_PY) -m pip install --force-reinstall --no-deps $(VULKAN_SHARED_WHEEL); \
-	else \
-		$(MAKE) vulkan-wheel && \
-		$(VULKAN_PY) -m pip install --force-reinstall --no-deps $(VULKAN_WHEELS)/llama_cpp_python-*.whl; \
-	fi
-	$(VULKAN_PY) -m pip install --find-links $(WHEELS) -e '.[test,dev]'
+	touch $@
+
+# The sdist of the llama-cpp-python release, unpacked: the wheel, llama-server and the
+# fit-params tool are all built from it.
+$(LLAMA_SRC)/CMakeLists.txt: | $(PY)
+	mkdir -p $(dir $(LLAMA_SDIST))
+	test -f $(LLAMA_SDIST) || $(PIP) download --quiet --no-deps --no-binary :all: \
+		-d $(dir $(LLAMA_SDIST)) llama-cpp-python==$(LLAMA_VERSION)
+	tar -xzf $(LLAMA_SDIST) -C $(dir $(LLAMA_SDIST))
 	touch $@
 
 # llama.cpp's own --fit as its tool prints it (tools/fit-params), for tests/gpu/test_fit_params.py:
 # common/fit.cpp of the vendored llama.cpp, unchanged, behind tests/gpu/fit_params/main.cpp
-# (the tool's printing without common/'s argument parser), linked to .venv-vulkan's libllama.
-$(LLAMA_SRC)/common/fit.cpp: | $(VULKAN_INSTALLED)
-	rm -rf .cache/llama-src && mkdir -p .cache/llama-src
-	$(VULKAN_PY) -m pip download --quiet --no-deps --no-binary :all: -d .cache/llama-src \
-		llama-cpp-python==$(LLAMA_VERSION)
-	tar -xzf .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C .cache/llama-src
-	touch $@
-
-$(FIT_PARAMS): tests/gpu/fit_params/main.cpp $(LLAMA_SRC)/common/fit.cpp $(VULKAN_INSTALLED)
+# (the tool's printing without common/'s argument parser), linked to the installed libllama.
+$(FIT_PARAMS): tests/gpu/fit_params/main.cpp $(LLAMA_SRC)/CMakeLists.txt $(INSTALLED)
 	@$(call apt_ensure,g++:g++)
 	mkdir -p $(@D)
-	lib=$$($(VULKAN_PY) -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")') && \
+	lib=$$($(PY) -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")') && \
 	g++ -std=c++17 -O1 -I$(LLAMA_SRC)/common -I$(LLAMA_SRC)/include -I$(LLAMA_SRC)/ggml/include \
 		-I$(LLAMA_SRC)/vendor tests/gpu/fit_params/main.cpp $(LLAMA_SRC)/common/fit.cpp \
-		$(LLAMA_SRC)/common/log.cpp $(LLAMA_SRC)/common/json.cpp \
+		$(LLAMA_SRC)/common/log.cpp $(LLAMA_SRC)/common/json.cpp -DGGML_MODULE_DIR="\"$$lib\"" \
 		-L$$lib -lllama -lggml -lggml-base -Wl,-rpath,$$lib -o $@
-
-# From source, as ../shared/wheels/README.md describes (about 6 minutes on 2 cores).
-.PHONY: vulkan-wheel
-vulkan-wheel:
-	@$(call apt_ensure,glslc:glslc glslangValidator:glslang-tools)
-	@dpkg -s libvulkan-dev spirv-headers >/dev/null 2>&1 || \
-		{ apt-get update && apt-get install -y --no-install-recommends libvulkan-dev spirv-headers; }
-	rm -rf $(VULKAN_WHEELS)/src && mkdir -p $(VULKAN_WHEELS)/src
-	$(VULKAN_PY) -m pip download --no-deps --no-binary :all: -d $(VULKAN_WHEELS)/src \
-		llama-cpp-python==$(LLAMA_VERSION)
-	tar -xzf $(VULKAN_WHEELS)/src/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(VULKAN_WHEELS)/src
-	cd $(VULKAN_WHEELS)/src/llama_cpp_python-$(LLAMA_VERSION) && patch -p1 < $(CURDIR)/$(VULKAN_PATCH)
-	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(PORTABLE_CMAKE_ARGS) -DGGML_VULKAN=ON" \
-		$(VULKAN_PY) -m pip wheel --no-deps -w $(VULKAN_WHEELS) \
-		$(VULKAN_WHEELS)/src/llama_cpp_python-$(LLAMA_VERSION)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
@@ -119,8 +125,16 @@ installer: $(INSTALLER_TOOLS)
 
 # Build the installers, then check that build (tests/installer): the unpacked .deb's
 # --selftest in a clean environment, lintian, first and returning launch, the archive.
-installer-test: $(INSTALLER_TOOLS)
-	@$(call apt_ensure,fakeroot:fakeroot readelf:binutils lintian:lintian)
+# The build machine gets the xcb utility libraries first, as every desktop and GitHub's
+# runners have them: the bundle must still leave them to the system (installer/
+# system_libraries.py). The selftests run on lavapipe's Vulkan device and on the CPU.
+XCB_UTILS := libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-cursor0 \
+	libxcb-randr0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxkbcommon-x11-0
+
+installer-test: $(INSTALLER_TOOLS) $(LAVAPIPE)
+	@$(call apt_ensure,fakeroot:fakeroot readelf:binutils lintian:lintian unshare:util-linux)
+	@dpkg -s $(XCB_UTILS) >/dev/null 2>&1 || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(XCB_UTILS); }
 	$(PY) installer/build.py
 	SHARDCHAT_INSTALLER_TEST=reuse QT_QPA_PLATFORM=offscreen \
 		$(PY) -m pytest -m installer tests/installer -v
@@ -149,11 +163,15 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Build the portable llama-cpp-python wheel once; a fresh venv reuses it.
-$(LLAMA_WHEEL_STAMP): | $(PY)
-	mkdir -p $(WHEELS)
-	CMAKE_ARGS="$(PORTABLE_CMAKE_ARGS)" $(PIP) wheel --no-deps --no-cache-dir \
-		--wheel-dir $(WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+# Build the llama-cpp-python wheel once (installer/llama_wheel.py: the release's sdist with
+# installer/patches/ applied, LLAMA_CMAKE_ARGS; about 20 minutes on 2 cores); a fresh venv
+# reuses it. Vulkan's shaders are compiled with glslc at build time.
+$(LLAMA_WHEEL_STAMP): $(LLAMA_PATCHES) installer/llama_wheel.py | $(PY)
+	@$(call apt_ensure,glslc:glslc glslangValidator:glslang-tools patch:patch)
+	@dpkg -s libvulkan-dev spirv-headers >/dev/null 2>&1 || \
+		{ apt-get update && apt-get install -y --no-install-recommends libvulkan-dev spirv-headers; }
+	$(PY) installer/llama_wheel.py wheel --out $(WHEELS) --work $(LLAMA_BUILD)
+	rm -rf $(LLAMA_BUILD)/llama_cpp_python-$(LLAMA_VERSION)
 	touch $@
 
 $(INSTALLED): pyproject.toml $(LLAMA_WHEEL_STAMP) | $(PY)
@@ -162,10 +180,10 @@ $(INSTALLED): pyproject.toml $(LLAMA_WHEEL_STAMP) | $(PY)
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(VULKAN_VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(PORTABLE_VENV) $(BENCH_VENV) .pytest_cache .ruff_cache *.egg-info
 
 distclean: clean
-	rm -rf $(WHEELS)
+	rm -rf $(WHEELS) $(PORTABLE_WHEELS)
 
 # bench/api_throughput.py: ShardChat's OpenAI-compatible server against two peers on the
 # same model and threads, both from the llama-cpp-python release we ship: llama.cpp's
@@ -175,7 +193,6 @@ distclean: clean
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_INSTALLED := $(BENCH_VENV)/.installed
-LLAMA_SDIST := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION).tar.gz
 LLAMA_SERVER_BUILD := .cache/llama-server/build
 LLAMA_SERVER := $(LLAMA_SERVER_BUILD)/bin/llama-server
 
@@ -183,13 +200,9 @@ LLAMA_SERVER := $(LLAMA_SERVER_BUILD)/bin/llama-server
 bench-api: $(LLAMA_SERVER) $(BENCH_INSTALLED) $(INSTALLED)
 	$(PY) bench/api_throughput.py
 
-# From the sdist the fit.cpp rule above unpacks too, into the same place; fetched here
-# only when missing (that rule starts from an empty .cache/llama-src).
-$(LLAMA_SERVER): | $(PY)
+# From the unpacked sdist, with the portable flags of the single-library build.
+$(LLAMA_SERVER): $(LLAMA_SRC)/CMakeLists.txt
 	@$(call apt_ensure,cmake:cmake ninja:ninja-build g++:g++)
-	test -f $(LLAMA_SDIST) || $(PIP) download --quiet --no-deps --no-binary :all: \
-		-d $(dir $(LLAMA_SDIST)) llama-cpp-python==$(LLAMA_VERSION)
-	test -f $(LLAMA_SRC)/CMakeLists.txt || tar -xzf $(LLAMA_SDIST) -C $(dir $(LLAMA_SDIST))
 	cmake -S $(LLAMA_SRC) -B $(LLAMA_SERVER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 		$(PORTABLE_CMAKE_ARGS) -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
 		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -197,12 +210,37 @@ $(LLAMA_SERVER): | $(PY)
 	cmake --build $(LLAMA_SERVER_BUILD) --target llama-server -j2
 
 # The wheel without its dependencies first, so pip never swaps it for a build from source;
-# then the `server` extra's dependencies, pip seeing 0.3.36 already installed.
-$(BENCH_INSTALLED): $(LLAMA_WHEEL_STAMP)
+# then the `server` extra's dependencies, pip seeing 0.3.36 already installed. The portable
+# single-library wheel: llama-cpp-python's server never loads backend modules.
+$(BENCH_INSTALLED): $(PORTABLE_WHEEL_STAMP)
 	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_PY) -m pip install --quiet --upgrade pip
 	$(BENCH_PY) -m pip install --force-reinstall --no-deps \
-		$(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
-	$(BENCH_PY) -m pip install --find-links $(WHEELS) --only-binary llama-cpp-python \
+		$(PORTABLE_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(BENCH_PY) -m pip install --find-links $(PORTABLE_WHEELS) --only-binary llama-cpp-python \
 		'llama-cpp-python[server]==$(LLAMA_VERSION)'
+	touch $@
+
+# bench/backend_build.py: the loadable-backend build against the portable single-library
+# build ShardChat shipped before (PORTABLE_CMAKE_ARGS), side by side on the default model.
+# The portable wheel is built once (about 5 minutes on 2 cores) into .venv-portable.
+PORTABLE_VENV := .venv-portable
+PORTABLE_WHEELS := .cache/wheels-portable
+PORTABLE_WHEEL_STAMP := $(PORTABLE_WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
+PORTABLE_INSTALLED := $(PORTABLE_VENV)/.installed
+
+bench-build: $(INSTALLED) $(PORTABLE_INSTALLED)
+	$(PY) bench/backend_build.py
+
+$(PORTABLE_WHEEL_STAMP): | $(PY)
+	mkdir -p $(PORTABLE_WHEELS)
+	CMAKE_ARGS="$(PORTABLE_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(PIP) wheel --no-deps --no-cache-dir --wheel-dir $(PORTABLE_WHEELS) \
+		llama-cpp-python==$(LLAMA_VERSION)
+	touch $@
+
+$(PORTABLE_INSTALLED): $(PORTABLE_WHEEL_STAMP)
+	test -x $(PORTABLE_VENV)/bin/python || $(PYTHON) -m venv $(PORTABLE_VENV)
+	$(PORTABLE_VENV)/bin/pip install --quiet --force-reinstall \
+		$(PORTABLE_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	touch $@

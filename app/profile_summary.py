@@ -133,6 +133,25 @@ def hardware_rows(hardware: HardwareInfo) -> list[Row]:
     ]
     rows += gpu_rows(hardware)
     rows.append(("llama.cpp", hardware.llama_build))
+    rows += backend_rows(hardware)
+    return rows
+
+
+def backend_rows(hardware: HardwareInfo) -> list[Row]:
+    """The backend modules llama.cpp loaded or skipped (and why), the CPU variant among them;
+    the CPU variants not chosen stay out (the report lists them: shardchat info --devices)."""
+    if not hardware.backends:
+        return []
+    head, *modules = hardware.backends
+    variant = head.partition("CPU variant: ")[2]
+    rows = (
+        [("CPU variant", variant)] if variant else [("Backends", head.removeprefix("backends: "))]
+    )
+    for line in (line.strip() for line in modules):
+        if line.startswith("libggml-cpu-"):
+            continue
+        name, _, state = line.partition(": ")
+        rows.append((f"Backend {name}", state))
     return rows
 
 

@@ -1,7 +1,9 @@
 """`shardchat --selftest`: does this installation work? For installers and support.
 
-Loads the embedded default model, answers one short prompt greedily and
-prints the answer and the timings. It needs no display and no Qt, so it
+Loads the embedded default model (wholly on the GPU llama.cpp would use, where
+its backends found one: the model is 100 MB), answers one short prompt greedily
+and prints the backends loaded, where llama.cpp put the model's buffers (its own
+log lines), the answer and the timings. It needs no display and no Qt, so it
 runs the same on a headless server, in an installer's post-install check
 and on a support call. Exit 0 means the model loaded and answered; any
 failure prints one line (the details go to the log file when it could be
@@ -20,6 +22,7 @@ log = logging.getLogger(__name__)
 PROMPT = "What is the capital of France? Answer in one word."
 N_CTX = 512
 MAX_TOKENS = 16
+ALL_LAYERS = 999  # n_gpu_layers: every block and the output layer
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
@@ -30,6 +33,9 @@ def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
     try:
         _log_to_file(verbose)
         from engine.generation.sampling import SamplingSettings
+        from engine.llama.backends import start_ggml
+        from engine.llama.device_buffers import llama_log_lines, parse_buffer_lines
+        from engine.llama.ggml_devices import list_devices, offload_devices
         from engine.llama.load_params import LoadParams
         from engine.model.default_model import default_model_path
         from engine.runtime.chat import ChatSession  # llama.cpp loads here, inside the try
@@ -37,7 +43,17 @@ def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
 
         path = default_model_path()
         print(f"selftest: model {path}", file=out, flush=True)
-        model = load_model(LoadParams(str(path), n_ctx=N_CTX))
+        report = start_ggml()
+        gpus = offload_devices(list_devices())
+        print(f"selftest: CPU variant: {report.cpu_variant or 'built in'}", file=out)
+        if gpus:
+            print(f"selftest: device: {gpus[0].name} ({gpus[0].description})", file=out)
+        else:
+            print(f"selftest: device: CPU (no GPU: {report.why_no_gpu()})", file=out)
+        params = LoadParams(str(path), n_ctx=N_CTX, n_gpu_layers=ALL_LAYERS if gpus else 0)
+        with llama_log_lines() as lines:
+            model = load_model(params)
+        print(f"selftest: buffers: {parse_buffer_lines(lines).describe()}", file=out, flush=True)
         loaded = time.perf_counter()
         try:
             settings = SamplingSettings(temperature=0.0, max_tokens=MAX_TOKENS)

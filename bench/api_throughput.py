@@ -8,7 +8,8 @@ batch and ubatch (512), flash attention on and the model's own chat template:
   llama-cpp-python release (`make bench-api` builds it portably), with
   `-np N -c N*C --no-kv-unified` so each client has a slot of C cells, as ours;
 - llama-cpp-python: its own `python -m llama_cpp.server` from .venv-bench (the
-  same portable wheel as .venv), n_ctx C; it serves one request at a time. Three of
+  portable single-library wheel of the same release: its server loads no backend
+  modules), n_ctx C; it serves one request at a time. Three of
   its defaults would be unfair and are changed: interrupt_requests (a new request
   cuts the stream being served), logits_all (logits for every prompt token) and a
   repeat penalty of 1.1 (requests ask for 1.0, as the others decode).
@@ -370,6 +371,9 @@ class TokenCounter:
         if self._llama is None:
             import llama_cpp
 
+            from engine.llama.backends import start_ggml
+
+            start_ggml()
             with _quiet_stderr():  # llama.cpp warns about a vocabulary-only context's size
                 self._llama = llama_cpp.Llama(self.model, vocab_only=True, verbose=False)
         tokens = self._llama.tokenize(text.encode(), add_bos=False, special=False)

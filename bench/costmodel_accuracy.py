@@ -17,7 +17,7 @@ what the profiler measured on a device track what that device then does.
 
     .venv/bin/python bench/costmodel_accuracy.py [--profile FILE] [--repeats 3]
     GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1 \
-        .venv-vulkan/bin/python bench/costmodel_accuracy.py --gpu
+        .venv/bin/python bench/costmodel_accuracy.py --gpu
 """
 
 from __future__ import annotations

@@ -42,11 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where installers go")
     parser.add_argument("--work", type=Path, default=HERE / "build", help="scratch folder")
     parser.add_argument("--deb-compression", default="xz1", choices=("xz1", "xz", "gzip"))
+    parser.add_argument(
+        "--variant",
+        default="",
+        choices=("", "nvidia"),
+        help="nvidia: the bundle carries the CUDA module (installer/cuda_module.py "
+        "--bundle-runtime built it into llama_cpp/lib) and is named shardchat-nvidia",
+    )
     args = parser.parse_args(argv)
     out, work = args.out.resolve(), args.work.resolve()
     out.mkdir(parents=True, exist_ok=True)
     ver = version("shardchat")
-    info: dict[str, object] = {"version": ver, "platform": sys.platform}
+    info: dict[str, object] = {"version": ver, "platform": sys.platform, "variant": args.variant}
     timings: dict[str, float] = {}
 
     started = time.perf_counter()
@@ -65,9 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         deb = _step(
             "deb",
             timings,
-            lambda: build_deb(bundle, icons, out, ver, compression=args.deb_compression),
+            lambda: build_deb(
+                bundle, icons, out, ver, compression=args.deb_compression, variant=args.variant
+            ),
         )
-        archive = _step("archive", timings, lambda: build_archive(bundle, out, ver, work))
+        archive = _step(
+            "archive", timings, lambda: build_archive(bundle, out, ver, work, args.variant)
+        )
         info.update(
             deb=str(deb),
             deb_bytes=deb.stat().st_size,
@@ -105,14 +116,15 @@ def build_bundle(work: Path, icons: Path) -> Path:
     return dist / "shardchat"
 
 
-def build_archive(bundle: Path, out: Path, ver: str, work: Path) -> Path:
+def build_archive(bundle: Path, out: Path, ver: str, work: Path, variant: str = "") -> Path:
     """The portable archive: shardchat-VERSION/ with the `shardchat` launcher at its top,
     the bundle's _internal/ beside it, the desktop entry, icon and a README."""
     from build_deb import elf_files, needed_and_glibc
 
     machine = platform.machine().lower() or "unknown"
     top = f"shardchat-{ver}"
-    archive = out / f"shardchat-{ver}-linux-{machine}.tar.gz"
+    name = f"shardchat-{variant}" if variant else "shardchat"
+    archive = out / f"{name}-{ver}-linux-{machine}.tar.gz"
     glibc = ".".join(map(str, needed_and_glibc(elf_files(bundle))[1]))
     readme = work / "README.txt"
     text = (HERE / "linux" / "portable-README.txt").read_text(encoding="utf-8")

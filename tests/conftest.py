@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from local_hub import LocalHub, TestRepos, publish_test_repos
 
+from engine.llama.backends import start_ggml
 from engine.llama.load_params import LoadParams
 from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_synthetic_model
@@ -33,6 +34,13 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     return home
+
+
+@pytest.fixture(scope="session")
+def ggml_started() -> None:
+    """llama.cpp's backend modules loaded in this process, as the app loads them before
+    its first model: for tests that build a `llama_cpp.Llama` themselves."""
+    start_ggml()
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from app.commands.devices_report import run_devices
 from app.model_library import prompt_format_for
 from app.units import format_bytes, format_count
+from engine.errors import BadInputError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.model_naming import readable_model_name
@@ -23,6 +25,12 @@ _BLOCK_COLUMNS = (
 
 
 def run_info(args: argparse.Namespace) -> int:
+    if args.devices:
+        if args.model is not None:
+            raise BadInputError("info --devices takes no MODEL")
+        return run_devices(args)
+    if args.model is None:
+        raise BadInputError("info needs a MODEL (a GGUF file, or 'default'), or --devices")
     path = default_model_path() if args.model == "default" else args.model
     inventory = read_inventory(path)
     chosen = None  # a projector writes no prompts

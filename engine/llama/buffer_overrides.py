@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import llama_cpp
 import llama_cpp.llama_cpp as llama_low_level
 
+from engine.llama.ggml_devices import device_pointers as _devices
 from engine.llama.ggml_library import device_name as _device_name
-from engine.llama.ggml_library import device_pointers as _devices
 from engine.llama.ggml_library import typed_function as _fn
 
 LOGGER = logging.getLogger(__name__)

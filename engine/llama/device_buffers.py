@@ -28,8 +28,8 @@ from typing import Any
 
 import llama_cpp
 
+from engine.llama import backends, offload_boundary
 from engine.llama import log_capture as llama_log
-from engine.llama import offload_boundary
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.llama.load_params import LoadParams, make_llama_kwargs
 
@@ -137,7 +137,7 @@ def simulate_buffers(params: LoadParams) -> DeviceBuffers:
     """
     if params.op_offload_min_batch is not None:
         offload_boundary.request(params.op_offload_min_batch)
-    offload_boundary.note_ggml_start()
+    backends.start_ggml()
     kwargs = make_llama_kwargs(params)
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     with llama_log_lines() as lines:

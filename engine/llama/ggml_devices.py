@@ -28,8 +28,8 @@ import threading
 from dataclasses import dataclass
 
 from engine.child_process import run_in_child
-from engine.llama import offload_boundary
-from engine.llama.ggml_library import device_name, device_pointers, has_gpu_backend, typed_function
+from engine.llama import backends, offload_boundary
+from engine.llama.ggml_library import device_name, registered_device_pointers, typed_function
 
 logger = logging.getLogger(__name__)
 
@@ -135,9 +135,10 @@ def _read_device(device: int) -> GgmlDevice:
 CHILD_PROBE_TIMEOUT_S = 60.0
 CHILD_LABEL = "ggml-devices"
 DeviceList = tuple[tuple[GgmlDevice, ...], str | None]
+_ChildAnswer = tuple[DeviceList, str, backends.BackendReport]
 
 _child_lock = threading.Lock()
-_from_child: tuple[DeviceList, str] | None = None
+_from_child: _ChildAnswer | None = None
 
 
 def probe_devices() -> DeviceList:
@@ -163,29 +164,41 @@ def system_info() -> str:
     return _child_probe()[1]
 
 
+def backend_report() -> backends.BackendReport:
+    """Which backend modules loaded, which were skipped and why, the CPU variant chosen.
+
+    Loading them starts ggml, so before it has started here this is the child's
+    answer (see probe_devices).
+    """
+    if _here():
+        return backends.start_ggml()
+    return _child_probe()[2]
+
+
 def _here() -> bool:
-    """Whether listing in this process is harmless: ggml started here already, or the
-    build has no GPU backend whose op-offload boundary a listing would fix."""
-    return offload_boundary.in_force() is not None or not has_gpu_backend()
+    """Whether listing in this process is harmless: ggml started here already, or no GPU
+    backend can register a device whose op-offload boundary a listing would fix."""
+    return offload_boundary.in_force() is not None or not backends.gpu_may_register()
 
 
-def _child_probe() -> tuple[DeviceList, str]:
+def _child_probe() -> _ChildAnswer:
     global _from_child
     with _child_lock:
         if _from_child is None:
             outcome = run_in_child(_probe_here, (), CHILD_PROBE_TIMEOUT_S, label=CHILD_LABEL)
             failure = f"ggml device list failed in a child process: {outcome.failure}"
-            _from_child = outcome.value if outcome.ok else (((), failure), "")
+            unknown = backends.BackendReport("", (), None, loadable=False, failure=failure)
+            _from_child = outcome.value if outcome.ok else (((), failure), "", unknown)
         return _from_child
 
 
-def _probe_here() -> tuple[DeviceList, str]:
-    return probe_devices_here(), system_info_here()
+def _probe_here() -> _ChildAnswer:
+    return probe_devices_here(), system_info_here(), backends.start_ggml()
 
 
 def system_info_here() -> str:
     """system_info in this process, starting ggml here; "" where llama.cpp cannot say."""
-    offload_boundary.note_ggml_start()  # the system info lists the backends
+    backends.start_ggml()  # the system info lists the backends
     try:
         import llama_cpp
 
@@ -204,6 +217,35 @@ def probe_devices_here() -> DeviceList:
         logger.debug("ggml device list unavailable: %s", exc)
         return (), f"ggml unavailable ({type(exc).__name__}: {exc})"
     return devices, None if devices else "ggml lists no devices"
+
+
+def offload_devices(devices: tuple[GgmlDevice, ...]) -> tuple[GgmlDevice, ...]:
+    """The GPUs a model load offloads to, chosen as llama.cpp chooses them: dedicated GPUs
+    in registry order, a GPU seen by a second backend (same PCI id: CUDA0, then Vulkan0)
+    once, under the backend registered first; an integrated GPU only where there is none."""
+    chosen: list[GgmlDevice] = []
+    for device in devices:
+        if device.type is not DeviceType.GPU or device.backend == "RPC":
+            continue
+        if device.device_id and any(d.device_id == device.device_id for d in chosen):
+            continue
+        chosen.append(device)
+    if not chosen:
+        chosen = [d for d in devices if d.type is DeviceType.IGPU][:1]
+    return tuple(chosen)
+
+
+def device_pointers() -> list[int]:
+    """Every ggml device (ggml_backend_dev_t) in registry order, the backend modules loaded
+    first (loading them starts the GPU backends: engine.llama.backends)."""
+    backends.start_ggml()
+    return registered_device_pointers()
+
+
+def has_gpu_backend() -> bool:
+    """Whether llama.cpp can offload here: a GPU device is registered (a build that ships
+    the Vulkan module may still find no GPU), judged from probe_devices' list."""
+    return any(device.is_gpu for device in list_devices())
 
 
 def list_devices() -> tuple[GgmlDevice, ...]:

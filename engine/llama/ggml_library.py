@@ -22,30 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.llama import offload_boundary
-
 
 def is_library_file(name: str, stem: str) -> bool:
     """Whether a file name is one of the names `stem` is shipped under (libggml.so.0, ...)."""
     pattern = rf"(lib)?{re.escape(stem)}(\.\d+)*\.(so|dylib|dll)(\.\d+)*"
     return re.fullmatch(pattern, name) is not None
-
-
-# ggml's GPU backends: each reads GGML_OP_OFFLOAD_MIN_BATCH when it lists its devices
-GPU_BACKEND_LIBRARIES = ("ggml-cuda", "ggml-vulkan", "ggml-metal", "ggml-sycl", "ggml-hip")
-
-
-@functools.cache
-def has_gpu_backend() -> bool:
-    """Whether this llama.cpp build ships a GPU backend, judged by its library files, so
-    that asking does not start ggml (a CPU-only build has nothing to offload to)."""
-    try:
-        import llama_cpp
-    except Exception:  # a broken native library: no backend of any kind
-        return False
-    folder = Path(llama_cpp.__file__).parent / "lib"
-    names = [path.name for path in folder.iterdir()] if folder.is_dir() else []
-    return any(is_library_file(n, stem) for n in names for stem in GPU_BACKEND_LIBRARIES)
 
 
 @functools.cache
@@ -79,9 +60,9 @@ def typed_function(stem: str, name: str, restype: object, *argtypes: object) -> 
     return function
 
 
-def device_pointers() -> list[int]:
-    """Every ggml device (ggml_backend_dev_t) in registry order, the order llama.cpp uses."""
-    offload_boundary.note_ggml_start()  # listing devices starts the GPU backends
+def registered_device_pointers() -> list[int]:
+    """Every ggml device (ggml_backend_dev_t) registered so far, in registry order (the order
+    llama.cpp uses). engine.llama.ggml_devices.device_pointers loads the backends first."""
     count = typed_function("ggml", "ggml_backend_dev_count", ctypes.c_size_t)()
     get = typed_function("ggml", "ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
     return [get(i) for i in range(count)]

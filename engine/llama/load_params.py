@@ -17,7 +17,7 @@ import llama_cpp
 import psutil
 
 from engine.known_fields import known_fields
-from engine.llama.ggml_library import has_gpu_backend
+from engine.llama.ggml_devices import has_gpu_backend
 
 DEFAULT_N_CTX = 4096
 CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this

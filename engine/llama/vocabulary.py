@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import llama_cpp
 
 from engine.errors import ModelFileError
+from engine.llama import backends
 from engine.llama import log_capture as llama_log
 
 _SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
@@ -71,6 +72,7 @@ def read_vocabulary(path: str | os.PathLike[str], candidates: Iterable[str]) -> 
 @contextlib.contextmanager
 def _vocabulary_only(path: str | os.PathLike[str]) -> Iterator[llama_cpp.llama_model_p]:
     llama_log.install()
+    backends.start_ggml()
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)

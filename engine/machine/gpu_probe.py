@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from engine.llama.ggml_devices import DeviceType, GgmlDevice, probe_devices
+from engine.llama.ggml_devices import DeviceType, GgmlDevice, backend_report, probe_devices
 from engine.machine.hardware_info import GpuInfo
 
 logger = logging.getLogger(__name__)
@@ -263,21 +263,28 @@ def _listed_once(
     return _with_ggml(nvidia[unmatched[0]].info, device, index)
 
 
-def _ggml_reason(devices: Sequence[GgmlDevice], reason: str | None) -> str:
+def _ggml_reason(devices: Sequence[GgmlDevice], reason: str | None, why_no_gpu: str) -> str:
     if reason:
         return reason
-    return f"no GPU device, only {', '.join(d.name for d in devices)}"
+    only = f"no GPU device, only {', '.join(d.name for d in devices)}"
+    return f"{only}: {why_no_gpu}" if why_no_gpu else only
+
+
+def _real_why_no_gpu() -> str:
+    return backend_report().why_no_gpu()
 
 
 def probe_gpus(
     nvml: Any | None = None,
     ggml: GgmlProbe = probe_devices,
+    why_no_gpu: Callable[[], str] | None = None,
 ) -> tuple[tuple[GpuInfo, ...], str | None, str | None, str | None]:
     """(gpus, reason they are missing, driver version, CUDA driver version); never raises.
 
     `nvml` defaults to the pynvml module and `ggml` to ggml's real device list;
     tests pass fakes of a described machine. The driver versions are NVIDIA's
-    (NVML); a GPU only ggml sees has none here.
+    (NVML); a GPU only ggml sees has none here. `why_no_gpu` says why ggml's backends
+    found no GPU (the backend modules' report, with ggml's real list).
     """
     nvidia, nvml_reason, driver, cuda = _probe_nvml(nvml)
     try:
@@ -287,7 +294,9 @@ def probe_gpus(
     gpus = _combined(nvidia, devices)
     if gpus:
         return gpus, None, driver, cuda
-    ggml_reason = _ggml_reason(devices, ggml_failure)
+    if why_no_gpu is None:
+        why_no_gpu = _real_why_no_gpu if ggml is probe_devices else str
+    ggml_reason = _ggml_reason(devices, ggml_failure, why_no_gpu())
     return (
         (),
         f"{NO_GPU_FOUND} (NVML: {nvml_reason}; ggml: {ggml_reason})",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import platform
 
-from engine.llama.ggml_devices import system_info
+from engine.llama.ggml_devices import backend_report, system_info
 from engine.machine.cpu_probe import probe_cpu, probe_memory
 from engine.machine.gpu_probe import probe_gpus
 from engine.machine.hardware_info import GIB, GpuInfo, HardwareInfo
@@ -93,6 +93,7 @@ def probe_hardware() -> HardwareInfo:
         cuda_driver_version=cuda,
         os=platform.platform(),
         llama_build=llama_build_id(),
+        backends=tuple(backend_report().lines()),
     )
     logger.info(
         "hardware %s: %s, %d/%d cores, %.1f GiB RAM, GPUs: %s",

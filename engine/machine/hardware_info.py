@@ -115,6 +115,9 @@ class HardwareInfo:
     cuda_driver_version: str | None
     os: str
     llama_build: str
+    # the backend modules llama.cpp loaded or skipped, and why (engine.llama.backends);
+    # the llama_build above already names what a profile depends on
+    backends: tuple[str, ...] = ()
 
     def fingerprint(self) -> str:
         """Hash of what changes a profile's measurements; drifting quantities stay out."""
@@ -143,6 +146,7 @@ class HardwareInfo:
                 "cpu": CpuInfo.from_dict(known["cpu"]),
                 "memory": MemoryInfo.from_dict(known["memory"]),
                 "gpus": tuple(GpuInfo.from_dict(gpu) for gpu in known.get("gpus", ())),
+                "backends": tuple(known.get("backends", ())),
             }
         )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from engine.errors import BadInputError
 from engine.llama import offload_boundary
+from engine.llama.backends import why_no_gpu
 from engine.llama.buffer_overrides import buffer_types, override_patterns_for
 from engine.llama.load_params import LoadParams
 from engine.machine.hardware_info import HardwareInfo
@@ -128,6 +129,6 @@ def _gpu_buffer_type() -> str:
         if kind.device != "CPU" and not kind.is_host and not kind.is_extra:
             return name
     raise BadInputError(
-        "this llama.cpp build has no GPU backend, and the plan puts weights in VRAM; "
-        "plan with --vram 0 or install a GPU build"
+        f"llama.cpp has no GPU device here ({why_no_gpu()}), and the plan puts weights "
+        "in VRAM; plan with --vram 0"
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from engine.llama import backends
 from engine.llama import log_capture as llama_log
 
 _backend_ready = False
@@ -23,6 +24,7 @@ def _init_backend() -> None:
     global _backend_ready
     if not _backend_ready:
         llama_log.install()
+        backends.start_ggml()
         llama_cpp.llama_backend_init()
         _backend_ready = True
 

@@ -30,8 +30,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp
-
+from engine.llama.backends import why_no_gpu
+from engine.llama.ggml_devices import has_gpu_backend
 from engine.machine.profile import AttentionPoint, Device, KernelPoint
 from engine.profiling.cpu_steps import (
     measure_kernels_with,
@@ -69,8 +69,8 @@ SOFTWARE_GPU_SIZES = GpuStepSizes((1, 4, 16, 64), stream_tokens=64, streamed_byt
 
 
 def require_gpu_backend() -> None:
-    if not llama_cpp.llama_supports_gpu_offload():
-        raise RuntimeError("this llama.cpp build has no GPU backend")
+    if not has_gpu_backend():
+        raise RuntimeError(f"llama.cpp has no GPU device here ({why_no_gpu()})")
 
 
 def measure_gpu_kernels(

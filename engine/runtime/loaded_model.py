@@ -25,8 +25,8 @@ from engine.generation.prompt_pieces import Piece
 from engine.generation.sampling import SamplingSettings
 from engine.generation.scheduler import Scheduler
 from engine.generation.stats import GenerationResponse
+from engine.llama import backends, offload_boundary
 from engine.llama import log_capture as llama_log
-from engine.llama import offload_boundary
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs
@@ -132,7 +132,7 @@ def load_model(params: LoadParams, prompt_format: str = AUTO) -> LoadedModel:
     params = _within_trained_context(params, inventory)
     started = time.perf_counter()
     set_op_offload_boundary(params.op_offload_min_batch)
-    offload_boundary.note_ggml_start()
+    backends.start_ggml()
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     chatter = io.StringIO()
     try:

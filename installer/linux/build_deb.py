@@ -33,6 +33,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+
+from system_libraries import is_driver, is_optional_module  # noqa: E402
+
 PACKAGE = "shardchat"
 MAINTAINER = "ShardChat maintainers <maintainers@users.noreply.github.com>"
 SUMMARY = "desktop chat with big local language models on small GPUs"
@@ -54,28 +58,41 @@ IGNORED = {"ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "linux-vdso.so.1"}
 
 
 def build_deb(
-    bundle: Path, icons: Path, out_dir: Path, version: str, compression: str = "xz1"
+    bundle: Path,
+    icons: Path,
+    out_dir: Path,
+    version: str,
+    compression: str = "xz1",
+    variant: str = "",
 ) -> Path:
-    """Stage the package tree next to OUT_DIR, write DEBIAN/, and build the .deb."""
+    """Stage the package tree next to OUT_DIR, write DEBIAN/, and build the .deb.
+
+    `variant` ("nvidia": the bundle carries the CUDA module and its runtime) names a
+    package of its own, shardchat-nvidia, that installs the same files in place of
+    shardchat: one conflicts with and replaces the other.
+    """
     check_changelog(version)
-    stage = out_dir / f"{PACKAGE}-deb-root"
+    name = f"{PACKAGE}-{variant}" if variant else PACKAGE
+    stage = out_dir / f"{name}-deb-root"
     if stage.exists():
         shutil.rmtree(stage)
     lib = stage / "usr" / "lib" / PACKAGE
     shutil.copytree(bundle, lib, symlinks=True)
-    _install_files(stage, icons)
+    _install_files(stage, icons, name)
     _normalise_permissions(stage)
     arch = _run(["dpkg", "--print-architecture"]).strip()
-    depends = shlib_depends(lib)
+    depends, recommends = shlib_depends(lib)
     debian = stage / "DEBIAN"
     debian.mkdir(mode=0o755)
     control = {
-        "Package": PACKAGE,
+        "Package": name,
         "Version": version,
         "Architecture": arch,
         "Maintainer": MAINTAINER,
         "Installed-Size": str(_installed_size_kib(stage)),
         "Depends": ", ".join(depends),
+        **({"Recommends": ", ".join(recommends)} if recommends else {}),
+        **({"Provides": PACKAGE, "Conflicts": PACKAGE, "Replaces": PACKAGE} if variant else {}),
         "Section": "utils",
         "Priority": "optional",
         "Description": f"{SUMMARY}\n{DESCRIPTION}",
@@ -85,7 +102,7 @@ def build_deb(
     (debian / "md5sums").write_text(_md5sums(stage), encoding="utf-8")
     for path in debian.iterdir():
         path.chmod(0o644)
-    deb = out_dir / f"{PACKAGE}_{version}_{arch}.deb"
+    deb = out_dir / f"{name}_{version}_{arch}.deb"
     kind, level = COMPRESSION[compression]
     _run(["fakeroot", "dpkg-deb", f"-Z{kind}", f"-z{level}", "--build", str(stage), str(deb)])
     shutil.rmtree(stage)
@@ -102,7 +119,7 @@ def check_changelog(version: str) -> None:
         )
 
 
-def _install_files(stage: Path, icons: Path) -> None:
+def _install_files(stage: Path, icons: Path, name: str) -> None:
     usr = stage / "usr"
     (usr / "bin").mkdir(parents=True)
     (usr / "bin" / PACKAGE).symlink_to(f"../lib/{PACKAGE}/{PACKAGE}")
@@ -111,11 +128,11 @@ def _install_files(stage: Path, icons: Path) -> None:
     _copy(ROOT / "assets" / "shardchat.svg", hicolor / "scalable" / "apps" / "shardchat.svg")
     for png in sorted((icons / "hicolor").glob("*/apps/shardchat.png")):
         _copy(png, hicolor / png.relative_to(icons / "hicolor"))
-    doc = usr / "share" / "doc" / PACKAGE
+    doc = usr / "share" / "doc" / name
     _copy(HERE / "copyright", doc / "copyright")
     _gzip(HERE / "changelog", doc / "changelog.gz")
     _gzip(HERE / "shardchat.1", usr / "share" / "man" / "man1" / "shardchat.1.gz")
-    _copy(HERE / "lintian-overrides", usr / "share" / "lintian" / "overrides" / PACKAGE)
+    _copy(HERE / "lintian-overrides", usr / "share" / "lintian" / "overrides" / name)
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -191,18 +208,31 @@ def needed_and_glibc(files: list[Path]) -> tuple[set[str], tuple[int, ...]]:
     return needed, newest
 
 
-def shlib_depends(lib: Path) -> list[str]:
-    """The Depends entries for the system libraries the bundle needs and does not carry."""
+def shlib_depends(lib: Path) -> tuple[list[str], list[str]]:
+    """(Depends, Recommends) for the system libraries the bundle needs and does not carry.
+
+    A library only an optional backend module needs (libvulkan.so.1, for
+    libggml-vulkan.so) is recommended: without it that module is skipped and the app
+    runs on. A GPU driver's own library (libcuda.so.1) is named nowhere.
+    """
     files = elf_files(lib)
-    needed, glibc = needed_and_glibc(files)
+    optional = [path for path in files if is_optional_module(path.name)]
+    needed, glibc = needed_and_glibc([path for path in files if path not in optional])
+    wanted, _ = needed_and_glibc(optional) if optional else (set(), ())
     carried = {p.name for p in lib.rglob("*") if p.is_file() or p.is_symlink()}
     external = sorted(needed - carried - IGNORED)
+    recommended = sorted(wanted - needed - carried - IGNORED)
     packages = {"libc6": f"libc6 (>= {'.'.join(map(str, glibc))})"}
-    for soname, package in packages_of(external).items():
+    for soname, package in packages_of([s for s in external if not is_driver(s)]).items():
         if package not in packages:
             packages[package] = package
         print(f"  depends: {soname} -> {package}")
-    return [packages[name] for name in sorted(packages)]
+    recommends = []
+    for soname, package in packages_of([s for s in recommended if not is_driver(s)]).items():
+        if package not in packages and package not in recommends:
+            recommends.append(package)
+        print(f"  recommends: {soname} -> {package}")
+    return [packages[name] for name in sorted(packages)], sorted(recommends)
 
 
 def packages_of(sonames: list[str]) -> dict[str, str]:

@@ -20,6 +20,13 @@
 #ifndef IconsDir
   #define IconsDir "..\build\icons"
 #endif
+; /DVariant=nvidia: the bundle carries the CUDA module and runtime (a separate download);
+; it installs in place of the base one (same AppId)
+#ifdef Variant
+  #define FileSuffix "-" + Variant
+#else
+  #define FileSuffix ""
+#endif
 
 [Setup]
 AppId={{6F0B8E84-3C5A-4F5E-9B7E-5D2C0A1E7B3D}
@@ -35,7 +42,7 @@ PrivilegesRequiredOverridesAllowed=dialog
 ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
 OutputDir=..\..\dist
-OutputBaseFilename=ShardChat-{#AppVersion}-windows-x64-setup
+OutputBaseFilename=ShardChat-{#AppVersion}-windows-x64{#FileSuffix}-setup
 SetupIconFile={#IconsDir}\shardchat.ico
 UninstallDisplayIcon={app}\shardchat.exe
 UninstallDisplayName=ShardChat

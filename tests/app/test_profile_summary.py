@@ -73,6 +73,9 @@ def test_this_machine_has_no_gpu_and_a_cpu_plan() -> None:
     rows = dict(hardware_rows(hardware))
     assert rows["GPU"] == hardware.gpu_reason and rows["GPU"].startswith(NO_GPU_FOUND)
     assert hardware.cpu.model in rows["CPU"] and rows["llama.cpp"] == hardware.llama_build
+    assert rows["CPU variant"]  # the CPU module chosen for this CPU
+    assert rows["Backend libggml-vulkan.so"].startswith("loaded (no Vulkan GPU")
+    assert not [name for name in rows if name.startswith("Backend libggml-cpu-")]
     assert suggested_budget_bytes(hardware) == 0
     assert "CPU plan" in budget_text(0)
 

@@ -33,6 +33,8 @@ from app.api.tool_calls import (
 )
 from engine.llama import log_capture
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 HERMES, LLAMA3, MISTRAL = ToolCallFormat.HERMES, ToolCallFormat.LLAMA3, ToolCallFormat.MISTRAL
 
 WEATHER_HERMES = (

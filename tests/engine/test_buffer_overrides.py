@@ -26,6 +26,8 @@ from engine.llama.device_buffers import MIB, parse_buffer_lines
 from engine.model.inventory import SubLayerKind, read_inventory
 from engine.runtime.placement_report import overridden_tensors
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 # llama-model-loader.cpp: "tensor %s (%zu MiB %s) buffer type overridden to %s"
 # llama-model.cpp: "%s: %12s model buffer size = %8.2f MiB"
 PROMPT = [1, 2, 3, 4]

@@ -1,7 +1,7 @@
 """ggml's device list, read from the llama.cpp build these tests run under.
 
-The CPU build has exactly one device, the CPU (so has the Vulkan build while
-lavapipe is hidden); the Vulkan build with lavapipe visible is checked in
+Without a GPU the build has exactly one device, the CPU (its Vulkan module finds
+no device while lavapipe is hidden); lavapipe made visible is checked in
 tests/gpu/test_ggml_devices.py. The loader's failure paths are
 checked by breaking it on purpose: a broken native library must never raise.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 
-import llama_cpp
 import pytest
 
 from engine.llama import ggml_devices, ggml_library
@@ -18,7 +17,7 @@ from engine.llama.ggml_devices import DeviceType, device_memory, list_devices, p
 from engine.machine.gpu_probe import probe_gpus
 
 cpu_build_only = pytest.mark.skipif(
-    bool(llama_cpp.llama_supports_gpu_offload()),  # true only while a GPU device is visible
+    ggml_devices.has_gpu_backend(),  # true only while a GPU device is visible
     reason="llama.cpp sees a GPU device here; tests/gpu checks it",
 )
 
@@ -32,7 +31,7 @@ def test_the_cpu_build_lists_only_the_cpu() -> None:
     gpus, reason, _, _ = probe_gpus(ggml=probe_devices)
     assert all(gpu.ggml_device is None for gpu in gpus)  # at most NVML's, none driven
     if not gpus:
-        assert reason and reason.endswith("ggml: no GPU device, only CPU)")
+        assert reason and "ggml: no GPU device, only CPU: libggml-vulkan.so: " in reason
 
 
 def test_every_device_has_a_name_the_registry_knows() -> None:
@@ -42,7 +41,7 @@ def test_every_device_has_a_name_the_registry_knows() -> None:
         free, total = device_memory(device.name)
         assert total == device.memory_total_bytes and 0 <= free <= total
     assert [d.name for d in devices] == [
-        ggml_library.device_name(pointer) for pointer in ggml_library.device_pointers()
+        ggml_library.device_name(pointer) for pointer in ggml_devices.device_pointers()
     ]
 
 

@@ -98,7 +98,7 @@ def test_plans_grow_from_smoke_to_full() -> None:
 def test_a_machine_with_a_gpu_gets_gpu_steps_and_a_cpu_build_records_them_unusable(
     hardware,
 ) -> None:
-    """This machine's llama.cpp has no GPU backend: GPU steps must refuse, not measure the CPU."""
+    """llama.cpp finds no GPU on this machine: GPU steps must refuse, not measure the CPU."""
     laptop_gpu = GpuInfo(
         index=0, name="NVIDIA GeForce RTX 4060 Laptop GPU", uuid="GPU-described",
         vram_total_bytes=8 << 30, vram_free_bytes=7 << 30, vram_used_bytes=1 << 30,
@@ -119,5 +119,5 @@ def test_a_machine_with_a_gpu_gets_gpu_steps_and_a_cpu_build_records_them_unusab
     assert profile.gpu is None
     reasons = {u.config: u.reason for u in profile.unusable}
     assert set(reasons) == {*gpu_steps, "cpu during copies"}
-    assert all("no GPU backend" in reason for reason in reasons.values())
+    assert all("no GPU device here" in reason for reason in reasons.values())
     assert profile.cpu_kernels  # the CPU part is whole

@@ -18,6 +18,8 @@ from engine.model.default_model import default_model_path
 from engine.model.synthetic import quantize_model, write_synthetic_model
 from engine.model.synthetic_spec import DIRECT_QUANTS, SUPPORTED_ARCHITECTURES, SyntheticSpec
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 N_VOCAB = 49152  # SmolLM2's vocabulary, copied into every synthetic model
 PROMPT = "Hello world"
 

@@ -26,6 +26,8 @@ from engine.vision.synthetic import (
     write_synthetic_vlm,
 )
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 LM = SyntheticSpec(architecture="gemma3")  # 64 wide
 PROJECTOR = ProjectorSpec(projection_dim=LM.n_embd)
 # One thread: ggml's OpenMP workers spin between graph nodes, and on a loaded

@@ -13,6 +13,8 @@ from engine.generation.sampling import GREEDY, SamplingSettings
 from engine.generation.token_sampler import TokenSampler
 from engine.llama.handle import LlamaHandle
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 PROMPT = b"The capital of France is"
 LAST = -1  # the prompt's last token: the only one with logits
 

@@ -39,6 +39,8 @@ from engine.vision.synthetic import (
     write_synthetic_vlm,
 )
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=6)
 THREADS = 1  # ggml's spinning workers make a 2nd thread slower on a busy 2-core machine
 QWEN_MAX_TOKENS = 256  # Qwen's own limit (4096 tokens an image) does not fit n_ctx 1024

@@ -1,7 +1,7 @@
 """The GPU tier: real llama.cpp allocations on a real (software) Vulkan device.
 
-`make test-gpu` runs it in .venv-vulkan (llama-cpp-python built with Vulkan) on
-Mesa's lavapipe, with GGML_VK_VISIBLE_DEVICES=0 (llama.cpp skips CPU-type Vulkan
+`make test-gpu` runs it with the one llama.cpp build of `make test` (its Vulkan
+module) on Mesa's lavapipe, with GGML_VK_VISIBLE_DEVICES=0 (llama.cpp skips CPU-type Vulkan
 devices otherwise). Without a Vulkan device every test here errors: a GPU tier that
 silently ran on the CPU would check nothing.
 
@@ -56,7 +56,7 @@ def vulkan_device() -> str:
     names = [name for name, kind in buffer_types().items() if name.startswith("Vulkan")]
     devices = [n for n in names if not buffer_types()[n].is_host]
     if not devices:
-        pytest.fail("no Vulkan device: is mesa-vulkan-drivers installed and .venv-vulkan used?")
+        pytest.fail("no Vulkan device: is mesa-vulkan-drivers installed? (info --devices says why)")
     return devices[0]
 
 

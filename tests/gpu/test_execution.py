@@ -16,6 +16,8 @@ from engine.planning.planner import make_plan
 from engine.runtime.placement_report import PlanCheck, check_plan
 from tests.gpu.scenarios import check_after_start_up_probe, live_budget_change
 
+pytestmark = pytest.mark.usefixtures("ggml_started")  # it builds Llama() itself
+
 MIB = 1024 * 1024
 GREEDY_STEPS = 32
 PROMPT = "The three primary colours are"

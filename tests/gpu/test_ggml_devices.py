@@ -1,8 +1,8 @@
 """ggml's device list and the hardware probe on a real Vulkan device: Mesa's lavapipe.
 
-Run under the Vulkan build of llama-cpp-python with lavapipe made visible:
+Run under the one llama.cpp build (its Vulkan module) with lavapipe made visible:
 GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1
-.venv-vulkan/bin/python -m pytest -m gpu tests/gpu (make test-gpu). lavapipe
+.venv/bin/python -m pytest -m gpu tests/gpu (make test-gpu). lavapipe
 runs on the CPU, but Vulkan reports it as a device of its own with a 2 GiB heap,
 and ggml lists it as a discrete GPU: the case of an AMD or Intel card.
 """
@@ -10,6 +10,8 @@ and ggml lists it as a discrete GPU: the case of an AMD or Intel card.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import llama_cpp
@@ -70,3 +72,19 @@ def test_the_machine_probe_and_its_fingerprint_name_the_backend() -> None:
     # tell this build from the CPU one: the GPU's backend in the fingerprint does.
     as_cuda = [dataclasses.replace(gpu, backend="CUDA") for gpu in info.gpus]
     assert dataclasses.replace(info, gpus=tuple(as_cuda)).fingerprint() != info.fingerprint()
+
+
+def test_info_devices_lists_vulkan0_as_the_gpu_used() -> None:
+    shardchat = str(Path(sys.executable).parent / "shardchat")
+    done = subprocess.run([shardchat, "info", "--devices"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "  libggml-vulkan.so: loaded (devices: Vulkan0)" in lines
+    assert any(line.startswith("  Vulkan0 ") and "llvmpipe" in line for line in lines)
+    assert lines[-1].startswith("GPU used       Vulkan0 (llvmpipe")
+
+
+def test_the_hardware_probe_carries_the_backend_report() -> None:
+    info = probe_hardware()
+    assert any(line.startswith("backends: modules from ") for line in info.backends)
+    assert "  libggml-vulkan.so: loaded (devices: Vulkan0)" in info.backends

@@ -102,11 +102,22 @@ def installed_executable(root: Path, command: str = "usr/bin/shardchat") -> Path
     return real
 
 
-def run_selftest(executable: Path, home: Path) -> subprocess.CompletedProcess:
+# Mesa's software Vulkan device (lavapipe) as llama.cpp's CI runs it: CPU-type Vulkan
+# devices count only when GGML_VK_VISIBLE_DEVICES names them
+LAVAPIPE = {
+    "GGML_VK_VISIBLE_DEVICES": "0",
+    "GGML_VK_DISABLE_F16": "1",
+    "GGML_VK_DISABLE_COOPMAT": "1",
+}
+
+
+def run_selftest(
+    executable: Path, home: Path, prefix: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess:
     home.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
-        [str(executable), "--selftest"],
-        env=clean_env(home),
+        [*prefix, str(executable), "--selftest"],
+        env=clean_env(home, **env),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -138,6 +149,111 @@ def test_the_unpacked_deb_answers_its_selftest_in_a_clean_environment(
 ) -> None:
     done = run_selftest(installed_executable(deb_root), tmp_path / "home")
     say(assert_answers(done))
+
+
+def selftest_line(done: subprocess.CompletedProcess, key: str) -> str:
+    prefix = f"selftest: {key}: "
+    found = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
+    assert found, done.stdout + done.stderr
+    return found[0].removeprefix(prefix)
+
+
+def test_the_deb_runs_on_lavapipes_vulkan_device_as_planned(
+    deb_root: Path, tmp_path: Path, say
+) -> None:
+    done = run_selftest(installed_executable(deb_root), tmp_path / "home", **LAVAPIPE)
+    assert_answers(done)
+    assert selftest_line(done, "device").startswith("Vulkan0 (llvmpipe")
+    buffers = selftest_line(done, "buffers")  # llama.cpp's own lines, parsed
+    assert "Vulkan0 model " in buffers and "Vulkan0 kv " in buffers, buffers
+    assert "CPU_Mapped model" in buffers  # the token embedding stays on the CPU, as planned
+    say(f"on Vulkan0: {buffers}")
+
+
+def test_the_deb_runs_on_the_cpu_without_a_visible_gpu(deb_root: Path, tmp_path: Path) -> None:
+    done = run_selftest(installed_executable(deb_root), tmp_path / "home")
+    assert_answers(done)
+    device = selftest_line(done, "device")
+    assert device.startswith("CPU (no GPU: libggml-vulkan.so: no Vulkan GPU"), device
+    assert "Vulkan0" not in selftest_line(done, "buffers")
+    assert selftest_line(done, "CPU variant") != "built in"
+
+
+def test_the_deb_runs_on_the_cpu_with_the_vulkan_loader_hidden(
+    deb_root: Path, tmp_path: Path
+) -> None:
+    """The system's libvulkan.so.1 replaced by an empty file in a mount namespace of the
+    test's own: the bundle carries no loader of its own, so the module cannot load."""
+    loader = subprocess.run(
+        ["/sbin/ldconfig", "-p"], capture_output=True, text=True, check=True
+    ).stdout
+    paths = [line.split(" => ")[1] for line in loader.splitlines() if "libvulkan.so.1 " in line]
+    if not paths or shutil.which("unshare") is None:
+        pytest.fail("the Vulkan loader (libvulkan1) and unshare must be installed here")
+    hide = f'mount --bind /dev/null {os.path.realpath(paths[0])} && exec "$0" "$@"'
+    prefix = ("unshare", "--mount", "sh", "-c", hide)
+    done = run_selftest(installed_executable(deb_root), tmp_path / "home", prefix, **LAVAPIPE)
+    assert_answers(done)
+    device = selftest_line(done, "device")
+    assert device.startswith("CPU (no GPU: libggml-vulkan.so: a library it needs is missing: ")
+    assert "libvulkan.so.1" in device and len(device.splitlines()) == 1
+
+
+def test_every_backend_module_resolves_inside_the_package_or_to_what_it_names(
+    build: Build, deb_root: Path, tmp_path: Path
+) -> None:
+    lib = deb_root / "usr" / "lib" / "shardchat" / "_internal" / "llama_cpp" / "lib"
+    modules = sorted(lib.glob("libggml-*.so"))
+    names = {m.name for m in modules}
+    assert {"libggml-vulkan.so", "libggml-rpc.so", "libggml-cpu-x64.so"} <= names
+    assert "libggml-cpu-haswell.so" in names and "libggml-cpu-sapphirerapids.so" in names
+    named = set(
+        control_field(build, tmp_path, "Depends") + control_field(build, tmp_path, "Recommends")
+    )
+    assert "libvulkan1" in control_field(build, tmp_path, "Recommends")
+    # the bundle's program puts _internal on the library path (libgomp.so.1 is carried there)
+    env = {"LD_LIBRARY_PATH": str(lib.parent.parent), "PATH": "/usr/bin:/bin"}
+    for module in modules:
+        done = subprocess.run(
+            ["ldd", str(module)], capture_output=True, text=True, check=True, env=env
+        )
+        for line in done.stdout.splitlines():
+            soname, _, target = (part.strip() for part in line.partition("=>"))
+            assert "not found" not in target, f"{module.name}: {line}"
+            path = target.split(" (")[0]
+            if not path.startswith("/") or Path(path).resolve().is_relative_to(deb_root):
+                continue
+            owner = subprocess.run(
+                ["dpkg", "-S", os.path.realpath(path)], capture_output=True, text=True
+            ).stdout.split(":")[0]
+            system_core = owner in ("libc6", "libgcc-s1", "libstdc++6")
+            assert owner in named or system_core, f"{module.name} needs {soname} from {owner}"
+
+
+def control_field(build: Build, tmp_path: Path, field: str) -> list[str]:
+    control = tmp_path / "control-fields"
+    if not control.exists():
+        subprocess.run(["dpkg-deb", "-e", str(build.deb), str(control)], check=True)
+    for line in (control / "control").read_text().splitlines():
+        if line.startswith(f"{field}: "):
+            return [item.split(" (")[0].strip() for item in line.split(": ", 1)[1].split(",")]
+    return []
+
+
+def test_the_display_and_gpu_stacks_come_from_the_system_on_any_build_machine(
+    build: Build, deb_root: Path, tmp_path: Path
+) -> None:
+    """`make installer-test` installs the xcb utility libraries before it builds, as any
+    desktop and GitHub's runners have them: the bundle still carries none of them (nor
+    libxcb, GL, Wayland, the Vulkan loader) and Depends names them."""
+    from system_libraries import from_system
+
+    internal = deb_root / "usr" / "lib" / "shardchat" / "_internal"
+    carried = sorted(p.name for p in internal.glob("*.so*"))
+    assert [name for name in carried if from_system(name)] == []
+    depends = control_field(build, tmp_path, "Depends")
+    for package in ("libxcb-icccm4", "libxcb-keysyms1", "libxcb-image0", "libxcb-render-util0"):
+        assert package in depends, depends
 
 
 def test_the_deb_installs_the_command_desktop_entry_icon_and_docs_only(

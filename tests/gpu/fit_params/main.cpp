@@ -9,7 +9,10 @@
 //   n_batch = n_ubatch, flash attention off, f16 KV cache (as Llama() loads);
 //   TARGET_MIB is fit's --fit-target: the memory to leave free on the device.
 //   FIT_PARAMS_TRACE=1 prints fit's steps on stderr.
+// The backend modules are loaded from GGML_MODULE_DIR (llama_cpp/lib, set when compiled),
+// as upstream tools load them with ggml_backend_load_all() from beside their executable.
 #include "fit.h"
+#include "ggml-backend.h"
 #include "llama.h"
 #include "log.h"
 
@@ -26,6 +29,7 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: %s MODEL N_CTX N_UBATCH TARGET_MIB\n", argv[0]);
         return 2;
     }
+    ggml_backend_load_all_from_path(GGML_MODULE_DIR);
     llama_backend_init();
     if (getenv("FIT_PARAMS_TRACE") != nullptr) {  // fit's own account of each step, on stderr
         common_log_set_verbosity_thold(LOG_LEVEL_TRACE);
