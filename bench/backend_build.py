@@ -39,7 +39,8 @@ def measure(model: str, repeats: int) -> dict[str, object]:
     from engine.llama.backends import start_ggml
 
     report = start_ggml()  # loads the CPU variant in a loadable-backend build; no-op otherwise
-    llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda *_: None), None)
+    quiet = llama_cpp.llama_log_callback(lambda *_: None)  # kept: llama.cpp calls it later
+    llama_cpp.llama_log_set(quiet, None)
     model_params = llama_cpp.llama_model_default_params()
     loaded = llama_cpp.llama_model_load_from_file(model.encode(), model_params)
     params = llama_cpp.llama_context_default_params()
