@@ -11,12 +11,13 @@ without ggml devices, with a one-line reason, like a machine without a driver.
 
 Listing initialises each backend (the Vulkan backend creates its instance, the
 CUDA backend its runtime) the way loading a model would; that is why it lives
-behind a call and not at import. On a build with a GPU backend it also fixes
-the op-offload boundary for the process (engine.llama.offload_boundary): so that the
-first model load can still set its plan's boundary, such a process lists the
-devices in a child process, once, and answers from that list until ggml starts
-here. A CPU-only build lists them in-process (no boundary to fix, no child's
-second of start-up).
+behind a call and not at import. Where a GPU backend may register a device it
+also fixes the op-offload boundary for the process (engine.llama.offload_boundary):
+so that the first model load can still set its plan's boundary, such a process
+lists the devices in a child process, once, and answers from that list until
+ggml starts here. Where no GPU can appear (engine.llama.backends.gpu_may_register:
+no GPU device node, lavapipe alone) they are listed in-process (no boundary to fix,
+no child's second of start-up).
 """
 
 from __future__ import annotations
