@@ -92,9 +92,6 @@ class BackendReport:
         head = f"backends: modules from {self.folder}; CPU variant: {variant}"
         return [head, *(f"  {module.line()}" for module in self.modules)]
 
-    def loaded_backends(self) -> tuple[str, ...]:
-        return tuple(module.backend for module in self.modules if module.loaded)
-
     def why_no_gpu(self) -> str:
         """One line: why no GPU backend offers a device (meaningful when none does)."""
         if self.failure:
@@ -359,6 +356,8 @@ def _why_no_devices(backend: str) -> str:
         )
     if backend == "rpc":
         return "no servers added"
+    if backend == "cuda":
+        return "no NVIDIA GPU (or no NVIDIA driver) found"
     return "no devices"
 
 
