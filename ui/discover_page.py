@@ -65,6 +65,7 @@ from app.hub.discover_model import (
 )
 from app.hub.file_transfer import DEFAULT_POLICY, DownloadStopped, TransferControl, TransferPolicy
 from app.hub.gguf_files import RemoteModel
+from app.hub.hub_errors import HubOfflineError
 from app.hub.hub_settings import models_dir, save_token
 from app.hub.model_download import (
     DownloadManager,
@@ -326,7 +327,9 @@ class DiscoverJobs(QObject):
     # -- answers, on the GUI thread ------------------------------------------------------------
 
     def _on_searched(self, ticket: int, answer: list[RepoSummary] | str) -> None:
-        if isinstance(answer, str):
+        if isinstance(answer, _OfflineLine):
+            self.model.went_offline(ticket, answer)
+        elif isinstance(answer, str):
             self.model.search_failed(ticket, answer)
         else:
             self.model.show_results(ticket, answer)
@@ -570,9 +573,9 @@ class DiscoverPage(QWidget):
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
         """The first time the tab is shown, list the most downloaded GGUF models, as LM
-        Studio opens on its picks."""
+        Studio opens on its picks; offline, it says so and waits for Search."""
         super().showEvent(event)
-        if self.model.query is None:
+        if self.model.query is None and not self.model.offline:
             self.search()
 
     # -- actions -------------------------------------------------------------------------------
@@ -840,10 +843,16 @@ def _read_headers(catalogue: Catalogue, details: RepoDetails) -> list[QuantReadi
         )  # fmt: skip
 
 
+class _OfflineLine(str):
+    """Why a Hub call failed, when the reason is that there is no connection at all."""
+
+
 def _attempt(call: Callable[[], T]) -> T | str:
     """The call's answer, or the one line that says why it failed (never an exception)."""
     try:
         return call()
+    except HubOfflineError as exc:
+        return _OfflineLine(exc)
     except ShardChatError as exc:
         return str(exc)
     except Exception as exc:  # a worker's bug must show as a line, not a page that waits

@@ -2,8 +2,10 @@
 
 Through huggingface_hub's `HfApi` (search, model info, repository tree), so the
 Hub's own paging, headers and retries (`http_backoff`) are used and a mirror set
-with `HF_ENDPOINT` works. Calls that huggingface_hub makes without retrying
-(model info) are retried here with tenacity on 429 and 5xx answers.
+with `HF_ENDPOINT` works. Each call first asks whether the Hub can be reached at
+all (app.hub.connection), so no connection is one line at once, not 25 s of
+retries. Calls that huggingface_hub makes without retrying (model info) are
+retried here with tenacity on 429 and 5xx answers.
 
 A repository's files become `RemoteModel`s (app.hub.gguf_files): one per quant,
 split parts together, each with its vision projector. The model card gives a
@@ -26,6 +28,7 @@ from huggingface_hub.utils import http_backoff
 from tenacity import Retrying as _Retrying
 from tenacity import retry_if_exception, stop_after_attempt, wait_exponential
 
+from app.hub.connection import require_connection
 from app.hub.gguf_files import RemoteFile, RemoteModel, group_models
 from app.hub.hub_errors import TRANSIENT_STATUS, hub_errors
 from app.hub.hub_settings import hub_endpoint, hub_token
@@ -101,6 +104,7 @@ class Catalogue:
         max_params: int | None = None,
     ) -> list[RepoSummary]:
         """GGUF repositories whose name holds `query`, best first by `sort`."""
+        require_connection(self.endpoint)
         with hub_errors(self.endpoint, has_token=bool(self.token)):
             found = self._api.list_models(
                 search=query or None,
@@ -117,6 +121,7 @@ class Catalogue:
 
     def details(self, repo_id: str, revision: str = "main") -> RepoDetails:
         """The repository's GGUF models at `revision`, listed at the commit it resolves to."""
+        require_connection(self.endpoint)
         with hub_errors(self.endpoint, repo_id, has_token=bool(self.token)):
             info = _retrying(lambda: self._api.model_info(repo_id, revision=revision))
             commit = info.sha or revision

@@ -48,6 +48,7 @@ NO_PROFILE_NOTE = (
     "fast each quant would run here."
 )
 NO_RESULTS = "no GGUF repository matches"
+OFFLINE = "Offline: {reason}. Nothing is searched until you press Search."
 QUANT_COLUMNS = ("Quant", "Size", "Speed", "First token", "In VRAM", "Notes")
 RESULT_COLUMNS = ("Repository", "Kind", "Params", "Downloads", "Likes")
 RECOMMENDED_MARK = "★"
@@ -236,6 +237,7 @@ class DiscoverModel:
         self.query: SearchQuery | None = None
         self.results: list[RepoSummary] = []
         self.search_activity = Activity()
+        self.offline = False  # the last search found no connection: nothing searches by itself
         self.repo_id: str | None = None
         self.summary: RepoSummary | None = None  # the search result the repository came from
         self.details: RepoDetails | None = None
@@ -284,6 +286,7 @@ class DiscoverModel:
         if not self._is_current("search", ticket):
             return False
         self.results = list(results)
+        self.offline = False
         text = self.query.text if self.query else ""
         empty = f"{NO_RESULTS} {text!r}" if text else NO_RESULTS
         self.search_activity = Activity(text="" if results else empty)
@@ -294,6 +297,16 @@ class DiscoverModel:
         if not self._is_current("search", ticket):
             return False
         self.search_activity = Activity(problem=message)
+        self._changed(Change.SEARCH)
+        return True
+
+    def went_offline(self, ticket: int, reason: str) -> bool:
+        """The search found no connection to the Hub: the page says so, and no search starts
+        by itself (on opening, on a new kind or order) until the person presses Search."""
+        if not self._is_current("search", ticket):
+            return False
+        self.query, self.results, self.offline = None, [], True
+        self.search_activity = Activity(problem=OFFLINE.format(reason=reason))
         self._changed(Change.SEARCH)
         return True
 

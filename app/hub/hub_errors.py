@@ -5,7 +5,8 @@ HTTP client below it raises connection and timeout errors; the catalogue, the
 header reader and the downloader all turn them into `HubError` (the Hub is
 unreachable or refused: exit 1 in the CLI, a red line in the window) or
 `BadInputError` (the repository or file named does not exist: exit 2) here, in
-one place, so the CLI and the window say the same thing.
+one place, so the CLI and the window say the same thing. No connection at all is
+`HubOfflineError`, both at once (app.hub.connection finds it before any retry).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ TRANSIENT_STATUS = (429, 500, 502, 503, 504)
 
 class HubError(ShardChatError):
     """The Hub could not be reached or refused; the message says why and what to do."""
+
+
+class HubOfflineError(HubError, BadInputError):
+    """No connection to the Hub at all: said at once, without retries; exit 2 in the CLI, as
+    the person has to change something (the network, HF_ENDPOINT) before trying again."""
 
 
 class GatedError(HubError):

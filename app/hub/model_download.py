@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from filelock import FileLock, Timeout
 
 from app.hub.catalogue import RepoDetails
+from app.hub.connection import require_connection
 from app.hub.file_transfer import (
     DEFAULT_POLICY,
     DownloadStopped,
@@ -133,6 +134,7 @@ def run_download(
         ) from None
     try:
         store.set_status(download_id, RUNNING)
+        require_connection(endpoint)  # none at all: say so now; a drop later is retried
         _fetch_files(store, download, endpoint, headers, on_progress, control, policy)
         imported = import_download(store.download(download_id))
         store.set_imported(download_id, imported)

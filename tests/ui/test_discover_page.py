@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -179,14 +180,28 @@ def test_the_tab_opens_on_popular_models_and_enter_searches(qtbot, open_discover
     assert page.results.item(0, 0).text() == f"{GATED}  (gated)"
 
 
-def test_an_unreachable_hub_is_one_red_line(
-    qtbot, open_discover: Opener, monkeypatch: pytest.MonkeyPatch
+def test_offline_the_tab_says_so_at_once_and_searches_only_when_asked(
+    qtbot, open_discover: Opener, monkeypatch: pytest.MonkeyPatch, hub: LocalHub
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
-    _manager, page = open_discover()
+    started = time.monotonic()
+    manager, page = open_discover()
     qtbot.waitUntil(lambda: is_red(page.search_status), timeout=WAIT_MS)
-    assert page.search_status.text().startswith("cannot reach http://127.0.0.1:9")
-    assert "\n" not in page.search_status.text() and page.results.rowCount() == 0
+    assert time.monotonic() - started < 3  # not 25 s of retries first
+    text = page.search_status.text()
+    assert text.startswith("Offline: no connection to the Hub (http://127.0.0.1:9")
+    assert "\n" not in text and "Errno" not in text and page.results.rowCount() == 0
+    # nothing searches by itself now: not a new order, not the tab shown again
+    page.sort_box.setCurrentIndex(1)
+    page.sort_box.activated.emit(1)
+    manager.tabs.setCurrentIndex(0)
+    manager.tabs.setCurrentIndex(manager.tabs.indexOf(page))
+    assert page.search_status.text() == text and page.model.query is None
+    # asked, with the Hub back: it searches
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    qtbot.mouseClick(page.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(result_ids(page)) == 6, timeout=WAIT_MS)
+    assert not is_red(page.search_status) and not page.model.offline
 
 
 # -- a repository, its quants and the predictions -------------------------------------------------
