@@ -5,6 +5,33 @@ a corrupt, truncated or enormous file then becomes a one-line refusal before
 any llama.cpp code sees it, WebP works, and an oversized image is downscaled
 to what the plan allows (VLMOpt) before preprocessing, so the encoder never
 holds a full-resolution copy. Formats are decided from the bytes, not the name.
+
+Every image is decoded whole, here, before anything is queued, and a damaged
+one ends as BadInputError naming the file and the reason, whatever Pillow
+raised: its plugins answer damaged data with a dozen exception types (OSError
+from a WebP cut in half or a BMP header field Pillow does not know, ValueError
+from a PNG text chunk that inflates too far, SyntaxError, struct.error,
+EOFError, ...; tests/engine/test_image_robustness.py mutates real files to find
+them). The limits, set here on purpose:
+
+- MAX_FILE_BYTES (50 MB) is read at most;
+- MAX_PIXELS (64 Mpx) is decoded at most, checked from the header before any
+  pixel is: decoding more takes gigabytes of RAM and no encoder wants it.
+  Pillow's own bomb check (Image.MAX_IMAGE_PIXELS) is set to the same number,
+  so a header or a GIF frame past twice that (128 Mpx) is refused by Pillow
+  itself, before our check sees it (without the size: Pillow's error does not
+  carry it);
+- a PNG text or colour-profile chunk may inflate to PngImagePlugin.MAX_TEXT_CHUNK
+  (1 MB), all of them together to MAX_TEXT_MEMORY (64 MB); past that the file
+  is refused as damaged;
+- truncated pixel data is refused (ImageFile.LOAD_TRUNCATED_IMAGES stays off):
+  a model shown a half-grey picture answers about the grey.
+
+A JPEG that carries further pictures in an MPF segment (Pillow calls it MPO:
+phones and cameras write them, with a preview or a depth map) is read as its
+first picture, an ordinary JPEG. Pillow's warnings about damaged metadata are
+silenced: the image is then decoded or refused on its own terms, and a
+warning would turn a one-line refusal into three lines.
 """
 
 from __future__ import annotations
@@ -12,18 +39,26 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, PngImagePlugin, UnidentifiedImageError
 
 from engine.errors import BadInputError
 
 ACCEPTED_FORMATS = {"PNG": "PNG", "JPEG": "JPEG", "WEBP": "WebP", "BMP": "BMP", "GIF": "GIF"}
+READ_AS = {"MPO": "JPEG"}  # a JPEG with more pictures after it: its first is read
+_ACCEPTED = ", ".join(ACCEPTED_FORMATS.values())
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_PIXELS = 64_000_000  # decoding more takes gigabytes of RAM; no encoder wants it
 MIN_SIDE_PX = 2
+
+Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+PngImagePlugin.MAX_TEXT_CHUNK = 1024 * 1024
+PngImagePlugin.MAX_TEXT_MEMORY = 64 * 1024 * 1024
+warnings.filterwarnings("ignore", module=r"PIL\.")
 
 
 @dataclass(frozen=True)
@@ -101,38 +136,40 @@ def image_file(path: str | os.PathLike[str], check: bool = True) -> ImageFile:
 
 
 def decode_image(data: bytes, name: str, max_side_px: int = 0) -> RgbImage:
-    """Encoded image bytes to RGB pixels, downscaled so the longer side is <= max_side_px."""
+    """Encoded image bytes to RGB pixels, downscaled so the longer side is <= max_side_px.
+
+    Only BadInputError leaves it, whatever the bytes: callers (the CLI, the API,
+    the chat) answer that with a refusal and have nothing else to catch.
+    """
     if not data:
         raise BadInputError(f"{name}: the file is empty (zero bytes)")
     image = _open(data, name)
     width, height = image.size
-    note = _first_frame_note(image)
     try:
+        note = _first_frame_note(image)
         rgb = _as_rgb(image)
-    except (OSError, SyntaxError, ValueError) as exc:  # truncated or corrupt pixel data
-        raise BadInputError(f"{name}: the image data is damaged or truncated ({exc})") from exc
-    if max_side_px and max(width, height) > max_side_px:
-        rgb.thumbnail((max_side_px, max_side_px), Image.Resampling.LANCZOS)
+        if max_side_px and max(width, height) > max_side_px:
+            rgb = _downscaled(rgb, max_side_px)
+    except Image.DecompressionBombError as exc:  # a GIF frame larger than its screen
+        raise _too_large(name) from exc
+    except Exception as exc:  # Pillow's answer to damaged pixel data, any type
+        raise _damaged(name, exc) from exc
     return RgbImage(name, rgb.width, rgb.height, rgb.tobytes(), width, height, note)
 
 
 def _open(data: bytes, name: str) -> Image.Image:
-    """Read the header only; MAX_PIXELS below (not Pillow's bomb check) limits the size,
-    so an enormous image is refused with its dimensions."""
-    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    """Read the header only, and check what it says before any pixel is decoded."""
     try:
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
-        raise BadInputError(
-            f"{name}: not an image this app can read (use {', '.join(ACCEPTED_FORMATS.values())})"
-        ) from exc
-    finally:
-        Image.MAX_IMAGE_PIXELS = limit
+        raise BadInputError(f"{name}: not an image this app can read (use {_ACCEPTED})") from exc
+    except Image.DecompressionBombError as exc:
+        raise _too_large(name) from exc
+    except Exception as exc:  # a damaged header, whatever Pillow raises for it
+        raise _damaged(name, exc) from exc
     kind = image.format or "?"
-    if kind not in ACCEPTED_FORMATS:
-        raise BadInputError(
-            f"{name}: {kind} images are not supported (use {', '.join(ACCEPTED_FORMATS.values())})"
-        )
+    if kind not in ACCEPTED_FORMATS and kind not in READ_AS:
+        raise BadInputError(f"{name}: {kind} images are not supported (use {_ACCEPTED})")
     width, height = image.size
     if width * height > MAX_PIXELS:
         raise BadInputError(
@@ -144,12 +181,37 @@ def _open(data: bytes, name: str) -> Image.Image:
     return image
 
 
+def _too_large(name: str) -> BadInputError:
+    """Pillow's bomb error names its limit but not the image's size, so neither do we."""
+    return BadInputError(
+        f"{name}: too large (over {2 * MAX_PIXELS / 1e6:.0f} Mpx; the limit is "
+        f"{MAX_PIXELS / 1e6:.0f} Mpx); scale it down first"
+    )
+
+
+def _damaged(name: str, exc: Exception) -> BadInputError:
+    reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+    return BadInputError(f"{name}: the image data is damaged or truncated ({reason})")
+
+
+def _downscaled(image: Image.Image, max_side_px: int) -> Image.Image:
+    """The longer side at max_side_px; the shorter never below MIN_SIDE_PX, so a long thin
+    strip that passed the size check is not squeezed to one pixel on its way to the encoder."""
+    scale = max_side_px / max(image.size)
+    size = [max(MIN_SIDE_PX, round(side * scale)) for side in image.size]
+    return image.resize((size[0], size[1]), Image.Resampling.LANCZOS, reducing_gap=2.0)
+
+
 def _first_frame_note(image: Image.Image) -> str:
-    frames = getattr(image, "n_frames", 1)
-    if frames > 1:
-        image.seek(0)
-        return f"animated {ACCEPTED_FORMATS[image.format or 'GIF']}: the first of {frames} frames"
-    return ""
+    """Asks only whether a second frame exists: counting a GIF's frames reads them all,
+    a minute for a crafted 50 MB file of tiny frames."""
+    if not getattr(image, "is_animated", False):
+        return ""
+    image.seek(0)
+    kind = image.format or "GIF"
+    if kind in READ_AS:
+        return f"{READ_AS[kind]} with more pictures ({kind}): the first"
+    return f"animated {ACCEPTED_FORMATS[kind]}: the first frame"
 
 
 def _as_rgb(image: Image.Image) -> Image.Image:

@@ -36,7 +36,7 @@ def test_an_animated_gif_gives_its_first_frame_and_says_so() -> None:
     frames = [Image.new("RGB", (8, 8), colour) for colour in ("red", "green", "blue")]
     data = encoded(frames[0], "GIF", save_all=True, append_images=frames[1:])
     gif = decode_image(data, "a.gif")
-    assert gif.note == "animated GIF: the first of 3 frames"
+    assert gif.note == "animated GIF: the first frame"
     assert gif.pixels[:3] == decode_image(encoded(frames[0], "GIF"), "f.gif").pixels[:3]
 
 
@@ -47,7 +47,7 @@ def test_an_animated_gif_gives_its_first_frame_and_says_so() -> None:
         (b"hello, not an image", "not an image"),
         (encoded(Image.new("RGB", (64, 64)), "PNG")[:60], "damaged or truncated"),
         (encoded(Image.new("RGB", (8, 8)), "TIFF"), "TIFF images are not supported"),
-        (encoded(Image.new("1", (20_000, 20_000)), "PNG"), "20000x20000 px is too large"),
+        (encoded(Image.new("1", (20_000, 20_000)), "PNG"), "too large (over 128 Mpx"),
         (encoded(Image.new("RGB", (1, 1)), "PNG"), "too small"),
     ],
     ids=["zero-bytes", "text", "truncated", "tiff", "enormous", "one-pixel"],
