@@ -45,8 +45,12 @@ def test_answers_about_two_images_and_reports_the_vlmopt_choices(
         (lambda d: _write(d / "empty.png", b""), "empty (zero bytes)"),
         (lambda d: _write(d / "text.png", b"not an image"), "not an image this app can read"),
         (lambda d: picture(d, "scan.tiff", kind="TIFF"), "TIFF images are not supported"),
+        (lambda d: _cut(picture(d, "half.webp", kind="WEBP")), "damaged or truncated"),
+        (lambda d: _cut(picture(d, "short.tiff", kind="TIFF"), 16), "not an image"),
     ],
-    ids=["missing", "zero-bytes", "not-an-image", "tiff"],
+    # a WebP cut in half was an internal error (exit 1); Pillow's warnings about a short
+    # TIFF's EXIF data turned the refusal into three lines
+    ids=["missing", "zero-bytes", "not-an-image", "tiff", "webp-cut-in-half", "tiff-cut-short"],
 )
 def test_bad_images_are_one_line_errors(
     vlm: tuple[Path, Path], tmp_path: Path, make, message: str
@@ -76,3 +80,9 @@ def test_an_image_without_a_question_is_refused(vlm: tuple[Path, Path], tmp_path
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def _cut(path: Path, keep: int | None = None) -> Path:
+    """The file cut short, to `keep` bytes or to half its length."""
+    data = path.read_bytes()
+    return _write(path, data[: len(data) // 2 if keep is None else keep])
