@@ -67,6 +67,7 @@ class _LoadModel:
     plan: Plan | None = None
     profile: Profile | None = None
     prompt_format: str | None = None  # None: the model's setting in the model library
+    planned: PlannedLoad | None = None  # with its projector planned in: the model sees images
 
 
 @dataclass(frozen=True)
@@ -179,14 +180,17 @@ class EngineWorker:
         plan: Plan | None = None,
         profile: Profile | None = None,
         prompt_format: str | None = None,
+        planned: PlannedLoad | None = None,
     ) -> int:
         """Load a model in place of the current one; the conversation carries over.
 
         With a plan (and the profile it was made from), every llama_decode is timed
         against the plan's prediction and reported with each reply. `prompt_format`
         (engine.model.prompt_format): None takes the model's setting in the model library.
+        `planned`: the load with its vision projector planned in (app.load_planning), when
+        the caller planned it already, so the model sees images.
         """
-        return self._submit(_LoadModel(params, plan, profile, prompt_format))
+        return self._submit(_LoadModel(params, plan, profile, prompt_format, planned))
 
     def load_planned(self, request: LoadRequest) -> int:
         """Plan the model for this machine here, on the worker, then load it under that plan.
@@ -366,8 +370,8 @@ class EngineWorker:
     def _load(self, entry: _Queued) -> None:
         request: _LoadModel = entry.request  # type: ignore[assignment]
         self._load_under(
-            entry.request_id, request.params, request.plan, request.profile,
-            prompt_format=prompt_format_for(request.params.model_path, request.prompt_format),
+            entry.request_id, request.params, request.plan, request.profile, request.planned,
+            prompt_format_for(request.params.model_path, request.prompt_format),
         )  # fmt: skip
 
     def _load_planned(self, entry: _Queued) -> None:

@@ -2,7 +2,8 @@
 
 The command drives the same engine worker the GUI uses: requests go on its
 queue, events come back on a queue this thread reads. Ctrl-C while a reply
-streams cancels that reply; at the prompt it ends the session.
+streams cancels that reply; at the prompt it ends the session. The interactive
+session (app.commands.terminal_chat) is saved in the window's chat history.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import queue
+import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from app.commands.plan_command import load_profile_for_planning
 from app.commands.sampling_options import sampling_from
+from app.commands.terminal_chat import TerminalChat, Vision, read_line, say
 from app.events import (
     FINAL_EVENTS,
     EngineEvent,
@@ -25,21 +30,20 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
-from app.load_planning import planned_load
+from app.load_planning import PlannedLoad, planned_load, with_vision
+from app.model_library import projector_for
+from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import GenerationStats
 from engine.llama.load_params import LoadParams
 from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
 from engine.planning.execution import check_profile_is_this_machine
 from engine.planning.placement_choice import AUTO, CPU_ONLY, PlacementChoice
-from engine.planning.plan import Plan
 from engine.runtime.loaded_model import inspect_model
-
-_HELP = "Type a message and press Enter. /reset starts over, /exit (or Ctrl-D) quits."
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -49,16 +53,21 @@ def run_chat(args: argparse.Namespace) -> int:
     try:
         settings = sampling_from(args, SamplingSettings())
         params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
-        plan, profile = None, None
+        load = PlannedLoad(params, None, None)
         if args.vram is not None or choice.is_manual or args.gpu is not None:
-            params, plan, profile = _planned(args, model_path, choice)
+            load = _planned(args, model_path, choice)
+        prompt = _prompt_from(args)
+        if prompt is None:  # only a conversation can be given images (/image)
+            load = _with_projector(load, model_path, args.vram, choice)
     except ValueError as exc:
         raise BadInputError(str(exc)) from exc
     if args.threads:
-        params = params.with_changes(n_threads=args.threads, n_threads_batch=args.threads)
-    prompt = _prompt_from(args)
+        threads = {"n_threads": args.threads, "n_threads_batch": args.threads}
+        load = replace(load, params=load.params.with_changes(**threads))
     with _engine(args.show_thinking, args.think) as engine:
-        loaded = engine.call(engine.worker.load_model(params, plan, profile, args.prompt_format))
+        loaded = engine.call(
+            engine.worker.load_model(load.params, load.plan, load.profile, args.prompt_format, load)
+        )
         if getattr(args, "verbose", False) and isinstance(loaded, ModelLoaded):
             print(f"prompt format: {loaded.prompt_format} ({loaded.prompt_format_reason})",
                   file=sys.stderr)  # fmt: skip
@@ -69,7 +78,7 @@ def run_chat(args: argparse.Namespace) -> int:
         if prompt is not None:
             _one_reply(engine, prompt, settings, show_stats=args.stats)
         else:
-            _interactive(engine, args.system, settings)
+            _interactive(engine, args.system, settings, loaded)
     return 0
 
 
@@ -83,9 +92,7 @@ def _placement(args: argparse.Namespace) -> PlacementChoice:
     return choice
 
 
-def _planned(
-    args: argparse.Namespace, model_path: Path, choice: PlacementChoice
-) -> tuple[LoadParams, Plan | None, Profile | None]:
+def _planned(args: argparse.Namespace, model_path: Path, choice: PlacementChoice) -> PlannedLoad:
     """Plan this model on this machine's own stored profile under --vram (default: what
     other programs leave free) and the placement; CPU only needs no profile."""
     try:
@@ -96,10 +103,21 @@ def _planned(
         profile = None  # CPU only, unprofiled: llama.cpp's defaults without a GPU device
     if profile is not None:
         check_profile_is_this_machine(profile, probe_hardware())
-    load = planned_load(
+    return planned_load(
         str(model_path), args.ctx, profile, args.vram, None, choice, args.gpu, exact_budget=True
     )
-    return load.params, load.plan, load.profile
+
+
+def _with_projector(
+    load: PlannedLoad, model_path: Path, budget: int | None, choice: PlacementChoice
+) -> PlannedLoad:
+    """The load with the model's vision projector planned in, where the library pairs one
+    or one lies beside the model, so /image can give the conversation pictures."""
+    mmproj = projector_for(model_path)
+    if mmproj is None:
+        return load
+    inventory = read_inventory(str(model_path)) if load.profile is not None else None
+    return with_vision(load, inventory, str(mmproj), budget, choice)
 
 
 def _prompt_from(args: argparse.Namespace) -> str | None:
@@ -140,26 +158,31 @@ class _Engine:
         self.thinking = thinking  # --think / --no-think, None: the template's default
         self._thinking_shown = False  # thinking printed, not yet ended by a newline
 
-    def call(self, request_id: int) -> EngineEvent:
-        """Wait for the request's final event, printing streamed text; Ctrl-C cancels it."""
-        while True:
-            try:
+    def call(
+        self, request_id: int, on_token: Callable[[str, str], None] | None = None
+    ) -> EngineEvent:
+        """Wait for the request's final event, printing streamed text and passing each
+        piece (text, thinking) to `on_token`; Ctrl-C cancels the request."""
+        with _ctrl_c_cancels(self.worker, request_id):
+            while True:
                 event = self.events.get()
-            except KeyboardInterrupt:
-                self.worker.cancel(request_id)
-                continue
-            if isinstance(event, TokenStreamed):
-                self._show_thinking(event.thinking)
-                if event.text and self._thinking_shown:
-                    self._end_thinking()
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, PlacementFellBack):
-                print(f"shardchat: {event.message}", file=sys.stderr)
-            elif isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
-                if self._thinking_shown:
-                    self._end_thinking()
-                return _raise_if_failed(event)
+                if isinstance(event, TokenStreamed):
+                    self._show(event)
+                    if on_token is not None:
+                        on_token(event.text, event.thinking)
+                elif isinstance(event, PlacementFellBack):
+                    print(f"shardchat: {event.message}", file=sys.stderr)
+                elif isinstance(event, FINAL_EVENTS) and event.request_id == request_id:
+                    if self._thinking_shown:
+                        self._end_thinking()
+                    return _raise_if_failed(event)
+
+    def _show(self, event: TokenStreamed) -> None:
+        self._show_thinking(event.thinking)
+        if event.text and self._thinking_shown:
+            self._end_thinking()
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
 
     def _show_thinking(self, thinking: str) -> None:
         if not (thinking and self.show_thinking):
@@ -173,6 +196,23 @@ class _Engine:
         sys.stderr.write("\n")
         sys.stderr.flush()
         self._thinking_shown = False
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels(worker: EngineWorker, request_id: int) -> Iterator[None]:
+    """While a request runs, Ctrl-C cancels it instead of raising KeyboardInterrupt.
+
+    Why not catch the KeyboardInterrupt: it can land anywhere, in the middle of saving a
+    reply to the chat history too; a handler only flips the request's cancel flag, and
+    the reply ends as a cancelled one, with its text saved."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: worker.cancel(request_id))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _raise_if_failed(event: EngineEvent) -> EngineEvent:
@@ -197,29 +237,17 @@ def _one_reply(engine: _Engine, text: str, settings: SamplingSettings, show_stat
         _print_stats(reply)
 
 
-def _interactive(engine: _Engine, system: str | None, settings: SamplingSettings) -> None:
-    with contextlib.suppress(ImportError):
-        import readline  # noqa: F401 - line editing and history for input()
-    print(_HELP, file=sys.stderr)
-    while (text := _read_line()) is not None:
-        if text.strip() in {"/exit", "/quit"}:
-            break
-        if text.strip() == "/reset":
-            engine.call(engine.worker.start_conversation(system))
-            print("(new conversation)", file=sys.stderr)
-        elif text.strip():
-            try:
-                _one_reply(engine, text, settings, show_stats=True)
-            except ShardChatError as exc:  # one bad message does not end the session
-                print(f"shardchat: error: {exc}", file=sys.stderr)
-
-
-def _read_line() -> str | None:
-    try:
-        return input("\n> ")
-    except (EOFError, KeyboardInterrupt):
-        print(file=sys.stderr)
-        return None
+def _interactive(
+    engine: _Engine, system: str | None, settings: SamplingSettings, loaded: EngineEvent
+) -> None:
+    """The conversation, saved in the chat history the window shows."""
+    vision = Vision(False, "")
+    if isinstance(loaded, ModelLoaded):
+        vision = Vision(loaded.vision is not None, loaded.model_name, loaded.vision_problem)
+    with ChatStore() as store:
+        if store.recovered_from is not None:
+            say(f"shardchat: the chat history was unreadable; moved to {store.recovered_from}")
+        TerminalChat(engine, store, settings, system, vision, _print_stats).run(read_line)
 
 
 def _print_stats(reply: ReplyFinished) -> None:

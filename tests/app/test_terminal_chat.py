@@ -1,0 +1,144 @@
+"""The terminal chat keeps what is said where the window reads it, and answers its own commands.
+
+Each test drives `shardchat chat` on a pseudo-terminal as a person types into it, then
+reads the history back through ChatStore: the store the window opens (ui.desktop) and
+lists, with the calls it reads a conversation with.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from test_cli_interactive import Terminal  # the pseudo-terminal driver, same folder
+
+from app.stores.chat_records import StoredMessage
+from app.stores.chat_store import ChatStore
+from engine.vision.synthetic import write_synthetic_vlm
+
+SHORT = ("chat", "--temperature", "0", "--max-tokens", "8", "--ctx", "512")
+LONG = ("chat", "--temperature", "0", "--max-tokens", "2000")
+
+
+def test_a_terminal_conversation_is_saved_where_the_window_reads_it() -> None:
+    with Terminal(*SHORT, "--system", "You are terse.") as term:
+        term.expect("> ")
+        term.type("/help\n")
+        listed = term.expect("> ")
+        assert all(word in listed for word in ("/new", "/system TEXT", "/image PATH", "/exit"))
+        term.type("/frobnicate now\n")
+        assert "/frobnicate is not a command; /help lists them" in term.expect("> ")
+        term.type("/image photo.png\n")
+        assert "cannot see images: it has no vision projector" in term.expect("> ")
+        os.write(term.fd, b"bad bytes \xff\xfe\n")  # from a terminal not set to UTF-8
+        assert "what was typed is not UTF-8 text" in term.expect("> ")
+        term.type("/system You answer in one word.\n")
+        term.expect("(system prompt set)")
+        term.type("What is the capital of France?\n")
+        term.expect("tokens/s")
+        term.type("/new\n")
+        term.expect("(new conversation)")
+        term.type("word " * 600 + "\n")  # refused: it never reaches the model, nor the history
+        term.expect("too long for the context window")
+        term.type("//etc/hosts is a file\n")  # "//": a message that starts with "/"
+        term.expect("tokens/s")
+        term.expect("> ")
+        term.type("\x04")  # Ctrl-D
+        term.expect("(saved as conversation")
+        assert term.exit_code() == 0
+    with ChatStore() as store:
+        second, first = store.conversations()  # newest first, as the window lists them
+        assert first.title == "What is the capital of France?"
+        assert first.system_prompt == "You answer in one word."
+        asked, answered = store.messages(first.id)
+        assert (asked.role, asked.content) == ("user", "What is the capital of France?")
+        assert answered.role == "assistant" and answered.complete and answered.content.strip()
+        assert answered.stats is not None and answered.stats["generated_tokens"] >= 1
+        assert [m.role for m in store.history(first.id)] == ["system", "user", "assistant"]
+        assert second.title == "/etc/hosts is a file" and second.system_prompt == "You are terse."
+        assert [m.content for m in store.messages(second.id)][0] == "/etc/hosts is a file"
+        assert len(store.messages(second.id)) == 2  # no slash word, no refused message
+
+
+def test_ctrl_c_and_a_kill_lose_nothing_that_was_said() -> None:
+    with Terminal(*LONG) as term:
+        term.expect("> ")
+        term.type("Write a very long story about a dragon.\n")
+        _wait_for(lambda: _streaming_reply(0), "the first reply saved while it streams")
+        term.type("\x03")  # Ctrl-C while the reply streams: it stops, saved as it stands
+        assert "cancelled" in term.expect("]")
+        term.expect("> ")
+        term.type("Now tell me about a knight.\n")
+        partial = _wait_for(lambda: _streaming_reply(2), "the second reply saved while it streams")
+        os.kill(term.pid, signal.SIGKILL)  # nothing can be saved from here on
+        os.waitpid(term.pid, 0)
+    with ChatStore() as store:
+        store.discard_incomplete()  # what the window does when it starts
+        (conversation,) = store.conversations()
+        story, cancelled, knight, cut = store.messages(conversation.id)
+    assert story.content == "Write a very long story about a dragon."
+    assert cancelled.complete and cancelled.content.strip()
+    assert cancelled.stats is not None and cancelled.stats["finish_reason"] == "cancelled"
+    assert knight.content == "Now tell me about a knight."
+    assert cut.complete and cut.content.startswith(partial.content)
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model, _projector = write_synthetic_vlm(tmp_path_factory.mktemp("vlm"))
+    return model  # its projector lies beside it: the terminal chat finds it
+
+
+def test_an_image_goes_with_the_next_message_and_bad_ones_are_one_line(
+    vlm: Path, tmp_path: Path
+) -> None:
+    picture = tmp_path / "orange.png"
+    Image.new("RGB", (64, 48), "orange").save(picture)
+    (tmp_path / "notes.png").write_text("not an image")
+    with Terminal("chat", "--model", str(vlm), "--max-tokens", "4") as term:
+        term.expect("> ")
+        term.type(f"/image {tmp_path / 'missing.png'}\n")
+        assert "missing.png: no such image file" in term.expect("> ")
+        term.type(f"/image '{tmp_path / 'notes.png'}'\n")  # quoted, as a dropped file is pasted
+        assert "notes.png" in term.expect("> ")
+        term.type(f"/image {picture}\n")
+        term.expect("(orange.png goes with your next message)")
+        term.type("What colour is it?\n")
+        term.expect("tokens/s")
+        term.expect("> ")
+        term.type("/exit\n")
+        assert term.exit_code() == 0
+    with ChatStore() as store:
+        (conversation,) = store.conversations()
+        asked, answered = store.messages(conversation.id)
+    assert asked.content == "What colour is it?" and asked.image_names == ("orange.png",)
+    assert asked.images[0].data == picture.read_bytes()
+    assert answered.complete and answered.role == "assistant"
+
+
+def _streaming_reply(position: int) -> StoredMessage | None:
+    """The reply at `position` of the one conversation, once saved incomplete with text."""
+    with ChatStore() as store:
+        conversations = store.conversations()
+        if not conversations:
+            return None
+        messages = store.messages(conversations[0].id)
+    if len(messages) <= position + 1:
+        return None
+    reply = messages[position + 1]
+    return reply if not reply.complete and reply.content else None
+
+
+def _wait_for(found: Callable[[], StoredMessage | None], what: str) -> StoredMessage:
+    """Poll the history until `found` sees what the chat saved (the chat runs elsewhere)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (message := found()) is not None:
+            return message
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
