@@ -92,6 +92,7 @@ class ChatController(QObject):
         self._reply_stats: dict | None = None
         self._load_failed = False
         self._shown_conversation: int | None = None  # the conversation the view shows
+        self._context_used = 0  # tokens the shown conversation's last reply filled
         self.reply_editor: QInputDialog | None = None  # the open "Edit reply" dialog
         self._connect()
 
@@ -149,6 +150,10 @@ class ChatController(QObject):
     def model_path(self) -> str:
         """The model loaded, or being loaded."""
         return self._model_path
+
+    def loaded_model(self) -> tuple[str | None, str | None]:
+        """The model loaded and ready, and its projector; (None, None) while none is."""
+        return (self._model_path, self._mmproj) if self.model_ready else (None, None)
 
     def planning_inputs(self) -> tuple[Profile | None, int | None, int]:
         """The profile, VRAM budget (None before a plan) and context length loads are planned
@@ -332,7 +337,7 @@ class ChatController(QObject):
         self._plan = event.plan
         self.window.plan_label.setText(plan_in_words(event.plan))
         self.window.vram_panel.show_last_speed("")
-        self.window.show_context(0, event.n_ctx)
+        self.window.show_context(self._context_used, event.n_ctx)
         self.plan_used.emit(event.plan)
         self.model_name = event.model_name
         self.vision = event.vision
@@ -385,6 +390,7 @@ class ChatController(QObject):
             f"context {event.context_used:,} / {event.context_window:,} tokens"
         )
         self.window.vram_panel.show_last_speed(speed)
+        self._context_used = event.context_used
         self.window.show_context(event.context_used, event.context_window)
         if event.dropped_messages:
             self.window.statusBar().showMessage(
@@ -599,6 +605,8 @@ class ChatController(QObject):
         ]
         self.window.chat_view.show_messages(rows)
         self._shown_conversation = self.conversation_id
+        self._context_used = _context_used(rows)
+        self.window.show_context(self._context_used, self._loaded_n_ctx if self.model_ready else 0)
         self._show_empty_state()
 
     def _show_empty_state(self) -> None:
@@ -662,3 +670,14 @@ def no_vision_message(model_name: str) -> str:
         "the projector (mmproj GGUF) made for it in Tools → Models (Ctrl+M), or remove the "
         "images to send the text"
     )
+
+
+def _context_used(rows: Sequence[MessageRow]) -> int:
+    """What the conversation's last reply filled of the context (its prompt and itself), as
+    the meter said then: a restored conversation shows it before the next reply."""
+    for row in reversed(rows):
+        stats = row.stats if row.role == "assistant" else None
+        if stats:
+            prompt, reply = stats.get("prompt_tokens"), stats.get("generated_tokens")
+            return prompt + reply if isinstance(prompt, int) and isinstance(reply, int) else 0
+    return 0

@@ -171,9 +171,10 @@ class ConversationSettings(QWidget):
     # --- the Think toggle: a reasoning model's think / don't think switch ---
 
     def _add_think_toggle(self, form: QFormLayout) -> None:
-        """Off until a model whose chat template has the switch is loaded."""
+        """Off, and shown unticked, until a model whose chat template has the switch is
+        loaded: a greyed tick would say the model thinks when nothing asks it to."""
         self.think = QCheckBox("Think before answering")
-        self.think.setChecked(True)
+        self.think.setChecked(False)
         self.think.setEnabled(False)
         self.think.setAccessibleName("Think before answering")
         self.think.setToolTip("only models whose chat template has a think switch (Qwen3)")
@@ -184,10 +185,11 @@ class ConversationSettings(QWidget):
         return {THINKING_KEY: self.think.isChecked()} if self.think.isEnabled() else {}
 
     def show_thinking(self, available: bool, on: bool) -> None:
-        """Whether the loaded model can be told to think, and the conversation's choice."""
+        """Whether the loaded model can be told to think, and the conversation's choice; the
+        choice shows only where it applies (unticked while the toggle is disabled)."""
         self.think.blockSignals(True)
         self.think.setEnabled(available)
-        self.think.setChecked(on)
+        self.think.setChecked(available and on)
         self.think.blockSignals(False)
 
 

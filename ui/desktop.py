@@ -137,6 +137,7 @@ class Desktop:
         Its Discover tab predicts with the profile, budget and context loads use now."""
         self.discover.use_machine(*self.chat.planning_inputs())
         manager = ModelManager(self.models, parent=self.window, discover=self.discover)
+        manager.set_loaded(*self.chat.loaded_model())  # "Load now" is off for that one
         manager.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         manager.load_requested.connect(self.chat.load_model)
         manager.prompt_format_changed.connect(self.chat.use_prompt_format)

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMenu,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -28,9 +29,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.about import about_facts
+from app.paths import app_paths
 from ui.batch_panel import BatchPanel
 from ui.chat_view import ChatView
 from ui.conversation_settings import ConversationSettings
+from ui.help_dialogs import AboutDialog, ShortcutsDialog, open_folder
 from ui.image_attachments import AttachmentStrip
 from ui.message_input import MessageInput
 from ui.model_picker import ModelPicker
@@ -91,6 +95,12 @@ class MainWindow(QMainWindow):
         self.server_action = _action(self, "&Local API server…", None)
         self.batch_action = _action(self, "Summarise a &folder…", "Ctrl+Shift+S")
         self.quit_action = _action(self, "&Quit", QKeySequence.StandardKey.Quit)
+        self.about_action = _action(self, "&About ShardChat", None)
+        self.shortcuts_action = _action(self, "&Keyboard shortcuts", "Ctrl+/")
+        self.open_logs_action = _action(self, "Open the &log folder", None)
+        self.about_action.triggered.connect(self.show_about)
+        self.shortcuts_action.triggered.connect(self.show_shortcuts)
+        self.open_logs_action.triggered.connect(lambda: open_folder(app_paths().log_dir))
         self.find_action.triggered.connect(self._focus_search)
         self.settings_action.triggered.connect(self._toggle_settings)
         self.new_chat_action.triggered.connect(self.new_chat.click)
@@ -118,6 +128,9 @@ class MainWindow(QMainWindow):
         tools.addAction(self.batch_action)
         tools.addAction(self.profile_action)
         tools.addAction(self.server_action)
+        help_menu = bar.addMenu("&Help")
+        for action in (self.shortcuts_action, self.open_logs_action, self.about_action):
+            help_menu.addAction(action)
 
     def _lay_out(self) -> None:
         splitter = QSplitter()
@@ -242,6 +255,22 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(busy)
         for button in (self.send_button, self.regenerate_button, self.edit_button):
             button.setEnabled(not busy)
+
+    def show_about(self) -> AboutDialog:
+        """Help → About: the version, llama.cpp's build and backends, the folders."""
+        dialog = AboutDialog(about_facts(), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def show_shortcuts(self) -> ShortcutsDialog:
+        """Help → Keyboard shortcuts, read from the menus' own actions."""
+        menus = [entry.menu() for entry in self.menuBar().actions()]
+        actions = [a for menu in menus if isinstance(menu, QMenu) for a in menu.actions()]
+        dialog = ShortcutsDialog(actions, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     def _show_dock(self, dock: QDockWidget) -> None:
         dock.show()

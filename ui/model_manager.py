@@ -127,6 +127,7 @@ class ModelManager(QDialog):
         self._readings: dict[FileKey, Reading] = {}  # touched on the GUI thread only
         self._shown: ModelEntry | None = None  # the entry the details pane describes
         self._wanted: FileKey | None = None  # the file version it waits for (read by the worker)
+        self._loaded: tuple[Path | None, Path | None] = (None, None)  # model, projector
         self.import_button = QPushButton("Import GGUF…")
         self.pair_button = QPushButton("Pair vision projector…")
         self.unpair_button = QPushButton("Unpair")
@@ -353,9 +354,22 @@ class ModelManager(QDialog):
         self.pair_button.setEnabled(stored and present)
         self.unpair_button.setEnabled(stored and paired)
         self.default_button.setEnabled(present and not is_default)
-        self.load_button.setEnabled(present)
+        loaded = entry is not None and self._is_loaded(entry)
+        self.load_button.setEnabled(present and not loaded)
+        self.load_button.setToolTip("this model is loaded now" if loaded else "")
         self.prompt_format.setEnabled(stored)  # the built-in model keeps its own template
         self.remove_button.setEnabled(stored)
+
+    def set_loaded(self, model_path: str | None, projector_path: str | None = None) -> None:
+        """The model the window has loaded (None: none): "Load now" is off for it, as loading
+        it again would only reload the same file. The same model with another projector
+        paired since still loads (it gains or changes its vision)."""
+        self._loaded = (_resolved(model_path), _resolved(projector_path))
+        self._enable_buttons(self.selected())
+
+    def _is_loaded(self, entry: ModelEntry) -> bool:
+        projector = entry.mmproj_path if entry.mmproj_exists else None
+        return self._loaded == (_resolved(entry.path), _resolved(projector))
 
     def show_message(self, text: str, problem: bool = False) -> None:
         """One line (or one per file) under the list; problems in red."""
@@ -551,6 +565,10 @@ class ModelManager(QDialog):
 
 
 # -- plain helpers -----------------------------------------------------------------------------
+
+
+def _resolved(path: str | Path | None) -> Path | None:
+    return Path(path).resolve() if path else None
 
 
 def _row_texts(entry: ModelEntry) -> tuple[str, ...]:
