@@ -292,10 +292,29 @@ def format_duration(seconds: float) -> str:
     return f"{whole // 60} min {whole % 60:02d} s"
 
 
+def expected_duration_text(previous: Profile | None) -> str:
+    """How long profiling will take, said before it starts: what it took here last time, else
+    no promise of a figure. A fixed "about a minute" was 3 min 22 s on a busy machine; once
+    running, the time left comes from the steps measured so far (`time_left_text`)."""
+    if previous is not None and previous.duration_s > 0 and not previous.is_described:
+        return (
+            f"the last profile here took {format_duration(previous.duration_s)}; the time left "
+            "shows as the steps are measured"
+        )
+    return (
+        "from one to a few minutes, longer while other programs keep the processor busy; "
+        "the time left shows as the steps are measured"
+    )
+
+
 def time_left_text(eta_s: float | None) -> str:
-    """An ETA that does not pretend to be exact: rounded to 5 s, or to minutes when long."""
+    """An ETA that does not pretend to be exact: rounded to 5 s, or to minutes when long.
+    Below zero the step running now has outlasted the estimate: saying "a few seconds" then
+    would be wrong for as long as that step takes."""
     if eta_s is None:
         return "estimating the time left…"
+    if eta_s < 0:
+        return "taking longer than estimated…"
     if eta_s < 10:
         return "a few seconds left"
     if eta_s < 120:

@@ -1,7 +1,7 @@
 """A profiling run as an operation object: its own thread, progress, cancel, save on success.
 
 The wizard (and the menu's "Profile this machine again") must not block the
-GUI thread for the minute a fast profile takes, and must not borrow the
+GUI thread for the minutes a fast profile takes, and must not borrow the
 engine worker's thread either, which stays free to chat. So a job owns one
 short-lived thread: it runs the `Profiler` (whose steps are child processes
 that a cancel kills), stores the finished profile, and reports everything

@@ -4,7 +4,7 @@ Shown when no profile exists for this machine's fingerprint (see
 `app.profiling_job.needs_profiling`), and again from the menu. Measuring runs
 in a `ProfilingJob` on its own thread; a bridge turns the job's reports into
 queued signals, so the pages update on the GUI thread and the window stays
-responsive for the minute a fast profile takes. Cancelling, going back, or
+responsive for the minutes a fast profile takes. Cancelling, going back, or
 closing the wizard stops the job and stores nothing; skipping is fine, and
 ShardChat then runs without a plan until the machine is profiled.
 
@@ -40,10 +40,12 @@ from PySide6.QtWidgets import (
 
 from app.profile_summary import (
     Row,
+    expected_duration_text,
     hardware_rows,
     result_rows,
     suggested_budget_bytes,
 )
+from app.stores.profile_store import ProfileStore
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware
@@ -82,27 +84,23 @@ class FactsForm(QWidget):
             self.values[label] = shown
 
 
-def _page(title: str, subtitle: str) -> QWizardPage:
-    page = QWizardPage()
-    page.setTitle(title)
-    page.setSubTitle(subtitle)
-    return page
+class WelcomePage(QWizardPage):
+    """What profiling is for, and how long it takes here (the last run on this machine)."""
 
-
-def _welcome_page() -> QWizardPage:
-    page = _page(
-        "Welcome to ShardChat",
-        "Before the first chat, ShardChat measures this computer once.",
-    )
-    text = QLabel(
-        "ShardChat splits big models between your GPU and your CPU. To split them well it "
-        "times llama.cpp's own kernels on this machine: about a minute, and nothing leaves "
-        "your computer. The figures are stored and reused until the hardware or llama.cpp "
-        "changes.\n\nYou can skip this now and run it later from the menu."
-    )
-    text.setWordWrap(True)
-    QVBoxLayout(page).addWidget(text)
-    return page
+    def __init__(self, previous: Profile | None) -> None:
+        super().__init__()
+        self.setTitle("Welcome to ShardChat")
+        self.setSubTitle("Before the first chat, ShardChat measures this computer once.")
+        self.text = QLabel(
+            "ShardChat splits big models between your GPU and your CPU. To split them well it "
+            "times llama.cpp's own kernels on this machine, and nothing leaves your computer. "
+            f"It takes {expected_duration_text(previous)}. The figures are stored and reused "
+            "until the hardware or llama.cpp changes.\n\nYou can skip this now and run it "
+            "later from the menu."
+        )
+        self.text.setWordWrap(True)
+        self.text.setAccessibleName("What profiling does")
+        QVBoxLayout(self).addWidget(self.text)
 
 
 class HardwarePage(QWizardPage):
@@ -299,8 +297,11 @@ class ProfileWizard(QWizard):
         self.results_page = ResultsPage(self.profiling_page, self.budget_bytes)
         self.model_page = ModelPage()
         self.done_page = DonePage(self.profiling_page, self.model_page)
+        with ProfileStore(store_path) as store:
+            previous = store.latest(self.hardware.fingerprint())
+        self.welcome_page = WelcomePage(previous)
         pages = (
-            _welcome_page(), self.hardware_page, self.profiling_page, self.results_page,
+            self.welcome_page, self.hardware_page, self.profiling_page, self.results_page,
             self.model_page, self.done_page,
         )  # fmt: skip
         for page_id, page in enumerate(pages):

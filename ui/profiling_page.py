@@ -1,7 +1,7 @@
 """The wizard's measuring page: a profiling job on its own thread, its progress as it comes.
 
 A bridge turns the job's reports into queued signals, so the page updates on
-the GUI thread and the window stays responsive for the minute a fast profile
+the GUI thread and the window stays responsive for the minutes a fast profile
 takes. Cancelling, going back, or closing the wizard stops the job and
 stores nothing.
 """
