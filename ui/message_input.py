@@ -2,8 +2,11 @@
 
 Images pasted or dropped into it (image data or image files) become
 attachments of the next message instead of text; a file that is not a usable
-image is refused as a whole, with its reason on `attachment_refused`, and
-neither the text nor the attachments change.
+image is refused as a whole, and neither the text nor the attachments change.
+The refusal stays in sight where the image was dropped: a line at the
+bottom of the input itself, wrapped to its width and never cut off (the input
+grows by its height), until the next image is attached or the message sent;
+it is also emitted on `attachment_refused`.
 
 A message is the text and the attachments together. `submit` clears the text
 and emits `submitted(text)` (text may be empty when images are attached) but
@@ -14,9 +17,9 @@ vision) leaves them in place for the person to send again.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtCore import QEvent, QMimeData, Qt, Signal
 from PySide6.QtGui import QImage, QKeyEvent, QPixmap
-from PySide6.QtWidgets import QPlainTextEdit
+from PySide6.QtWidgets import QLabel, QPlainTextEdit
 
 from engine.errors import BadInputError
 from ui.image_attachments import (
@@ -25,10 +28,13 @@ from ui.image_attachments import (
     image_from_qimage,
     load_image_file,
 )
+from ui.theme import error_style
 
 # Encoded image types a browser or image viewer may put on the clipboard.
 IMAGE_MIME_TYPES = ("image/png", "image/jpeg", "image/webp", "image/bmp", "image/gif")
 MODEL_SUFFIX = ".gguf"
+INPUT_MAX_PX = 120  # the text area's height at most; a refusal line adds its own
+REFUSAL_PADDING_PX = 4
 
 
 class MessageInput(QPlainTextEdit):
@@ -43,9 +49,14 @@ class MessageInput(QPlainTextEdit):
         self.setPlaceholderText(
             "Message (Enter sends, Shift+Enter new line, Esc stops; paste or drop images)"
         )
-        self.setMaximumHeight(120)
+        self.setMaximumHeight(INPUT_MAX_PX)
         self._attachments: list[ImageAttachment] = []
         self._pasted_count = 0
+        self.refusal = QLabel(self)
+        self.refusal.setAccessibleName("Image refused")
+        self.refusal.setWordWrap(True)
+        self.refusal.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.refusal.hide()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
@@ -64,7 +75,52 @@ class MessageInput(QPlainTextEdit):
         if not text.strip() and not self._attachments:
             return
         self.clear()
+        self.clear_refusal()
         self.submitted.emit(text)
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        """The text area resizes with the input and when its scroll bar comes or goes."""
+        if event.type() == QEvent.Type.Resize and not self.refusal.isHidden():
+            self._place_refusal()
+        return super().viewportEvent(event)
+
+    # --- the refusal line ---
+
+    def show_refusal(self, reason: str) -> None:
+        """Say why an image was not attached, at the bottom of the input, until the next
+        attachment or send; also for images dropped elsewhere on the window."""
+        self.refusal.setText(reason)
+        self.refusal.setToolTip(reason)
+        self.refusal.setStyleSheet(error_style(self))
+        self.refusal.show()
+        self._place_refusal()
+        self.attachment_refused.emit(reason)
+
+    def clear_refusal(self) -> None:
+        if not self.refusal.isHidden():
+            self.refusal.hide()
+            self._place_refusal()
+
+    def _place_refusal(self) -> None:
+        """The line below the text area, as wide as it (never under the scroll bar): the
+        viewport gives up the line's height at the bottom, and the input grows by as much."""
+        if self.refusal.isHidden():
+            self.setViewportMargins(0, 0, 0, 0)
+            self.setMaximumHeight(INPUT_MAX_PX)
+            return
+        width = max(1, self.viewport().width() - 2 * REFUSAL_PADDING_PX)
+        height = self.refusal.heightForWidth(width)
+        bottom = height + 2 * REFUSAL_PADDING_PX
+        if self.viewportMargins().bottom() != bottom:  # unchanged: no resize event, no loop
+            self.setViewportMargins(0, 0, 0, bottom)
+            self.setMaximumHeight(INPUT_MAX_PX + bottom)
+        text_area = self.viewport().geometry()
+        self.refusal.setGeometry(
+            text_area.left() + REFUSAL_PADDING_PX,
+            text_area.bottom() + 1 + REFUSAL_PADDING_PX,
+            width,
+            height,
+        )
 
     # --- attachments ---
 
@@ -90,6 +146,7 @@ class MessageInput(QPlainTextEdit):
     def add_attachments(self, attachments: list[ImageAttachment]) -> None:
         if attachments:
             self._attachments.extend(attachments)
+            self.clear_refusal()
             self.attachments_changed.emit(self.attachments())
 
     # --- paste and drop: QPlainTextEdit routes both through these two ---
@@ -108,7 +165,7 @@ class MessageInput(QPlainTextEdit):
         try:
             attachments = self._attachments_from(source)
         except BadInputError as error:
-            self.attachment_refused.emit(str(error))
+            self.show_refusal(str(error))
             return
         self.add_attachments(attachments)
 

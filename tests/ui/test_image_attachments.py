@@ -6,6 +6,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from image_mutants import corpus
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
@@ -438,3 +439,109 @@ def test_a_dragged_model_passes_through_to_the_window(qtbot, tmp_path: Path) -> 
         drop(message_input, mime)
     assert window.dropped == [str(model)]
     assert message_input.toPlainText() == "" and message_input.attachments() == []
+
+
+# --- the refusal beside the input ---
+
+LONG_NAME = "IMG_20240611_183502_holiday_photo_from_the_beach.webp"
+
+
+@pytest.fixture
+def laid_out(qtbot) -> tuple[QWidget, MessageInput]:
+    """An input at the bottom of a column, as the chat window lays it out."""
+    window = QWidget()
+    qtbot.addWidget(window)
+    message_input = MessageInput()
+    column = QVBoxLayout(window)
+    column.addStretch(1)
+    column.addWidget(message_input)
+    window.resize(600, 400)
+    window.show()
+    qtbot.waitExposed(window)
+    return window, message_input
+
+
+def refusal_fits(message_input: MessageInput) -> bool:
+    """The whole refusal in sight: inside the input, below the text area, tall enough for
+    every wrapped line of it."""
+    label, text_area = message_input.refusal, message_input.viewport().geometry()
+    box = label.geometry()
+    return (
+        label.isVisible()
+        and message_input.rect().contains(box)
+        and box.top() > text_area.bottom()
+        and box.height() >= label.heightForWidth(box.width())
+        and box.right() <= text_area.right()
+    )
+
+
+def test_a_refused_drop_shows_its_reason_in_the_input(qtbot, laid_out, tmp_path: Path) -> None:
+    window, message_input = laid_out
+    window.resize(360, 400)
+    qtbot.waitUntil(lambda: message_input.width() < 360)
+    message_input.setPlainText("what is this?")
+    text_height = message_input.viewport().height()
+    broken = tmp_path / LONG_NAME
+    broken.write_bytes(save_image(tmp_path, "whole.webp", "WEBP").read_bytes()[:40])
+    with qtbot.waitSignal(message_input.attachment_refused) as refused:
+        drop(message_input, url_mime(broken))
+    reason = refused.args[0]
+    assert reason.startswith(f"{LONG_NAME}: not a readable image (")
+    assert message_input.refusal.text() == reason
+    qtbot.waitUntil(lambda: refusal_fits(message_input))
+    assert message_input.refusal.height() > message_input.refusal.fontMetrics().height()  # wraps
+    qtbot.waitUntil(lambda: message_input.viewport().height() == text_height)  # the input grew
+    assert message_input.toPlainText() == "what is this?" and message_input.attachments() == []
+
+
+def test_the_refusal_follows_the_input_s_width(qtbot, laid_out) -> None:
+    window, message_input = laid_out
+    message_input.show_refusal(f"{LONG_NAME}: the image data is damaged or truncated (a reason)")
+    qtbot.waitUntil(lambda: refusal_fits(message_input))
+    one_line = message_input.refusal.height()
+    window.resize(300, 400)
+    qtbot.waitUntil(lambda: refusal_fits(message_input) and message_input.width() < 320)
+    assert message_input.refusal.height() > one_line
+    message_input.setPlainText("\n".join(f"line {n}" for n in range(30)))  # a scroll bar comes
+    qtbot.waitUntil(lambda: message_input.verticalScrollBar().isVisible())
+    qtbot.waitUntil(lambda: refusal_fits(message_input))
+
+
+def test_the_next_attachment_clears_the_refusal(qtbot, laid_out, tmp_path: Path) -> None:
+    message_input = laid_out[1]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a picture")
+    drop(message_input, url_mime(notes))
+    assert message_input.refusal.isVisible()
+    drop(message_input, url_mime(save_image(tmp_path, "fine.png", "PNG")))
+    assert message_input.refusal.isHidden() and message_input.viewportMargins().bottom() == 0
+    assert [a.name for a in message_input.attachments()] == ["fine.png"]
+
+
+def test_sending_clears_the_refusal(qtbot, laid_out) -> None:
+    message_input = laid_out[1]
+    message_input.show_refusal("photo.png: not a readable image (Unable to read image data)")
+    message_input.setPlainText("never mind, just text")
+    with qtbot.waitSignal(message_input.submitted):
+        qtbot.keyClick(message_input, Qt.Key.Key_Return)
+    assert message_input.refusal.isHidden() and message_input.viewportMargins().bottom() == 0
+
+
+def test_every_damaged_image_is_attached_or_refused_by_name(qtbot) -> None:
+    """The engine's mutation corpus through the window's own reader (Qt): no exception
+    but the refusal, and every refusal names the file."""
+    escaped: list[str] = []
+    for cases in corpus().values():
+        for name, data in cases:
+            try:
+                attachment = image_from_bytes(data, name)
+            except BadInputError as refusal:
+                if not str(refusal).startswith(f"{name}: ") or "\n" in str(refusal):
+                    escaped.append(f"{name}: refused as {refusal}")
+                continue
+            except Exception as exc:  # what this test hunts
+                escaped.append(f"{name}: escaped as {type(exc).__name__}: {exc}")
+                continue
+            if decoded(attachment).isNull():
+                escaped.append(f"{name}: attached, but its PNG does not decode")
+    assert not escaped, "\n".join(escaped)
