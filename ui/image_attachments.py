@@ -6,6 +6,13 @@ clipboard), a vision model later receives one format, and a file that cannot
 be decoded is refused here, with a one-line reason, before it reaches a message.
 Formats are decided from the bytes, never from the file name, so a PNG saved
 as `.jpg` works and a text file renamed `.png` is refused.
+
+Qt decodes (it honours EXIF rotation) but is lenient: it pads a truncated JPEG,
+BMP or GIF with grey and skips a PNG chunk that inflates to a bomb. So encoded
+bytes Qt accepts also pass the engine's check (engine.model.image_input), and
+the window refuses the files `shardchat ask-image` and the API refuse, in the
+same words. Its own limits are stricter: MAX_SIDE_PX a side and MAX_PIXELS,
+to stay under the 256 MB Qt allows one decoded image.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from PySide6.QtGui import QImage, QImageReader, QPixmap
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from engine.errors import BadInputError
+from engine.model.image_input import check_image
 
 # Qt's reader format name -> how we name it to a person.
 ACCEPTED_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WebP", "bmp": "BMP", "gif": "GIF"}
@@ -87,6 +95,7 @@ def image_from_bytes(
     image = reader.read()  # the first frame of an animated GIF
     if image.isNull():
         raise BadInputError(f"{name}: not a readable image ({reader.errorString()})")
+    check_image(data, name)
     return _attachment(image, name, source_path)
 
 

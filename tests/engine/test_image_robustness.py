@@ -31,7 +31,7 @@ from image_mutants import (
 from PIL import Image
 
 from engine.errors import BadInputError
-from engine.model.image_input import MIN_SIDE_PX, RgbImage, decode_image
+from engine.model.image_input import MIN_SIDE_PX, RgbImage, check_image, decode_image
 
 SLOWEST_CASE_S = 5.0  # a decode of these small files takes milliseconds; seconds is a hang
 
@@ -148,3 +148,22 @@ def test_a_long_thin_strip_keeps_two_pixels_when_downscaled() -> None:
     strip = decode_image(encoded(Image.new("RGB", (4000, 2), "green"), "PNG"), "strip.png", 1000)
     assert (strip.width, strip.height) == (1000, MIN_SIDE_PX)
     assert strip.describe() == "strip.png 4000x2 px, downscaled to 1000x2"
+
+
+def test_the_check_refuses_exactly_what_the_decoder_refuses() -> None:
+    """check_image (the window's second opinion, and ask-image's) agrees with decode_image."""
+    disagreements = []
+    for cases in corpus().values():
+        for name, data in cases:
+            decoded, checked = verdict(decode_image, data, name), verdict(check_image, data, name)
+            if decoded != checked:
+                disagreements.append(f"{name}: decode {decoded}, check {checked}")
+    assert not disagreements, "\n".join(disagreements)
+
+
+def verdict(read: Callable[[bytes, str], object], data: bytes, name: str) -> str:
+    try:
+        read(data, name)
+    except BadInputError as refusal:
+        return str(refusal)
+    return "read"

@@ -6,7 +6,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from image_mutants import corpus
+from image_mutants import after_ihdr, corpus, encoded, inflating_to, originals, picture, png_chunk
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
@@ -444,6 +444,7 @@ def test_a_dragged_model_passes_through_to_the_window(qtbot, tmp_path: Path) -> 
 # --- the refusal beside the input ---
 
 LONG_NAME = "IMG_20240611_183502_holiday_photo_from_the_beach.webp"
+PROFILE_BOMB = inflating_to(4 * 2**20)  # a PNG colour profile inflating past Pillow's 1 MB
 
 
 @pytest.fixture
@@ -525,6 +526,29 @@ def test_sending_clears_the_refusal(qtbot, laid_out) -> None:
     with qtbot.waitSignal(message_input.submitted):
         qtbot.keyClick(message_input, Qt.Key.Key_Return)
     assert message_input.refusal.isHidden() and message_input.viewportMargins().bottom() == 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: encoded(picture(size=(400, 300)), "JPEG")[:-400],  # the last rows missing
+        lambda: after_ihdr(originals()["rgb.png"], png_chunk(b"iCCP", b"icc\0\0" + PROFILE_BOMB)),
+    ],
+    ids=["truncated-jpeg", "iccp-bomb-png"],
+)
+def test_what_qt_reads_but_the_engine_refuses_is_refused(
+    qtbot, laid_out, tmp_path: Path, make
+) -> None:
+    """Qt pads a cut JPEG with grey and skips a bomb chunk; the CLI and the API refuse
+    both, and so does the window now, beside the input."""
+    data = make()
+    assert not QImage.fromData(data).isNull()  # Qt alone would have attached it
+    dropped = tmp_path / "photo.bin"
+    dropped.write_bytes(data)
+    message_input = laid_out[1]
+    drop(message_input, url_mime(dropped))
+    assert message_input.attachments() == []
+    assert message_input.refusal.text().startswith("photo.bin: the image data is damaged")
 
 
 def test_every_damaged_image_is_attached_or_refused_by_name(qtbot) -> None:
