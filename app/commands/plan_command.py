@@ -2,7 +2,13 @@
 
 The machine is this one (its stored profile) or, for simulation, any profile
 JSON or one of the described machines we ship (laptop-8gb, desktop-16gb,
-rtx5090-desktop): planning needs no GPU, only figures.
+rtx5090-desktop): planning needs no GPU, only figures. Without --vram the budget
+is the machine's own: all of a described machine's GPU, or what other programs
+leave free on this one.
+
+The text speaks to someone choosing a model, so it leads with what runs where and
+how fast (app.plan_words); llama.cpp's own terms (buffer placement, n_ubatch, the
+cost of each step size) follow only with --details.
 """
 
 from __future__ import annotations
@@ -12,11 +18,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from app.auto_budget import AutoBudget
 from app.commands.arg_types import positive_int, size
+from app.plan_words import plan_details, plan_in_words
 from app.stores.profile_store import ProfileStore
 from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.machine.described_machines import described_names, load_described
+from engine.machine.gpu_probe import probe_gpus
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
@@ -28,6 +37,8 @@ from engine.vision.options import NO_TOKEN_LIMIT
 from engine.vision.plan import VisionPlan, plan_vision
 from engine.vision.projector import projector_facts
 
+DETAILS_HINT = "(llama.cpp's parameters and the cost of each step size: --details)"
+
 
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
     plan = commands.add_parser(
@@ -36,7 +47,11 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         description="Plan which sub-layers live in VRAM and how each token tier runs.",
     )
     plan.add_argument("--model", "-m", metavar="PATH", help="GGUF model (default: embedded)")
-    plan.add_argument("--vram", required=True, type=size, metavar="SIZE", help="e.g. 6GiB, 0")
+    plan.add_argument(
+        "--vram", type=size, metavar="SIZE",
+        help="the VRAM budget, e.g. 6GiB, 0 (default: all of a described machine's GPU, or "
+        "what other programs leave free on this machine's)",
+    )  # fmt: skip
     plan.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
     plan.add_argument("--parallel", type=positive_int, default=1, help="sequences decoded together")
     plan.add_argument("--prompt-tokens", type=positive_int, default=512, metavar="N")
@@ -74,6 +89,10 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         metavar="INDEX",
         help="which GPU, as llama.cpp numbers them (default 0)",
     )
+    plan.add_argument(
+        "--details", action="store_true",
+        help="also show llama.cpp's parameters and the cost of each step size (token tier)",
+    )  # fmt: skip
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(command="plan", run=run_plan)
 
@@ -99,9 +118,10 @@ def run_plan(args: argparse.Namespace) -> int:
     facts = projector_facts(args.mmproj) if args.mmproj else None
     selection = select_gpu(load_profile_for_planning(args.hardware), args.gpu)
     profile = selection.profile
+    budget, budget_source = _budget(args.vram, profile, args.hardware is None, selection.index)
     try:
         request = PlanRequest(
-            args.vram, n_ctx=args.ctx, n_parallel=args.parallel, prompt_tokens=args.prompt_tokens
+            budget, n_ctx=args.ctx, n_parallel=args.parallel, prompt_tokens=args.prompt_tokens
         )
         planner = plan_for_choice(inventory, profile, request, AUTO, selection.index)
         plan = (
@@ -126,12 +146,48 @@ def run_plan(args: argparse.Namespace) -> int:
     else:
         if selection.note:
             print(selection.note)
-        print(render_plan(plan, profile))
+        print(render_summary(plan, profile, budget_source))
+        print(render_plan(plan) if args.details else DETAILS_HINT)
         if choice.is_manual:
             print(render_comparison(planner, plan, len(inventory.all_sublayers())))
         if vision is not None:
-            print(render_vision(vision))
+            print(render_vision(vision, args.details))
     return 0
+
+
+def _budget(
+    vram: int | None, profile: Profile, this_machine: bool, gpu_index: int
+) -> tuple[int, str]:
+    """The VRAM budget to plan for, and where it came from (said beside it)."""
+    if vram is not None:
+        return vram, "the budget given"
+    gpu = profile.gpu
+    if gpu is None:
+        return 0, "no GPU"
+    if not this_machine:
+        return gpu.vram_total_bytes, f"all of the {gpu.name}'s; --vram sets another budget"
+    gpus, _reason, _driver, _cuda = probe_gpus()
+    free = AutoBudget(lambda _budget: None).budget_for(
+        gpus[gpu_index] if gpu_index < len(gpus) else None
+    )
+    return min(free, gpu.vram_total_bytes), "what other programs leave free; --vram sets another"
+
+
+def render_summary(plan: Plan, profile: Profile, budget_source: str) -> str:
+    """What a person choosing a model needs: where it runs, and how fast it answers."""
+    request = plan.request
+    together = f", {request.n_parallel} sequences at once" if request.n_parallel > 1 else ""
+    lines = [
+        f"{plan.model_name} on {_machine(profile)}",
+        f"VRAM budget {format_bytes(request.vram_budget_bytes)} ({budget_source}), context "
+        f"{request.n_ctx} tokens{together}",
+        f"Where it runs: {plan_in_words(plan)}",
+        *(f"  {sentence}" for sentence in plan_details(plan)),
+        f"How fast: {plan.predicted_decode_tokens_per_s:.1f} tokens/s while it writes a "
+        f"reply; {plan.predicted_ttft_s:.2f} s to the first token of a reply to a "
+        f"{request.prompt_tokens}-token prompt (predicted)",
+    ]
+    return "\n".join(lines)
 
 
 def render_comparison(planner: Plan, manual: Plan, n_sublayers: int) -> str:
@@ -174,6 +230,11 @@ def load_profile_for_planning(hardware: str | None) -> Profile:
         return load_described(hardware)
     if hardware:
         path = Path(hardware)
+        if not path.exists():
+            raise BadInputError(
+                f"--hardware {hardware}: no described machine of that name and no such profile "
+                f"file; the described machines are {', '.join(described_names())}"
+            )
         try:
             return Profile.from_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -189,15 +250,13 @@ def load_profile_for_planning(hardware: str | None) -> Profile:
     return stored
 
 
-def render_plan(plan: Plan, profile: Profile) -> str:
-    request = plan.request
-    machine = _machine(profile)
+def render_plan(plan: Plan) -> str:
+    """The plan in llama.cpp's terms: the VRAM account, the parameters llama.cpp is given,
+    and how each step size (token tier) runs, with the runner-up."""
     vram = plan.vram
     weights, kv = format_bytes(vram.weights_bytes), format_bytes(vram.kv_cache_bytes)
     lines = [
-        f"plan for {plan.model_name} on {machine}: budget {format_bytes(request.vram_budget_bytes)}"
-        f", context {request.n_ctx}, {request.n_parallel} sequence(s)",
-        f"  {plan.reason}",
+        f"In llama.cpp's terms: {plan.reason}",
         f"VRAM      weights {weights} + KV {kv}"
         f" + compute {format_bytes(vram.compute_bytes)} + margin {format_bytes(vram.margin_bytes)}"
         f" = {format_bytes(vram.total_bytes)}",
@@ -220,26 +279,26 @@ def render_plan(plan: Plan, profile: Profile) -> str:
             f"{format_bytes(tier.chosen.streamed_bytes):>14}{1000 * tier.chosen.seconds:>10.1f}"
             f"{tier.tokens_per_s:>11.1f}  {other}"
         )
-    lines.append(
-        f"predicted: {plan.predicted_ttft_s:.2f} s to first token for a {request.prompt_tokens}-"
-        f"token prompt, {plan.predicted_decode_tokens_per_s:.1f} tokens/s decode"
-    )
     return "\n".join(lines)
 
 
-def render_vision(vision: VisionPlan) -> str:
-    """The VLMOpt choices: what mtmd is told, the image, the predicted peaks, and why."""
+def render_vision(vision: VisionPlan, details: bool = True) -> str:
+    """The VLMOpt choices, the image, the predicted peaks and why; with `details`, what
+    mtmd (llama.cpp's vision library) is told."""
     options, image, facts = vision.options, vision.image, vision.projector
     limit = "own" if options.image_max_tokens == NO_TOKEN_LIMIT else options.image_max_tokens
     saving = f" ({vision.saving:.1f}x less)" if vision.saving else ""
-    lines = [
-        f"VLMOpt    {options.describe()}",
-        f"  {options.reason}",
+    mtmd = [
         f"mtmd      use_gpu {int(options.encoder_on_gpu)}, flash_attn "
         f"{'enabled' if options.flash_attention else 'disabled'}, image_max_tokens {limit}, "
         f"max side {options.max_side_px or '-'} px, free after encode "
         f"{'yes' if options.free_after_encode else 'no'}, language model steps aside "
         f"{'yes' if options.language_steps_aside else 'no'}",
+    ]
+    lines = [
+        f"VLMOpt    {options.describe()}",
+        f"  {options.reason}",
+        *(mtmd if details else []),
         f"image     {image.input_width}x{image.input_height} -> {image.resolution}, "
         f"{image.n_tokens} tokens ({facts.projector_type}, {facts.name})",
         f"peak VRAM {format_bytes(vision.peak_bytes)} with VLMOpt, "

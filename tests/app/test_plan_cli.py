@@ -24,13 +24,40 @@ def shardchat(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_plan_on_a_described_laptop_prints_every_tier_and_the_llama_parameters() -> None:
-    done = shardchat("plan", "--vram", "1GiB", "--hardware", "laptop-8gb", "--ctx", "2048")
+    done = shardchat(
+        "plan", "--vram", "1GiB", "--hardware", "laptop-8gb", "--ctx", "2048", "--details"
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "RTX 4060 Laptop GPU (described)" in out and "n_gpu_layers" in out
     tier_rows = [line.split()[0] for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert tier_rows == ["1", "4", "16", "64", "256", "1024"]
-    assert "tokens/s decode" in out
+    assert out.index("How fast:") < out.index("In llama.cpp's terms:")  # the summary leads
+
+
+LLAMA_WORDS = ("tier", "ubatch", "n_gpu_layers", "gpu_only", "buffer", "GGML_", "runner-up")
+
+
+def test_the_plan_says_what_runs_where_and_how_fast_in_plain_words(dense_model: str) -> None:
+    done = shardchat("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("VRAM budget 4.0 GiB (the budget given)")
+    assert lines[2].startswith("Where it runs: GPU: ") and " · CPU: " in lines[2]
+    assert any(line.startswith("  Each new token: the CPU") for line in lines)
+    speed = next(line for line in lines if line.startswith("How fast: "))
+    assert "tokens/s while it writes a reply" in speed and "s to the first token" in speed
+    assert lines[-1] == "(llama.cpp's parameters and the cost of each step size: --details)"
+    assert not any(word in done.stdout for word in LLAMA_WORDS), done.stdout
+
+
+def test_without_vram_the_plan_takes_the_described_machines_whole_gpu() -> None:
+    done = shardchat("plan", "--hardware", "laptop-8gb")
+    assert done.returncode == 0, done.stderr
+    budget = "VRAM budget 8.0 GiB (all of the NVIDIA GeForce RTX 4060 Laptop GPU's; --vram sets"
+    assert done.stdout.splitlines()[1].startswith(budget)
+    cpu = shardchat("plan", "--hardware", str(RECORDED))
+    assert cpu.returncode == 0 and "VRAM budget 0 B (no GPU)" in cpu.stdout
 
 
 def test_plan_json_has_the_resident_set_and_fits_the_budget() -> None:
@@ -44,7 +71,7 @@ def test_plan_json_has_the_resident_set_and_fits_the_budget() -> None:
 
 
 def test_plan_with_a_recorded_profile_file_of_a_cpu_machine() -> None:
-    done = shardchat("plan", "--vram", "0", "--hardware", str(RECORDED))
+    done = shardchat("plan", "--vram", "0", "--hardware", str(RECORDED), "--details")
     assert done.returncode == 0, done.stderr
     assert "CPU-only plan" in done.stdout and "cpu_only" in done.stdout
 
@@ -55,7 +82,12 @@ def test_plan_with_a_recorded_profile_file_of_a_cpu_machine() -> None:
         (("--vram", "lots"), "not a size"),
         (("--vram=-2G",), "not a size"),
         (("--vram", "64G", "--hardware", "laptop-8gb"), "exceeds the GPU's memory"),
-        (("--vram", "1G", "--hardware", "no-such-machine"), "not a readable profile"),
+        (
+            ("--hardware", "laptop-9gb"),
+            "laptop-9gb: no described machine of that name and no "
+            "such profile file; the described machines are laptop-8gb, desktop-16gb, rtx5090",
+        ),
+        (("--hardware", "README.md"), "not a readable profile"),
         (("--vram", "1G", "--hardware", "laptop-8gb", "--model", "README.md"), "not a GGUF"),
     ],
 )
@@ -122,7 +154,7 @@ def _row(out: str, label: str) -> list[str]:
 
 def test_a_manual_placement_is_shown_beside_the_planners_choice(dense_model: str) -> None:
     args = ("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model)
-    done = shardchat(*args, "--placement", "layers:8")
+    done = shardchat(*args, "--placement", "layers:8", "--details")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "manual placement layers:8: n_gpu_layers=8 of 33" in out
