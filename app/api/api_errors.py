@@ -40,3 +40,15 @@ def not_found(message: str, code: str = "model_not_found", param: str | None = N
 
 def server_error(message: str) -> ApiError:
     return ApiError(500, message, "server_error", "internal_error")
+
+
+def context_exceeded(room: int, size: str, endpoint: str) -> ApiError:
+    """OpenAI's words for a prompt longer than the context, which clients look for."""
+    return ApiError(
+        400,
+        f"This model's maximum context length is {room} tokens per request; your prompt "
+        f"takes {size} tokens. Shorten the messages.",
+        "invalid_request_error",
+        "context_length_exceeded",
+        "messages" if endpoint == "chat" else "prompt",
+    )

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.api.api_errors import ApiError, not_found
+import llama_cpp
+
+from app.api.api_errors import ApiError, bad_request, not_found, server_error
 from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit
 from engine.errors import BadInputError, ShardChatError
 from engine.model.model_naming import readable_model_name
@@ -40,6 +42,7 @@ class ServedModel:
     context_length: int  # what the model was trained for (0: unknown)
     vision: bool
     created: int
+    longest_token_bytes: int = 0  # of the vocabulary's tokens (0: unknown)
 
     def answers_to(self, requested: str) -> bool:
         wanted = requested.strip().lower()
@@ -106,6 +109,7 @@ class ApiStreams:
             context_length=trained or 0,
             vision=model.vision is not None,
             created=int(Path(path).stat().st_mtime) if Path(path).exists() else 0,
+            longest_token_bytes=_longest_token_bytes(model),
         )
 
     def step(self, model: LoadedModel | None, plan: Plan | None, may_switch: bool = False) -> None:
@@ -118,12 +122,12 @@ class ApiStreams:
                 self._switch_when_idle()
             return
         ended = pool.step()
-        for served in self._served.values():
-            served.pump()
+        for key, served in list(self._served.items()):
+            self._guarded(served, served.pump, key)
         for entry in ended:
             done = self._served.pop(id(entry), None)
             if done is not None:
-                done.finish()
+                self._guarded(done, done.finish)
 
     def close(self, reason: str) -> None:
         """End every job (`reason` as their error) and free the pool's context."""
@@ -160,7 +164,25 @@ class ApiStreams:
             except ApiError as exc:
                 job.sink(ApiFailed(exc))
                 continue
+            except BadInputError as exc:  # the engine refused what the request asked
+                job.sink(ApiFailed(bad_request(str(exc))))
+                continue
+            except Exception as exc:  # a bug: this request fails, never the others
+                log.exception("%s could not be prepared", job.label)
+                job.sink(ApiFailed(server_error(f"the request could not be prepared: {exc!r}")))
+                continue
             self._served[id(served.entry)] = served
+
+    def _guarded(self, served: ServedJob, send: Callable[[], None], key: int | None = None) -> None:
+        """Turn a stream's output into events; a failure there ends that stream alone."""
+        try:
+            send()
+        except Exception as exc:
+            log.exception("%s failed while its reply was sent", served.job.label)
+            served.job.cancel.cancel()  # the pool frees its sequence at the next step
+            if key is not None:
+                self._served.pop(key, None)
+            served.job.sink(ApiFailed(server_error(f"the reply could not be sent: {exc!r}")))
 
     def _needs_switch(self, job: ApiJob) -> bool:
         served = self.model
@@ -220,3 +242,18 @@ class ApiStreams:
                 "API streams: %d sequences x %d tokens", shape.n_slots, self._pool.n_ctx_per_slot
             )
         return self._pool
+
+
+def _longest_token_bytes(model: LoadedModel) -> int:
+    """The most bytes of text one token stands for, so the server can tell a prompt too long
+    for the context from its length alone. A token's stored text is never shorter than the
+    text it decodes to (byte-level BPE writes a byte as one or two bytes, SentencePiece a
+    space as three), so this bounds it from above; about 0.3 s per 100k tokens, once per load."""
+    vocab = model.handle.vocab
+    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_NONE:
+        return 0
+    count = llama_cpp.llama_vocab_n_tokens(vocab)
+    return max(
+        (len(llama_cpp.llama_vocab_get_text(vocab, token) or b"") for token in range(count)),
+        default=0,
+    )

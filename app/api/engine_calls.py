@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.api.api_errors import ApiError, bad_request, server_error
+from app.api.api_errors import ApiError, bad_request, context_exceeded, server_error
 from app.api.openai_request import ApiCall
 from app.api.tool_calls import (
     ToolCall,
@@ -34,6 +34,7 @@ from engine.generation.prompt_pieces import Piece, TextRun
 from engine.generation.stats import FinishReason
 from engine.generation.stream import StreamRequest
 from engine.generation.thinking import ThinkingSplitter
+from engine.model.chat_template import ChatTemplate
 from engine.runtime.loaded_model import LoadedModel
 from engine.serving.stream_pool import PoolEntry, StreamPool
 
@@ -164,14 +165,7 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
     size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
     room = pool.n_ctx_per_slot
     if size + 1 >= room:
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {room} tokens per request; your prompt "
-            f"takes {size} tokens. Shorten the messages.",
-            "invalid_request_error",
-            "context_length_exceeded",
-            "messages" if call.endpoint == "chat" else "prompt",
-        )
+        raise context_exceeded(room, str(size), call.endpoint)
     request = StreamRequest(
         tuple(pieces), call.settings, stop, job.cancel, job.label,
         reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,
@@ -193,7 +187,7 @@ def _prompt(
         )
         return [TextRun(tuple(tokens))], prompt.text, (), None, call.grammar
     template = model.chat_template
-    tool_format, grammar = _tools(call, template.source if not template.is_fallback else None)
+    tool_format, grammar = _tools(call, template)
     tools = prompt.tools if prompt.tool_choice != "none" else ()
     switch = prompt.thinking if template.has_thinking_switch else None
     try:
@@ -207,18 +201,24 @@ def _prompt(
     return pieces, rendered.text, rendered.stop, tool_format, grammar
 
 
-def _tools(call: ApiCall, template: str | None) -> tuple[ToolCallFormat | None, str | None]:
+def _tools(call: ApiCall, template: ChatTemplate) -> tuple[ToolCallFormat | None, str | None]:
     """The tool-call format to parse replies in, and the grammar: the response format's, or
-    one that forces a call when tool_choice asks for one."""
+    one that forces a call when tool_choice asks for one.
+
+    Tools are refused, not improvised, when the model's own template does not render them:
+    a model never shown tools calls them unreliably, and the refusal says what would work."""
     prompt = call.prompt
     if not prompt.tools or prompt.tool_choice == "none":
         return None, call.grammar
-    fmt = format_for_template(template)
+    fmt = format_for_template(template.source if not template.is_fallback else None)
     if fmt is None:
         raise bad_request(
-            "this model's chat template does not render tools; load a model whose template "
-            "does (Qwen 2.5/3, Llama 3.1+, Mistral, Hermes)",
+            f"this model's prompt format, {template.format.describe()}, does not render "
+            "tools: serve a model whose own chat template does (Qwen 2.5/3, Llama 3.1+, "
+            "Mistral, Hermes) with the prompt format auto or template (--prompt-format "
+            "template, or the model's setting in the model list)",
             "tools",
+            "tools_not_supported",
         )
     choice = prompt.tool_choice
     if choice == "auto":

@@ -14,6 +14,7 @@ import binascii
 import contextlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,14 @@ _ROLES = {"system", "developer", "user", "assistant", "tool"}
 # what an API reply samples with where the request is silent: ShardChat's defaults, without
 # the repetition penalty and loop guard the chat window adds (clients set their own penalties)
 API_DEFAULTS = SamplingSettings(repeat_penalty=1.0, stop_loops=False)
+# what llama-cpp-python's schema converter raises on a schema it cannot read (it assumes
+# well-formed schemas: a number where a list belongs fails anywhere inside it)
+_SCHEMA_CONVERTER_ERRORS = (
+    AssertionError, AttributeError, IndexError, KeyError, NotImplementedError, OverflowError,
+    RecursionError, TypeError, ValueError,
+)  # fmt: skip
+# deeper than any real request nests; past it, the converter and the template recurse too far
+MAX_NESTING = 64
 
 
 @dataclass(frozen=True)
@@ -62,11 +71,13 @@ def parse_chat(body: Any) -> ApiCall:
     body = _object(body)
     messages, images = _messages(body.get("messages"))
     tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice")
     prompt = ApiPrompt(
         messages=messages,
         images=images,
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice", "auto"), tools),
+        # null is the default, as OpenAI and llama-server take it
+        tool_choice=_tool_choice("auto" if choice is None else choice, tools),
         thinking=_thinking(body),
     )
     top = None
@@ -101,7 +112,8 @@ def _call(
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("model is required: the id GET /v1/models lists", "model")
-    if body.get("n", 1) != 1:
+    n = body.get("n")
+    if n is not None and (n != 1 or isinstance(n, bool)):  # null is the default: one
         raise bad_request("n must be 1: one choice per request", "n")
     stream = _bool(body, "stream", False)
     options = body.get("stream_options")
@@ -158,7 +170,7 @@ def _messages(value: Any) -> tuple[tuple[dict[str, Any], ...], tuple[ImageFile, 
         if not isinstance(message, dict):
             raise bad_request(f"{param} must be an object", param)
         role = message.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise bad_request(f"{param}.role must be one of {sorted(_ROLES)}", f"{param}.role")
         text, own = _content(message.get("content"), param, role)
         images.extend(own)
@@ -255,7 +267,8 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...]:
     for index, tool in enumerate(value):
         function = tool.get("function") if isinstance(tool, dict) else None
         if (
-            tool.get("type") != "function"
+            not isinstance(tool, dict)
+            or tool.get("type") != "function"
             or not isinstance(function, dict)
             or not isinstance(function.get("name"), str)
         ):
@@ -263,6 +276,10 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...]:
                 f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
                 f"tools[{index}]",
             )
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            where = f"tools[{index}].function.parameters"
+            raise bad_request(f"{where} must be a JSON schema object", where)
     return tuple(value)
 
 
@@ -319,7 +336,7 @@ def _grammar(value: Any) -> str | None:
 def _schema_grammar(schema: dict[str, Any]) -> str:
     try:
         return str(json_schema_to_gbnf(json.dumps(schema)))
-    except (AssertionError, ValueError, NotImplementedError, KeyError, TypeError) as exc:
+    except _SCHEMA_CONVERTER_ERRORS as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise bad_request(
             f"response_format: the schema uses something the grammar cannot express ({reason})",
@@ -345,7 +362,41 @@ def _stop(value: Any) -> tuple[str, ...]:
 def _object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
+    _check_text(body)
     return body
+
+
+def _check_text(body: dict[str, Any]) -> None:
+    """Refuse what valid JSON can hold but no prompt can: a lone UTF-16 surrogate ("\\ud800"),
+    which has no UTF-8 form and would fail only inside the engine, and nesting deeper than
+    MAX_NESTING, where the schema converter and the template would recurse too far.
+    llama-server's JSON parser refuses a lone surrogate with a 400; so does this."""
+    waiting: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while waiting:
+        value, where, depth = waiting.pop()
+        if depth > MAX_NESTING:
+            field = re.split(r"[.\[]", where, maxsplit=1)[0]
+            raise bad_request(f"{field} nests deeper than {MAX_NESTING} levels", field)
+        if isinstance(value, str):
+            _check_string(value, where)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                path = f"{where}.{key}" if where else str(key)
+                _check_string(key, f"a key in {where or 'the body'}")
+                waiting.append((item, path, depth + 1))
+        elif isinstance(value, list):
+            waiting.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+
+
+def _check_string(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise bad_request(
+            f"{where} holds a lone UTF-16 surrogate ({text[exc.start]!a}), which is not text",
+            where,
+            "invalid_unicode",
+        ) from exc
 
 
 def _bool(body: dict[str, Any], name: str, default: bool) -> bool:

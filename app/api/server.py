@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import hmac
 import json
@@ -28,8 +29,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
-from app.api.api_errors import ApiError, bad_request, not_found, server_error
+from app.api.api_errors import (
+    ApiError,
+    bad_request,
+    context_exceeded,
+    not_found,
+    server_error,
+)
 from app.api.api_streams import PoolShape, ServedModel, model_id
 from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished, ApiJob
 from app.api.openai_replies import ReplyBuilder
@@ -45,8 +53,28 @@ log = logging.getLogger("shardchat.api")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_PORT = 8088
 MAX_BODY_BYTES = 32 * 2**20  # room for a few data-URL images
+MAX_INT_DIGITS = 4300  # Python's limit on reading an integer from text (sys.int_info)
 SHUTDOWN_SECONDS = 2.0  # streams still open when the server stops are cut after this
 USAGE_WORDS = web.RequestKey("usage_words", str)  # what the request log says of the tokens
+
+
+class _MalformedRequestsInOneLine(logging.Filter):
+    """aiohttp logs a request its parser refuses (a bad request line, a flood of headers) as
+    an ERROR with a traceback, though it answers it with a 400 itself: that is the client's
+    mistake, one WARNING line. Records of other failures pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        problem = record.exc_info[1] if record.exc_info else None
+        if isinstance(problem, HttpProcessingError):
+            where = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            words = " ".join(str(problem.message or type(problem).__name__).split())[:200]
+            record.msg, record.args = "refused a malformed request from %s: %s", (where, words)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+_MALFORMED_REQUESTS = _MalformedRequestsInOneLine()
 
 
 class ServerStartError(BadInputError):
@@ -179,6 +207,7 @@ class ApiServer:
 
     async def _listen(self) -> None:
         self._outbox = _Outbox(asyncio.get_running_loop())
+        logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUESTS)  # once: a set
         app = web.Application(
             client_max_size=self.config.max_body_bytes,
             middlewares=[self._errors, self._cors, self._auth],
@@ -238,8 +267,9 @@ class ApiServer:
             return web.json_response(error.body(), status=413)
         except web.HTTPException as exc:
             status = exc.status
-            error = ApiError(exc.status, exc.reason, code=None)
-            return web.json_response(error.body(), status=exc.status, headers=exc.headers)
+            error = _routing_error(request, exc)
+            headers = {k: v for k, v in exc.headers.items() if k.lower() != "content-type"}
+            return web.json_response(error.body(), status=exc.status, headers=headers)
         except asyncio.CancelledError:
             status = 499  # the client went away
             raise
@@ -276,13 +306,12 @@ class ApiServer:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         key = self.config.api_key
-        if key and request.path != "/health":
-            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), key.encode()):
-                raise ApiError(
-                    401, "invalid API key: send it as 'Authorization: Bearer KEY'",
-                    "invalid_request_error", "invalid_api_key",
-                )  # fmt: skip
+        guarded = bool(key) and request.path != "/health"
+        if guarded and not hmac.compare_digest(_bearer_token(request), (key or "").encode()):
+            raise ApiError(
+                401, "invalid API key: send it as 'Authorization: Bearer KEY'",
+                "invalid_request_error", "invalid_api_key",
+            )  # fmt: skip
         return await handler(request)
 
     # --- handlers ---
@@ -346,10 +375,15 @@ class ApiServer:
         if entry is None and model is None:
             raise ApiError(503, "no model is loaded", "server_error", "model_not_loaded")
         if entry is None and model is not None and not model.answers_to(call.model):
-            raise not_found(
-                f"the model {call.model!r} is not loaded; the loaded model is {model.id!r}",
-                param="model",
-            )
+            if self.config.allow_model_switch:  # several models to choose from: none matched
+                raise not_found(
+                    f"the model {call.model!r} is not loaded; the loaded model is {model.id!r}",
+                    param="model",
+                )
+            # one model served: clients that send a fixed name get it, as llama-server does
+            call = dataclasses.replace(call, model=model.id)
+        if model is not None and entry is None:
+            _check_fits(call, model, self._slot_context(model))
         if entry is not None:
             mmproj = str(entry.mmproj_path) if entry.mmproj_exists else None
             switch_to = (str(entry.path), mmproj)
@@ -430,9 +464,60 @@ class _Outbox:
 async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(raw, parse_int=_integer)
+    except RecursionError as exc:
+        raise bad_request("the request body nests too deeply to be read") from exc
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise bad_request(f"the request body is not valid JSON ({exc})") from exc
+
+
+def _integer(digits: str) -> int | float:
+    """An integer too long for Python to read (4300 digits) as a float: infinity, which the
+    field's own check then refuses by name, rather than a parse error that names none."""
+    return int(digits) if len(digits) <= MAX_INT_DIGITS else float(digits)
+
+
+def _bearer_token(request: web.Request) -> bytes:
+    """The key in `Authorization: Bearer KEY`; the scheme is case-insensitive (RFC 7235), and
+    a bare key is taken as it always was."""
+    header = request.headers.get("Authorization", "").strip()
+    scheme, _, token = header.partition(" ")
+    given = token.strip() if scheme.lower() == "bearer" else header
+    try:
+        return given.encode("utf-8")
+    except UnicodeEncodeError as exc:  # aiohttp keeps bytes that are not UTF-8 as surrogates
+        raise bad_request(
+            "the Authorization header is not UTF-8 text", "Authorization", "invalid_header"
+        ) from exc
+
+
+def _routing_error(request: web.Request, exc: web.HTTPException) -> ApiError:
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        message = f"{request.method} is not allowed on {request.path}; use {allowed}"
+        return ApiError(exc.status, message, code="method_not_allowed")
+    if isinstance(exc, web.HTTPNotFound):
+        message = (
+            f"no such endpoint: {request.method} {request.path} (served: /v1/chat/completions, "
+            "/v1/completions, /v1/models, /health)"
+        )
+        return ApiError(exc.status, message, code="not_found")
+    return ApiError(exc.status, exc.reason, code=None)
+
+
+def _check_fits(call: ApiCall, model: ServedModel, room: int) -> None:
+    """Refuse, from its byte length alone, a prompt that cannot fit the context: no token is
+    longer than the vocabulary's longest, so it takes at least bytes / that many tokens.
+    A prompt of megabytes is refused at once instead of being tokenised on the engine's
+    thread (stalling every stream) only to be refused then."""
+    if not model.longest_token_bytes:
+        return
+    prompt = call.prompt
+    texts = [prompt.text] if prompt.text is not None else [m["content"] for m in prompt.messages]
+    size = sum(len(text.encode("utf-8")) for text in texts)
+    at_least = size // model.longest_token_bytes
+    if at_least + 1 >= room:
+        raise context_exceeded(room, f"at least {at_least}", call.endpoint)
 
 
 async def _whole(

@@ -46,7 +46,10 @@ class TextAssembler:
         return text
 
     def flush(self) -> str:
-        tail = "" if self.stopped else self._held + self._decoder.decode(b"", final=True)
+        """The held text; a character cut short (max_tokens ended inside it) is dropped, not
+        said as U+FFFD."""
+        tail = "" if self.stopped else self._held
+        self._decoder.reset()
         self._held = ""
         return tail
 

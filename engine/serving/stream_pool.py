@@ -139,6 +139,10 @@ class StreamPool:
             except BadInputError as exc:
                 entry.error = str(exc)
                 refused.append(entry)
+            except Exception as exc:  # a bug: this request ends, the others run on
+                log.exception("%s could not start", entry.label or "a request")
+                entry.error = f"it could not start: {exc!r}"
+                refused.append(entry)
         return refused
 
     def _start(self, entry: PoolEntry, free: list[int]) -> None:
