@@ -27,6 +27,11 @@ them). The limits, set here on purpose:
 - truncated pixel data is refused (ImageFile.LOAD_TRUNCATED_IMAGES stays off):
   a model shown a half-grey picture answers about the grey.
 
+Not bounded but by MAX_FILE_BYTES: time. Pillow walks PNG chunks and JPEG
+markers in Python, about a second per MB of a crafted file made of empty
+ones, so a 50 MB one takes a minute before it is refused. (A GIF's frames,
+which took as long to count, are no longer counted.)
+
 A JPEG that carries further pictures in an MPF segment (Pillow calls it MPO:
 phones and cameras write them, with a preview or a depth map) is read as its
 first picture, an ordinary JPEG. Pillow's warnings about damaged metadata are
