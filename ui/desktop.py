@@ -151,6 +151,12 @@ class Desktop:
         manager.show_discover()
         return manager
 
+    def download_suggested(self, repo_id: str, model_path: str) -> ModelManager:
+        """The wizard's suggested model: Discover opens on it and its download starts."""
+        manager = self.open_discover()
+        self.discover.download_listed(repo_id, model_path)
+        return manager
+
     def profile_again(self) -> ProfileWizard:
         """Tools → Profile this machine: the wizard, beside the chat; its result re-plans."""
         wizard = ProfileWizard(parent=self.window)
@@ -166,6 +172,8 @@ class Desktop:
             chosen = remember_default_model(chosen)
         if profile is not None:
             self.chat.use_profile(profile, chosen or None, self._projector_of(chosen or ""))
+        if wizard.download_choice is not None:
+            self.download_suggested(*wizard.download_choice)
 
     def start(self) -> Desktop:
         """Restore the window and the last conversation, start loading the model, show."""

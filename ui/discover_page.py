@@ -145,6 +145,7 @@ class DiscoverJobs(QObject):
         self._starting = threading.Lock()  # one start_or_resume at a time: no twin jobs
         self._wanted_repository = 0  # the listing the model waits for (read by workers)
         self._resume_when_stopped: set[int] = set()
+        self._download_when_listed: tuple[str, str] | None = None  # repository, quant path
         self._closed = False
         queued = Qt.ConnectionType.QueuedConnection
         self._searched.connect(self._on_searched, queued)
@@ -186,6 +187,13 @@ class DiscoverJobs(QObject):
         details = self.model.details
         if details is not None:
             self._submit(self._browser, self._start, details, model)
+
+    def download_listed(self, repo_id: str, model_path: str) -> None:
+        """Show the repository and download this quant of it as soon as it is listed: the
+        wizard's suggestion, one click away from a download that can be paused and loaded."""
+        self._download_when_listed = (repo_id, model_path)
+        self.open_repository(repo_id)
+        self._start_pending_download()  # already shown and listed: at once
 
     def resume(self, download_id: int) -> None:
         control, is_new = self.manager.control_for(download_id)
@@ -337,8 +345,20 @@ class DiscoverJobs(QObject):
     def _on_listed(self, ticket: int, answer: RepoDetails | str) -> None:
         if isinstance(answer, str):
             self.model.repository_failed(ticket, answer)
-        else:
-            self.model.show_details(ticket, answer)
+        elif self.model.show_details(ticket, answer):
+            self._start_pending_download()
+
+    def _start_pending_download(self) -> None:
+        pending, details = self._download_when_listed, self.model.details
+        if pending is None or details is None or details.repo_id != pending[0]:
+            return
+        self._download_when_listed = None
+        model = next((m for m in details.models if m.path == pending[1]), None)
+        if model is None:
+            self.model.refuse(f"{pending[0]} no longer has {pending[1]}")
+            return
+        self.model.select_quant(model.path)
+        self.download(model)
 
     def _on_read(self, ticket: int, answer: list[QuantReading] | str) -> None:
         if isinstance(answer, str):

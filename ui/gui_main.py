@@ -60,6 +60,7 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     hardware = wait_spinning(probed)
     exit_when_ready = os.environ.get(EXIT_WHEN_READY_ENV) == "1"
     wizard_choice: str | None = None
+    suggested_download: tuple[str, str] | None = None  # a Hub model the wizard suggested
     if needs_profiling(hardware):
         wizard = ProfileWizard(hardware)
         if exit_when_ready:
@@ -71,12 +72,15 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
             QTimer.singleShot(0, skip_wizard)
         if wizard.exec() == QDialog.DialogCode.Accepted and not model_chosen:
             wizard_choice = wizard.chosen_model() or model_path
+        suggested_download = wizard.download_choice
     wait_spinning(builtin_read)  # the model list, from here on, describes it
     if wizard_choice is not None:
         model_path = remember_default_model(wizard_choice)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     desktop = Desktop(model_path, stored_profile(), n_ctx, theme=theme).start()
+    if suggested_download is not None:
+        desktop.download_suggested(*suggested_download)
     exit_code = [0]
     if exit_when_ready:
         _quit_when_loaded(app, desktop, exit_code)

@@ -20,12 +20,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QDialog,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -53,6 +54,7 @@ from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
+from ui.model_suggestions_box import SuggestionsBox
 from ui.profiling_page import ProfilingPage
 
 if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
@@ -173,6 +175,9 @@ class ModelPage(QWizardPage):
         layout.addWidget(self.imported_choice)
         layout.addLayout(importing)
         layout.addWidget(self.reason_label)
+        self.suggestions = SuggestionsBox(parent=self)
+        layout.addSpacing(12)
+        layout.addWidget(self.suggestions)
         layout.addStretch(1)
 
     def _offer_default(self) -> str:
@@ -269,9 +274,17 @@ class DonePage(QWizardPage):
         profile = self._profiling.profile
         measured = f"A {profile.mode.value} profile" if profile else "No profile"
         model = Path(self._model.chosen_model()).name
+        wizard = self.wizard()
+        choice = wizard.download_choice if isinstance(wizard, ProfileWizard) else None
+        download = (
+            f"\n\nDiscover will download {PurePosixPath(choice[1]).name} from {choice[0]}; "
+            "load it from there when it is done."
+            if choice
+            else ""
+        )
         self.summary.setText(
             f"{measured} of this machine is stored. ShardChat will chat with {model}."
-            "\n\nYou can profile again from the menu when the hardware changes."
+            f"{download}\n\nYou can profile again from the menu when the hardware changes."
         )
 
 
@@ -307,6 +320,19 @@ class ProfileWizard(QWizard):
         for page_id, page in enumerate(pages):
             self.setPage(page_id, page)
         self.setStartId(WELCOME_PAGE)
+        self.download_choice: tuple[str, str] | None = None  # a suggested model to download
+        self.model_page.suggestions.download_requested.connect(self._choose_download)
+        self.currentIdChanged.connect(self._suggest_on_model_page)
+
+    def _suggest_on_model_page(self, page_id: int) -> None:
+        """Once a profile is measured, the model page suggests Hub models that fit it."""
+        box = self.model_page.suggestions
+        profile = self.profile()
+        if page_id == MODEL_PAGE and profile is not None and box.isHidden():
+            box.look_for(profile, self.budget_bytes)
+
+    def _choose_download(self, repo_id: str, model_path: str) -> None:
+        self.download_choice = (repo_id, model_path)
 
     def profile(self) -> Profile | None:
         """The profile measured and stored in this wizard, or None if skipped or cancelled."""
@@ -318,4 +344,7 @@ class ProfileWizard(QWizard):
     def done(self, result: int) -> None:
         """Finish, Skip, Esc or the window's close button: never leave a run behind."""
         self.profiling_page.stop_job()
+        self.model_page.suggestions.shutdown()
+        if result != QDialog.DialogCode.Accepted:
+            self.download_choice = None  # skipped: nothing starts behind the person's back
         super().done(result)

@@ -8,14 +8,30 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from local_hub import LocalHub
+from local_hub.repos import TestRepos
+from PySide6.QtWidgets import QDialog, QWizard
 
+from app.hub.discover_model import DiscoverModel
+from app.hub.file_transfer import TransferPolicy
+from app.model_library import ModelLibrary
 from app.profile_summary import time_left_text
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
-from ui.profile_wizard import ProfileWizard
+from ui.discover_page import DiscoverJobs
+from ui.model_suggestions_box import SuggestionsBox
+from ui.profile_wizard import DONE_PAGE, MODEL_PAGE, ProfileWizard
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
+WAIT_MS = 60_000
+QUICK_RETRIES = TransferPolicy(read_timeout_s=10.0, first_wait_s=0.05, max_wait_s=0.2)
+
+
+@pytest.fixture
+def hub(local_hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> LocalHub:
+    monkeypatch.setenv("HF_ENDPOINT", local_hub.url)
+    return local_hub
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +67,56 @@ def test_a_step_that_outlasts_the_estimate_does_not_say_a_few_seconds_left() -> 
         "estimating the time left…", "about 3 min left", "about 40 s left",
         "a few seconds left", "taking longer than estimated…", "taking longer than estimated…",
     ]  # fmt: skip
+
+
+def test_after_profiling_the_model_page_suggests_models_and_one_click_chooses_a_download(
+    qtbot, hardware, hub: LocalHub, hub_repos: TestRepos, tmp_path: Path
+) -> None:
+    wizard = ProfileWizard(hardware)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.profiling_page.profile = recorded_here(hardware, 56.0)  # as if just measured
+    while wizard.currentId() != MODEL_PAGE:
+        wizard.next()
+    box = wizard.model_page.suggestions
+    assert box.isVisible() and box.status.text().startswith("Looking on Hugging Face")
+    qtbot.waitUntil(lambda: len(box.rows) == 2, timeout=WAIT_MS)
+    first, second = (label.text() for label, _button in box.rows)
+    assert first.startswith(f"{hub_repos.qwen3_moe} · Q4_K_M: about ")  # most downloaded
+    assert second.startswith(f"{hub_repos.tiny_llama} · Q4_0: about ")
+    assert "tok/s here" in second and "download" in second
+    wizard.grab().save(str(tmp_path / "model-page.png"))
+    with qtbot.waitSignal(box.download_requested) as asked:
+        box.rows[1][1].click()
+    assert asked.args == [hub_repos.tiny_llama, "tiny-llama-Q4_0.gguf"]
+    assert box.rows[1][1].text() == "Downloads after Finish"
+    wizard.next()
+    assert wizard.currentId() == DONE_PAGE
+    assert "Discover will download tiny-llama-Q4_0.gguf" in wizard.done_page.summary.text()
+    wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert wizard.result() == QDialog.DialogCode.Accepted
+    assert wizard.download_choice == (hub_repos.tiny_llama, "tiny-llama-Q4_0.gguf")
+
+
+def test_offline_the_suggestions_say_so(qtbot) -> None:
+    box = SuggestionsBox()  # HF_ENDPOINT is a closed port in every test
+    qtbot.addWidget(box)
+    box.look_for(Profile.from_json(RECORDED.read_text()), 0)
+    qtbot.waitUntil(lambda: box.status.text().startswith("Offline:"), timeout=WAIT_MS)
+    assert "no connection to the Hub" in box.status.text() and box.rows == []
+    box.shutdown()
+
+
+def test_a_suggested_download_starts_in_discover_once_its_repository_is_listed(
+    qtbot, hub: LocalHub, hub_repos: TestRepos
+) -> None:
+    jobs = DiscoverJobs(DiscoverModel(), policy=QUICK_RETRIES)
+    try:
+        with qtbot.waitSignal(jobs.imported, timeout=WAIT_MS) as imported:
+            jobs.download_listed(hub_repos.tiny_llama, "tiny-llama-Q4_0.gguf")
+        assert jobs.model.repo_id == hub_repos.tiny_llama
+        assert jobs.model.selected_path == "tiny-llama-Q4_0.gguf"
+        with ModelLibrary() as library:
+            assert library.find(imported.args[0]) is not None
+    finally:
+        jobs.shutdown(wait=True)
