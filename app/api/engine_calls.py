@@ -125,6 +125,9 @@ class ServedJob:
     def finish(self) -> None:
         """Send the end: the last held-back text, the tool calls, the finish reason, usage."""
         stream = self.entry.stream
+        if stream is None and self.entry.bad_input:  # e.g. a grammar llama.cpp cannot parse
+            self.job.sink(ApiFailed(bad_request(self.entry.error or "refused", code="refused")))
+            return
         if stream is None or stream.finish is FinishReason.ERROR:
             message = self.entry.error or (stream.error if stream else None) or "failed"
             self.job.sink(ApiFailed(_admission_error(message)))
@@ -163,6 +166,8 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
     call = job.call
     pieces, prompt_text, stop, tool_format, grammar = _prompt(call, model)
     size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
+    if size == 0:  # nothing to evaluate, so nothing to sample from: it would never end
+        raise bad_request("the prompt is empty", "prompt" if call.endpoint != "chat" else None)
     room = pool.n_ctx_per_slot
     if size + 1 >= room:
         raise context_exceeded(room, str(size), call.endpoint)

@@ -44,6 +44,7 @@ class PoolEntry:
     seed: int
     stream: Stream | None = None
     error: str | None = None  # refused at admission (the prompt did not fit)
+    bad_input: bool = False  # refused for what it asked (BadInputError), not by a failure
     label: str = field(default="")
 
     @property
@@ -137,7 +138,7 @@ class StreamPool:
             try:
                 self._start(entry, free)
             except BadInputError as exc:
-                entry.error = str(exc)
+                entry.error, entry.bad_input = str(exc), True
                 refused.append(entry)
             except Exception as exc:  # a bug: this request ends, the others run on
                 log.exception("%s could not start", entry.label or "a request")

@@ -259,6 +259,9 @@ def _schema_cases() -> list[Case]:
         Case("a schema that is a number", schema(5), "response_format"),
         *[Case(f"json_schema with {name}", schema(value), "response_format")
           for name, value in BAD_SCHEMAS.items()],
+        # converted, but to a grammar llama.cpp cannot parse: refused when the reply starts
+        Case("json_schema with an empty enum", schema({"enum": []}), None),
+        Case("json_schema with an empty anyOf", schema({"anyOf": []}), None),
     ]  # fmt: skip
 
 
@@ -287,6 +290,7 @@ def _text_cases() -> list[Case]:
     )  # fmt: skip
     deep_list = "[" * 5000 + "]" * 5000
     cases += [
+        Case("an empty completion prompt", _with(OK_COMPLETION, prompt=""), "prompt", COMPLETIONS),
         Case("an empty body", b"", None),
         Case("a cut body", b'{"model": "any", "messages": [', None),
         Case("a list body", b"[]", None),
@@ -449,7 +453,7 @@ def _stream_texts(serving: Serving, while_running: Any = None) -> list[str]:
     def read(index: int) -> None:
         chunks = client.chat.completions.create(
             model=serving.model_id, messages=COUNTING, temperature=0, seed=index,
-            max_tokens=24, stream=True,
+            max_tokens=16, stream=True,
         )  # fmt: skip
         for chunk in chunks:
             texts[index] += chunk.choices[0].delta.content or "" if chunk.choices else ""
@@ -489,7 +493,7 @@ def test_streams_finish_unchanged_while_bad_requests_arrive(serving: Serving) ->
     def send_the_corpus() -> None:
         events = _job_that_fails_in_the_engine(serving)
         failed.append(events.get(timeout=TIMEOUT))
-        for case in CORPUS[::3]:
+        for case in CORPUS[::6]:
             _assert_refused(_send(serving, "POST", case.path, case.body), 400, case.param)
 
     together = _stream_texts(serving, send_the_corpus)
