@@ -2,8 +2,10 @@
 
 Loads the model on the engine worker (under the planner when this machine
 has a profile, as the window does), starts the server and serves until
-Ctrl-C. The address goes to stdout once it listens, so a script can wait
-for it; a taken port or a bad address is one line and exit 2.
+Ctrl-C or SIGTERM (then exit 0; a second one exits at once, 130, without
+freeing the model under the worker). The address goes to stdout once it
+listens, so a script can wait for it; a taken port or a bad address is one
+line and exit 2.
 """
 
 from __future__ import annotations
@@ -12,21 +14,22 @@ import argparse
 import logging
 import os
 import queue
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from app.api.server import DEFAULT_PORT, ApiServer, ServerConfig
 from app.commands.arg_types import add_prompt_format_option, positive_int, size
 from app.events import EngineEvent, ModelLoaded, RequestFailed
 from app.load_planning import LoadRequest, stored_profile
+from app.stop_signals import EXIT_INTERRUPTED, POLL_S, StopSignals, exit_now, run_on_thread
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.model.default_model import default_model_path
 from engine.runtime.loaded_model import inspect_model
 
 log = logging.getLogger(__name__)
+
+STOPPING = "stopping: requests in flight end now… (again to stop at once)"
 
 
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
@@ -97,20 +100,46 @@ def run_serve(args: argparse.Namespace) -> int:
     )  # fmt: skip
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()
-    try:
-        loaded = _wait_for(events, worker.load_planned(request))
-        if isinstance(loaded, ModelLoaded) and loaded.vision_problem:
-            print(f"shardchat: no images: {loaded.vision_problem}", file=sys.stderr)
-        _show_requests()
-        server = ApiServer(worker, config)
-        address = server.start()
-        served = worker.api.model
-        print(f"listening on {address} (model {served.id if served else '?'})", flush=True)
-        _until_interrupted()
-        server.stop()
-    finally:
-        worker.shutdown()
+    with StopSignals(STOPPING, "stopped at once") as stop:
+        server: list[ApiServer] = []
+        try:
+            _serve(worker, events, request, config, stop, server)
+            stop.wait()
+        finally:  # on a thread, so that a second signal is handled at once meanwhile
+            run_on_thread(lambda: _shut_down(server, worker), name="shardchat-stop")
+        if worker.is_running:  # still inside llama.cpp: exiting normally would free its model
+            print("shardchat: the engine did not stop in time; exiting at once", file=sys.stderr)
+            exit_now(EXIT_INTERRUPTED)
     return 0
+
+
+def _shut_down(server: list[ApiServer], worker: EngineWorker) -> None:
+    for started in server:
+        started.stop()
+    worker.shutdown()
+
+
+def _serve(
+    worker: EngineWorker,
+    events: queue.Queue[EngineEvent],
+    request: LoadRequest,
+    config: ServerConfig,
+    stop: StopSignals,
+    started: list[ApiServer],
+) -> None:
+    """Load and listen, the server put in `started` (a stop asked for during the load ends
+    the command once the load is done; a second one exits at once)."""
+    loaded = _wait_for(events, worker.load_planned(request))
+    if stop.requested:
+        return
+    if isinstance(loaded, ModelLoaded) and loaded.vision_problem:
+        print(f"shardchat: no images: {loaded.vision_problem}", file=sys.stderr)
+    _show_requests()
+    server = ApiServer(worker, config)
+    address = server.start()
+    started.append(server)
+    served = worker.api.model
+    print(f"listening on {address} (model {served.id if served else '?'})", flush=True)
 
 
 def _show_requests() -> None:
@@ -132,7 +161,10 @@ def _projector(path: str | None) -> str | None:
 
 def _wait_for(events: queue.Queue[EngineEvent], request_id: int) -> EngineEvent:
     while True:
-        event = events.get()
+        try:  # in short waits, so that Ctrl-C or SIGTERM is heard during a long load
+            event = events.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
         if getattr(event, "request_id", None) != request_id:
             continue
         if isinstance(event, RequestFailed):
@@ -140,16 +172,3 @@ def _wait_for(events: queue.Queue[EngineEvent], request_id: int) -> EngineEvent:
                 raise BadInputError(event.message)
             raise RuntimeError(event.message)
         return event
-
-
-def _until_interrupted() -> None:
-    """Block until Ctrl-C or SIGTERM."""
-    done = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        while not done.wait(3600):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)

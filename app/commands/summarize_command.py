@@ -1,15 +1,17 @@
 """`shardchat summarize FOLDER`: every document of a folder summarised, batched, resumable.
 
-The job runs on its own thread while this one shows a progress bar and waits;
-Ctrl-C cancels between decode steps, keeps every summary already written and
-says how to resume (the same command again).
+The model is loaded, used and freed on a thread of its own while this one
+waits: Ctrl-C (or SIGTERM) cancels at the next decode step, keeps every summary
+already written, says how to resume (the same command again) and exits 130; a
+second Ctrl-C exits at once (app.stop_signals says why that is safe). Documents
+summarised before with the same content, model and settings are kept, not
+redone, unless --force.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from pathlib import Path
 
 from tqdm import tqdm
@@ -18,6 +20,7 @@ from app.commands.arg_types import add_prompt_format_option, positive_int
 from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import planned_load, stored_profile
 from app.model_library import prompt_format_for
+from app.stop_signals import EXIT_INTERRUPTED, StopSignals, run_on_thread
 from app.summaries.document_scan import checked_folder
 from app.summaries.summary_job import (
     DEFAULT_CONTEXT_PER_SEQUENCE,
@@ -32,7 +35,11 @@ from engine.generation.sampling import SUMMARY_SAMPLING
 from engine.model.default_model import default_model_path
 from engine.runtime.loaded_model import inspect_model, load_model
 
-EXIT_CANCELLED = 130
+EXIT_CANCELLED = EXIT_INTERRUPTED
+STOPPING = "stopping after the current step… (Ctrl-C again stops at once)"
+STOPPED_AT_ONCE = (
+    "stopped at once: the summaries finished so far are kept; run the same command again to resume"
+)
 
 
 def add_summarize_command(commands: argparse._SubParsersAction) -> None:
@@ -63,6 +70,11 @@ def add_summarize_command(commands: argparse._SubParsersAction) -> None:
         help="context per document sequence, in tokens",
     )  # fmt: skip
     cmd.add_argument("--json", action="store_true", help="print report.json when done")
+    cmd.add_argument(
+        "--force", action="store_true",
+        help="summarise again documents already summarised with the same content, model and "
+        "settings (default: keep their summaries)",
+    )  # fmt: skip
     add_sampling_options(cmd, SUMMARY_SAMPLING, max_tokens=False)
     add_prompt_format_option(cmd)
     cmd.set_defaults(command="summarize", run=run_summarize)
@@ -73,53 +85,45 @@ def run_summarize(args: argparse.Namespace) -> int:
         prompt=args.prompt, max_words=args.max_words, recursive=args.recursive,
         include=tuple(args.include), exclude=tuple(args.exclude), parallel=args.parallel,
         n_ctx_per_sequence=args.ctx, sampling=sampling_from(args, SUMMARY_SAMPLING),
+        force=args.force,
     )  # fmt: skip
     model_path = inspect_model(args.model or default_model_path()).path
     checked_folder(Path(args.folder).expanduser())  # refuse a bad folder before loading
-    cancel = CancelToken()
     bar = tqdm(total=0, unit="file", disable=not sys.stderr.isatty(), file=sys.stderr)
-    load = planned_load(str(model_path), args.ctx, stored_profile())  # no profile: no plan
-    model = load_model(load.params, prompt_format_for(model_path, args.prompt_format))
     try:
-        job = SummaryJob(
-            model, Path(args.folder), _out(args), settings, None,
-            lambda progress: _show(bar, progress), cancel, plan=load.plan, profile=load.profile,
-        )  # fmt: skip
-        outcome = _run_until_done(job, cancel)
+        with StopSignals(STOPPING, STOPPED_AT_ONCE) as stop:
+            outcome = run_on_thread(
+                lambda: _summarise(args, model_path, settings, bar, stop.cancel),
+                name="shardchat-summarize",
+            )
     finally:
         bar.close()
-        model.close()
     _print_outcome(outcome, as_json=args.json)
     return EXIT_CANCELLED if outcome.cancelled else 0
 
 
+def _summarise(
+    args: argparse.Namespace,
+    model_path: str,
+    settings: SummarySettings,
+    bar: tqdm,
+    cancel: CancelToken,
+) -> JobOutcome:
+    """On the job's thread: the model is loaded, used and freed here, by the only thread that
+    decodes with it. A stop asked for during the load still registers the job (cancelled)."""
+    load = planned_load(str(model_path), args.ctx, stored_profile())  # no profile: no plan
+    model = load_model(load.params, prompt_format_for(model_path, args.prompt_format))
+    try:
+        return SummaryJob(
+            model, Path(args.folder), _out(args), settings, None,
+            lambda progress: _show(bar, progress), cancel, plan=load.plan, profile=load.profile,
+        ).run()  # fmt: skip
+    finally:
+        model.close()
+
+
 def _out(args: argparse.Namespace) -> Path | None:
     return Path(args.out) if args.out else None
-
-
-def _run_until_done(job: SummaryJob, cancel: CancelToken) -> JobOutcome:
-    """The job on a thread, so Ctrl-C reaches this one and becomes a clean cancel."""
-    result: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: result.update(outcome=_run(job, result)))
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(0.2)
-    except KeyboardInterrupt:
-        print("\nstopping after the current step…", file=sys.stderr)
-        cancel.cancel()
-        thread.join()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["outcome"]  # type: ignore[return-value]
-
-
-def _run(job: SummaryJob, result: dict[str, object]) -> JobOutcome | None:
-    try:
-        return job.run()
-    except BaseException as exc:  # reported on the main thread, where exit codes are decided
-        result["error"] = exc
-        return None
 
 
 def _show(bar: tqdm, progress: JobProgress) -> None:
@@ -148,6 +152,11 @@ def _print_outcome(outcome: JobOutcome, as_json: bool) -> None:
     )
     how = "resumed" if outcome.resumed else "new job"
     print(f"{counts or 'no documents'} ({how}, {outcome.seconds:.1f} s) → {outcome.output_folder}")
+    if outcome.kept:
+        print(
+            f"{outcome.kept} already summarised with the same content, model and settings: "
+            "kept (--force summarises them again)"
+        )
     if outcome.parallel_reason:
         print(f"parallelism: {outcome.parallel_reason}")
     if outcome.cancelled:

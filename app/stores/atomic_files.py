@@ -17,8 +17,10 @@ from engine.errors import BadInputError
 TEMP_SUFFIX = ".tmp"
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` (UTF-8, LF) to `path` atomically; BadInputError with the reason if it fails."""
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write `text` (UTF-8, LF) to `path` atomically; BadInputError with the reason if it fails.
+
+    The file is private (0600, as the temp file is made) unless `mode` is given."""
     try:
         fd, temp_name = tempfile.mkstemp(
             dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX
@@ -28,6 +30,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     temp = Path(temp_name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
+            if mode is not None:
+                os.fchmod(file.fileno(), mode)
             file.write(text)
             file.flush()
             os.fsync(file.fileno())

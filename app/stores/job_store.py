@@ -63,7 +63,13 @@ def m002_file_notes(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE files ADD COLUMN note TEXT")
 
 
-MIGRATIONS = (m001_jobs, m002_file_notes)
+def m003_file_fingerprints(conn: sqlite3.Connection) -> None:
+    """What a done file's summary was made from (its content, the model, the settings), so a
+    later job keeps the summary of a file that has not changed instead of redoing it."""
+    conn.execute("ALTER TABLE files ADD COLUMN fingerprint TEXT")
+
+
+MIGRATIONS = (m001_jobs, m002_file_notes, m003_file_fingerprints)
 
 
 @dataclass(frozen=True)
@@ -145,15 +151,29 @@ class JobStore:
                 [(job_id, path) for path in paths],
             )
 
-    def record(self, job_id: int, record: FileRecord) -> None:
+    def record(self, job_id: int, record: FileRecord, fingerprint: str | None = None) -> None:
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT OR REPLACE INTO files (job_id, path, status, pages, characters,"
-                " tokens_in, tokens_out, seconds, error, note)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " tokens_in, tokens_out, seconds, error, note, fingerprint)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, record.path, record.status, record.pages, record.characters,
-                 record.tokens_in, record.tokens_out, record.seconds, record.error, record.note),
+                 record.tokens_in, record.tokens_out, record.seconds, record.error, record.note,
+                 fingerprint),
             )  # fmt: skip
+
+    def summarised(
+        self, input_folder: Path, output_folder: Path
+    ) -> dict[str, tuple[str, FileRecord]]:
+        """Each file done by any job on these folders, with its fingerprint: the latest one."""
+        rows = self._conn.execute(
+            "SELECT f.fingerprint, f.path, f.status, f.pages, f.characters, f.tokens_in,"
+            " f.tokens_out, f.seconds, f.error, f.note FROM files f JOIN jobs j ON f.job_id = j.id"
+            " WHERE j.input_folder = ? AND j.output_folder = ? AND f.status = 'done'"
+            " AND f.fingerprint IS NOT NULL ORDER BY j.id",
+            (str(input_folder), str(output_folder)),
+        ).fetchall()
+        return {row[1]: (row[0], FileRecord(*row[1:])) for row in rows}
 
     def files(self, job_id: int) -> list[FileRecord]:
         rows = self._conn.execute(

@@ -85,7 +85,7 @@ def summary_file(view: BatchView, row: int) -> Path | None:
     output = shown_output_folder(view)
     if output is None or not 0 <= row < len(view.rows) or view.rows[row].status != DONE:
         return None
-    return summary_path(output, view.rows[row].path)
+    return summary_path(output, view.rows[row].path, {r.path for r in view.rows})
 
 
 def dropped_folder(paths: Sequence[Path]) -> Path:

@@ -6,15 +6,19 @@ split by tokens if it is longer than a sequence's context, and each part
 summarised; a document of several parts then gets a summary of its parts'
 summaries (map-reduce), in a further round. A summary is written atomically
 and its file marked done in the same breath, so a killed job loses only the
-documents in flight, and running the same job again resumes it.
+documents in flight, and running the same job again resumes it. A later job
+on the same folders keeps the summaries of documents whose content, model and
+settings are unchanged (each done file's fingerprint is in the job store).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from engine.generation.stats import FinishReason
 from engine.generation.thinking import split_whole
 from engine.machine.profile import Profile
 from engine.model.chat_template import ChatMessage
+from engine.model.model_naming import readable_model_name
 from engine.planning.parallelism import choose_parallelism
 from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
@@ -43,6 +48,7 @@ DEFAULT_CONTEXT_PER_SEQUENCE = 2048
 DEFAULT_PARALLEL = 8
 _SAFETY_TOKENS = 16
 _LOOPED = "the model began repeating itself; the summary ends where it did"
+_KEPT = "unchanged since an earlier run (same content, model and settings): summary kept"
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,12 @@ class SummarySettings:
     parallel: int | None = None  # sequences decoding together; None: the planner's choice
     n_ctx_per_sequence: int = DEFAULT_CONTEXT_PER_SEQUENCE
     sampling: SamplingSettings = SUMMARY_SAMPLING  # its max_tokens is not used (max_words is)
+    force: bool = False  # summarise again documents whose earlier summary would be kept
 
     def identity(self) -> dict:
-        """What makes two runs the same job (parallelism only changes the speed)."""
-        identity = {k: v for k, v in asdict(self).items() if k != "parallel"}
+        """What makes two runs the same job (parallelism only changes the speed; --force only
+        what is redone)."""
+        identity = {k: v for k, v in asdict(self).items() if k not in ("parallel", "force")}
         identity["sampling"] = self.sampling.to_dict()
         return identity
 
@@ -88,6 +96,7 @@ class JobOutcome:
     seconds: float
     parallel: int = 0  # sequences that decoded together (0: nothing was left to do)
     parallel_reason: str = ""
+    kept: int = 0  # done by an earlier job and unchanged since: their summaries kept
 
     def count(self, status: str) -> int:
         return sum(1 for r in self.records if r.status == status)
@@ -151,6 +160,9 @@ class SummaryJob:
         self._current = ""
         self._initially_done = 0
         self._root = self.input_folder
+        self._fingerprints: dict[str, str] = {}
+        self._inputs: frozenset[str] = frozenset()  # every file found, for summary_path
+        self._kept = 0
 
     def run(self) -> JobOutcome:
         """Summarise what is not done yet; returns when done or cancelled (then resumable).
@@ -181,6 +193,8 @@ class SummaryJob:
         self._register(job.id, scan)
         pending = [r.path for r in self._records.values() if r.status == PENDING]
         self._initially_done = len(self._records) - len(pending)
+        for kept in [r for r in self._records.values() if r.note == _KEPT]:
+            self._report(kept)  # a window's table shows them done from the start
         if pending:
             self._summarise(pending, job.id)
         cancelled = self._cancel.cancelled
@@ -189,7 +203,7 @@ class SummaryJob:
         write_reports(self.output_folder, self.input_folder, records)
         return JobOutcome(
             self.output_folder, records, cancelled, job.resumed,
-            time.monotonic() - self._started, *self._parallel_choice,
+            time.monotonic() - self._started, *self._parallel_choice, kept=self._kept,
         )  # fmt: skip
 
     def _summarise(self, pending: list[str], job_id: int) -> None:
@@ -220,16 +234,50 @@ class SummaryJob:
         documents = [self._relative(path) for path in scan.documents]
         skipped = {self._relative(s.path): s.reason for s in scan.skipped}
         self._store.add_files(job_id, documents + list(skipped))
+        self._inputs = frozenset(documents) | frozenset(skipped)
+        self._fingerprints = {relative: self._fingerprint(relative) for relative in documents}
+        earlier = {} if self.settings.force else self._earlier_summaries()
         for record in self._store.files(job_id):
             if record.path in skipped and record.status == PENDING:
                 record = FileRecord(record.path, SKIPPED, error=skipped[record.path])
                 self._store.record(job_id, record)
-            elif (
-                record.status == DONE and not summary_path(self.output_folder, record.path).exists()
+            elif record.status == DONE and (
+                self.settings.force or not self._summary(record.path).exists()
             ):
-                record = FileRecord(record.path, PENDING)  # its summary was deleted: redo it
+                record = FileRecord(record.path, PENDING)  # forced, or its summary was deleted
                 self._store.record(job_id, record)
+            elif record.status == PENDING and record.path in earlier:
+                record = replace(earlier[record.path], note=_KEPT)
+                self._store.record(job_id, record, self._fingerprints[record.path])
+                self._kept += 1
             self._records[record.path] = record
+
+    def _earlier_summaries(self) -> dict[str, FileRecord]:
+        """Documents an earlier job summarised from the same content, with the same model and
+        settings, whose summary is still there."""
+        found = self._store.summarised(self.input_folder, self.output_folder)
+        return {
+            path: record
+            for path, (fingerprint, record) in found.items()
+            if self._fingerprints.get(path) == fingerprint and self._summary(path).exists()
+        }
+
+    def _fingerprint(self, relative: str) -> str:
+        """The document's bytes, the model (its file's name and size) and the job's settings."""
+        model = Path(self.model.params.model_path)
+        digest = hashlib.sha256()
+        identity = {"model": model.name, "model_bytes": _size(model), **self.settings.identity()}
+        digest.update(json.dumps(identity, sort_keys=True, default=str).encode())
+        try:
+            with (self._root / relative).open("rb") as file:
+                for chunk in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(chunk)
+        except OSError:
+            return ""  # unreadable now: reading it reports why; never matched as unchanged
+        return digest.hexdigest()
+
+    def _summary(self, relative: str) -> Path:
+        return summary_path(self.output_folder, relative, self._inputs)
 
     def _relative(self, path: Path) -> str:
         return path.relative_to(self._root).as_posix()
@@ -364,13 +412,14 @@ class SummaryJob:
                 f"{document.pages} pages" if document.pages else "",
                 f"{document.characters} characters",
                 f"{doc.parts} parts" if doc.parts > 1 else "",
-                self.model.inventory.name,
+                readable_model_name(self.model.params.model_path, self.model.inventory.name),
                 date.today().isoformat(),
             )
             if part
         )
-        write_summary(self.output_folder, doc.relative, summary, footer)
-        self._finish(job_id, self._record(doc, DONE, note=_LOOPED if doc.looped else None))
+        write_summary(self.output_folder, doc.relative, summary, footer, self._inputs)
+        record = self._record(doc, DONE, note=_LOOPED if doc.looped else None)
+        self._finish(job_id, record, self._fingerprints.get(doc.relative))
 
     def _fail(self, job_id: int, doc: _Doc, reason: str) -> None:
         self._finish(job_id, self._record(doc, FAILED, reason))
@@ -383,9 +432,9 @@ class SummaryJob:
             doc.tokens_in, doc.tokens_out, doc.seconds, error, note,
         )  # fmt: skip
 
-    def _finish(self, job_id: int, record: FileRecord) -> None:
+    def _finish(self, job_id: int, record: FileRecord, fingerprint: str | None = None) -> None:
         self._in_flight.pop(record.path, None)
-        self._store.record(job_id, record)
+        self._store.record(job_id, record, fingerprint or None)
         self._records[record.path] = record
         write_reports(self.output_folder, self.input_folder, list(self._records.values()))
         self._report(record)
@@ -410,6 +459,13 @@ class SummaryJob:
                 self._parallel_choice[0],
             )  # fmt: skip
         )
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _whole_sentences(result: BatchResult) -> str:

@@ -20,6 +20,7 @@ from docx import Document as DocxDocument
 
 from app.stores.job_store import JobStore
 from app.summaries.summary_job import JobOutcome, SummaryJob, SummarySettings
+from app.summaries.summary_output import summary_path
 from engine.cancel import CancelToken
 from engine.machine.profile import Profile
 from engine.planning.parallelism import choose_parallelism
@@ -99,7 +100,7 @@ def test_a_killed_job_resumes_and_every_document_gets_its_outcome(tmp_path: Path
                 "sub dir/ünïcode/latin1 ñame.txt", "tool.py"]  # fmt: skip
     for name in readable:
         assert outcome[name]["status"] == "done", outcome[name]
-        summary = out.joinpath(*name.split("/")).with_name(name.split("/")[-1] + ".md")
+        summary = summary_path(out, name, set(outcome))
         assert summary.read_text().strip(), name
         assert outcome[name]["tokens_in"] > 0 and outcome[name]["tokens_out"] > 0
     assert outcome["empty.txt"]["status"] == "skipped" and "empty" in outcome["empty.txt"]["error"]

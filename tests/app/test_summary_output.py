@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 from app.stores.atomic_files import remove_leftovers, write_text_atomic
@@ -14,9 +16,29 @@ def test_summaries_mirror_the_tree_and_keep_the_whole_name(tmp_path: Path) -> No
     out = tmp_path / "out"
     a = write_summary(out, "notes/a.txt", "Short summary.", "12 characters")
     b = write_summary(out, "notes/a.md", "Another.", "8 characters")
-    assert a == out / "notes" / "a.txt.md" and b == out / "notes" / "a.md.md"
+    assert a == out / "notes" / "a.txt.md" and b == out / "notes" / "a.md"  # one extension
     assert a.read_text().startswith("# notes/a.txt\n\nShort summary.")
     assert summary_path(out, "notes/a.txt") == a
+    assert summary_path(out, "READ.ME.MD") == out / "READ.ME.MD"
+
+
+def test_a_markdown_input_named_as_another_inputs_summary_keeps_the_added_extension(
+    tmp_path: Path,
+) -> None:
+    inputs = {"x.txt", "x.txt.md"}
+    assert summary_path(tmp_path, "x.txt", inputs) == tmp_path / "x.txt.md"
+    assert summary_path(tmp_path, "x.txt.md", inputs) == tmp_path / "x.txt.md.md"
+
+
+def test_summaries_and_reports_get_the_users_umask_not_0600(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        summary = write_summary(tmp_path, "a.txt", "Short.", "6 characters")
+        write_reports(tmp_path, tmp_path / "in", [FileRecord("a.txt", DONE)])
+    finally:
+        os.umask(previous)
+    for path in (summary, tmp_path / "report.json", tmp_path / "report.md"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640, path
 
 
 def test_reports_list_every_file_with_its_outcome(tmp_path: Path) -> None:

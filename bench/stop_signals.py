@@ -1,0 +1,73 @@
+"""Signals at random moments, many times: `shardchat summarize` and `shardchat serve`.
+
+    .venv/bin/python bench/stop_signals.py [RUNS_PER_SCENARIO] [SEED]
+
+Scenarios: summarize with one Ctrl-C, two Ctrl-Cs, one SIGTERM, one Ctrl-C in
+its first 3 s (the model load, the folder scan); serve with one
+SIGTERM, two SIGTERMs, one Ctrl-C (each while a streamed reply decodes). Each
+trial waits for the event that puts the process mid-work, then a random delay
+(tests/app/stopping_scenarios.py), and its outcome is counted. Anything but a
+clean stop or "finished before the signal" is a failure (crash, traceback,
+hang, lost summary), listed at the end. Processes are forked from one helper
+that imported the CLI once (tests/app/cli_forks.py), so a trial costs the
+model load and the work, not Python's start-up.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "app"))
+
+from cli_forks import CliForks  # noqa: E402
+from stopping_scenarios import (  # noqa: E402
+    CLEAN_STOP,
+    FINISHED_FIRST,
+    make_documents,
+    stop_serve,
+    stop_summarize,
+)
+
+SCENARIOS = {
+    "summarize, Ctrl-C once": lambda f, d, t, r: stop_summarize(f, d, t, r, 1),
+    "summarize, Ctrl-C twice": lambda f, d, t, r: stop_summarize(f, d, t, r, 2),
+    "summarize, SIGTERM once": lambda f, d, t, r: stop_summarize(f, d, t, r, 1, signal.SIGTERM),
+    "summarize, Ctrl-C from the start": lambda f, d, t, r: stop_summarize(
+        f, d, t, r, 1, latest=3.0, early=True
+    ),
+    "serve, SIGTERM once": lambda f, d, t, r: stop_serve(f, t, r, 1),
+    "serve, SIGTERM twice": lambda f, d, t, r: stop_serve(f, t, r, 2),
+    "serve, Ctrl-C once": lambda f, d, t, r: stop_serve(f, t, r, 1, signal.SIGINT),
+}
+
+
+def main() -> int:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 28)
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory() as temp:
+        root = Path(temp)
+        documents = make_documents(root / "docs")
+        with CliForks(root) as forks:
+            for name, scenario in SCENARIOS.items():
+                counts: Counter[str] = Counter()
+                for trial in range(runs):
+                    outcome = scenario(forks, documents, root / f"{name}-{trial}", rng)
+                    kind = outcome if outcome in (CLEAN_STOP, FINISHED_FIRST) else "FAILED"
+                    counts[kind] += 1
+                    if kind == "FAILED":
+                        failures.append(f"{name} #{trial}: {outcome}")
+                print(f"{name}: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+                sys.stdout.flush()
+    for failure in failures:
+        print("  " + failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
