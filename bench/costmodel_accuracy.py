@@ -29,16 +29,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.stores.profile_store import ProfileStore
-from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile, ProfileMode
+from bench_profile import profile_for_bench
+
+from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from engine.model.inventory import SubLayerKind, read_inventory
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
 from engine.profiling.decode_timer import DecodeTimer
-from engine.profiling.profiler import Profiler
 
 CONTEXT = 256
 TARGET_MEDIAN, TARGET_WORST = 0.15, 0.35
@@ -104,13 +103,7 @@ def measure_and_predict(
 def load_profile(path: str | None) -> Profile:
     if path:
         return Profile.from_json(Path(path).read_text())
-    hardware = probe_hardware()
-    with ProfileStore() as store:
-        stored = store.latest(hardware.fingerprint(), hardware.llama_build)
-    if stored is not None:
-        return stored
-    print("no stored profile for this machine: measuring a fast one first", file=sys.stderr)
-    return Profiler(ProfileMode.FAST, hardware=hardware).run()
+    return profile_for_bench()
 
 
 def main() -> int:

@@ -4,6 +4,8 @@ Both sides load the same GGUF with identical llama.cpp parameters, get the
 same prompt tokens from a clean cache, and decode greedily for the same
 number of new tokens. Runs alternate (plain, ours, plain, ours, ...) so that
 noise from this shared machine lands on both; medians are compared as ratios.
+The planned side needs this machine's profile: where none is stored, a fast one is
+measured first (bench_profile), and stored.
 
     .venv/bin/python bench/runtime_overhead.py [--rounds 5] [--max-tokens 128]
 """
@@ -19,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
+from bench_profile import MEASURE_MODES, profile_for_bench
 
-from app.commands.plan_command import load_profile_for_planning
 from engine.cancel import CancelToken
+from engine.errors import ShardChatError
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams, make_llama_kwargs
 from engine.model.chat_template import ChatMessage
@@ -93,11 +96,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--profile-mode", choices=MEASURE_MODES, default="fast",
+        help="how to measure this machine when no profile is stored (default: fast)",
+    )  # fmt: skip
     args = parser.parse_args()
 
+    planned_load = planned_params(args.model, args.profile_mode)  # may measure: before timing
     params = LoadParams(args.model, n_ctx=2048, n_threads=args.threads)
     ours = load_model(params)
-    planned = load_model(planned_params(args.model))
+    planned = load_model(planned_load)
     plain = llama_cpp.Llama(**{**make_llama_kwargs(params), "verbose": False})
     defaults = llama_cpp.Llama(model_path=args.model, n_ctx=2048, verbose=False)
     prompt = ours.chat_template.render([ChatMessage("user", QUESTION)])
@@ -120,9 +128,9 @@ def main() -> int:
     return 0
 
 
-def planned_params(model_path: str) -> LoadParams:
+def planned_params(model_path: str, profile_mode: str) -> LoadParams:
     """What `shardchat chat --vram 0` loads: the plan on this machine's stored profile."""
-    profile = load_profile_for_planning(None)
+    profile = profile_for_bench(profile_mode)
     inventory = read_inventory(model_path)
     plan = make_plan(inventory, profile, PlanRequest(0, n_ctx=2048))
     return load_params_for(plan, inventory, model_path)
@@ -165,4 +173,7 @@ def report(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ShardChatError as exc:  # a model or profile it cannot use: one line, no traceback
+        sys.exit(f"runtime_overhead: {exc}")

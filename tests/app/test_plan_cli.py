@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -9,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from app.load_planning import stored_profile
 from app.units import parse_size
+from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def shardchat(*args: str) -> subprocess.CompletedProcess:
@@ -118,8 +122,18 @@ def test_bad_sizes(text: str) -> None:
         parse_size(text)
 
 
-def test_chat_under_a_plan_reports_predicted_and_measured_steps() -> None:
-    assert shardchat("profile", "--smoke").returncode == 0
+def test_a_bench_measures_the_profile_it_needs_and_chat_runs_under_its_plan(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make bench` on a fresh machine (no profile stored): bench/runtime_overhead.py's
+    planned side measures this machine first (smoke here, to be quick) and stores it, and
+    `shardchat chat --vram 0` then runs under a plan made from it."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    runtime_overhead = importlib.import_module("runtime_overhead")
+    params = runtime_overhead.planned_params(str(default_model_path()), "smoke")
+    assert "no profile is stored for this machine: measuring a smoke one" in capsys.readouterr().err
+    assert params.n_gpu_layers == 0  # this machine has no GPU
+    assert stored_profile() is not None  # stored, as `shardchat profile` stores it
     done = shardchat("chat", "--vram", "0", "--temperature", "0", "--max-tokens", "8", "--stats",
                      "Say hello")  # fmt: skip
     assert done.returncode == 0, done.stderr
