@@ -128,7 +128,7 @@ class Desktop:
         try:
             images = [load_image_file(path) for path in paths]
         except BadInputError as exc:
-            self._say(f"{exc} — drop GGUF models or images here")
+            self.window.input.show_refusal(f"{exc} — drop GGUF models or images here")
             return
         self.window.input.add_attachments(images)
 

@@ -203,6 +203,7 @@ def test_dropping_a_file_that_is_neither_model_nor_image_says_why_and_changes_no
     models_before = [m.path for m in desktop.models.models()]
     desktop.model_drop.handle_drop(file_drop(notes))
     assert "notes.txt" in desktop.window.statusBar().currentMessage()
+    assert desktop.window.input.refusal.text().startswith("notes.txt: not an image")  # by the input
     assert [m.path for m in desktop.models.models()] == models_before
     assert (
         desktop.window.input.attachments() == [] and desktop.window.findChild(ModelManager) is None
