@@ -215,6 +215,7 @@ class ModelLibrary:
             raise BadInputError(
                 f"{model_path.name} is a vision projector (mmproj); pair it with its model instead"
             )
+        check_loadable(model_path)
         projector = lone_projector_beside(model_path)
         with self._transaction():
             self._conn.execute(
@@ -347,6 +348,14 @@ class ModelLibrary:
 
 
 # -- files -------------------------------------------------------------------------------------
+
+
+def check_loadable(path: Path) -> None:
+    """Refuse a model file that would abort llama.cpp when loaded: asked once per file
+    version in a child process (engine.llama.file_check), so the app never dies of it."""
+    from engine.llama.file_check import check_loads_in_child  # llama.cpp only when importing
+
+    check_loads_in_child(path)
 
 
 def is_projector_name(path: Path) -> bool:

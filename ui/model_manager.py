@@ -51,7 +51,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.discover_model import DiscoverModel
-from app.model_library import ModelEntry, ModelLibrary, is_projector_name, lone_projector_beside
+from app.model_library import (
+    ModelEntry,
+    ModelLibrary,
+    check_loadable,
+    is_projector_name,
+    lone_projector_beside,
+)
 from app.model_summary import ModelSummary, summarize
 from app.prompt_format_setting import chosen_format_text, prompt_format_choices
 from app.units import format_bytes
@@ -410,6 +416,7 @@ class ModelManager(QDialog):
             try:
                 reading: Reading = summarize(self._read_inventory(resolved))
                 if not is_projector_name(resolved):
+                    check_loadable(resolved)  # llama.cpp's own reading, in a child process
                     lone_projector_beside(resolved)
             except BadInputError:
                 continue  # the library refuses it again on the GUI thread, with the reason

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -46,6 +47,8 @@ from app.stores.hub_store import UNFINISHED, HubStore
 from app.units import format_bytes, format_count
 from engine.errors import BadInputError
 from engine.machine.profile import Profile
+
+log = logging.getLogger(__name__)
 
 
 def add_models_command(commands: argparse._SubParsersAction) -> None:
@@ -446,18 +449,26 @@ def run_import(args: argparse.Namespace) -> int:
         if not place.exists():
             raise BadInputError(f"{place}: no such file or folder")
         files += model_files_in(place) if place.is_dir() else [place]
-    added = 0
+    added, refused = 0, 0
     with ModelLibrary() as library:
         for path in files:
             try:
                 entry = library.add(path)
             except BadInputError as exc:
-                print(f"shardchat: skipped {exc}", file=sys.stderr)
+                refused += 1
+                print(f"shardchat: refused {exc}", file=sys.stderr)
+                continue
+            except Exception as exc:  # one file's surprise must not cost the others
+                log.exception("importing %s failed", path)
+                refused += 1
+                print(f"shardchat: refused {path}: unexpected {type(exc).__name__}: {exc} "
+                      "(details in the log)", file=sys.stderr)  # fmt: skip
                 continue
             added += 1
             print(entry.path)
-    print(f"shardchat: {added} model(s) in the list from {len(files)} file(s)", file=sys.stderr)
-    return 0
+    summary = f"{added} model(s) in the list from {len(files)} file(s)"
+    print(f"shardchat: {summary}" + (f", {refused} refused" if refused else ""), file=sys.stderr)
+    return 2 if refused else 0
 
 
 # -- token, folder ---------------------------------------------------------------------------------

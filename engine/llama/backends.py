@@ -197,6 +197,9 @@ def start_ggml() -> BackendReport:
     global _report
     with _lock:
         if _report is None:
+            # An abort prints its assertion and ends; ggml's default first attaches gdb for a
+            # backtrace, which looked like a hang for as long as that took.
+            os.environ.setdefault("GGML_NO_BACKTRACE", "1")
             offload_boundary.note_ggml_start()
             _install_llama_log()  # the modules log as they load: into our log, not stderr
             _report = _load_all()

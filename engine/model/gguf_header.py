@@ -11,7 +11,10 @@ by construction.
 Only little-endian GGUF (versions 2 and 3) is read; big-endian files are
 refused. Counts and lengths are checked before anything is allocated from
 them, and every item consumes bytes, so a malicious header cannot make the
-parser loop or allocate beyond the bytes it was given.
+parser loop or allocate beyond the bytes it was given. Where the file's size is
+known, no count or length may imply more bytes than the file holds, and a local
+header is read in growing steps (at most 8x a round) rather than at the size its
+counts claim: one corrupt tensor count made the reader ask for gigabytes of weights.
 """
 
 from __future__ import annotations
@@ -113,13 +116,14 @@ class _Short(Exception):
         self.end = end
 
 
-def parse_header(data: bytes | bytearray | memoryview) -> GGUFHeader:
+def parse_header(data: bytes | bytearray | memoryview, file_bytes: int | None = None) -> GGUFHeader:
     """Parse a GGUF header from a prefix of the file (or the whole file).
 
     Raises NeedMoreBytes when the prefix ends before the tensor table does, and
     ModelFileError when the bytes are not a GGUF header this engine can read.
+    `file_bytes`, the whole file's size where known, bounds every count and length.
     """
-    return _Parser(bytes(data)).header()
+    return _Parser(bytes(data), file_bytes).header()
 
 
 def read_local_header(path: str | os.PathLike[str]) -> GGUFHeader:
@@ -151,20 +155,22 @@ def _header_of_stream(handle: BinaryIO) -> GGUFHeader:
         chunk = handle.read(ask)
         buffer += chunk
         try:
-            return parse_header(buffer)
+            return parse_header(buffer, file_bytes)
         except NeedMoreBytes as short:
             if len(chunk) < ask or len(buffer) >= file_bytes:  # the file ended first
                 raise ModelFileError(
                     f"truncated GGUF (the header needs more than the file's {len(buffer)} bytes)"
                 ) from None
-            want = max(short.needed, 2 * want)
+            # at most 8x a round: a corrupt count's estimate is the whole file
+            want = max(2 * want, min(short.needed, 8 * want))
 
 
 class _Parser:
     """One pass over the bytes; its position and counts also feed the NeedMoreBytes estimate."""
 
-    def __init__(self, buf: bytes) -> None:
+    def __init__(self, buf: bytes, file_bytes: int | None = None) -> None:
         self.buf = buf
+        self.limit = MAX_HEADER_BYTES if file_bytes is None else min(file_bytes, MAX_HEADER_BYTES)
         self.pos = 0
         self.fields: dict[str, object] = {}
         self.key = ""  # the key whose value is being read
@@ -181,7 +187,7 @@ class _Parser:
         try:
             return self._header()
         except _Short as short:
-            estimate = min(short.end + self._rest_estimate(short.end), MAX_HEADER_BYTES)
+            estimate = min(short.end + self._rest_estimate(short.end), self.limit)
             needed = max(len(self.buf) + 1, estimate)
             raise NeedMoreBytes(needed, len(self.buf)) from None
 
@@ -226,11 +232,19 @@ class _Parser:
             raise ModelFileError("big-endian GGUF files are not supported")
         if version not in SUPPORTED_VERSIONS:
             raise ModelFileError(f"unsupported GGUF version {version}")
-        if n_tensors * _MIN_TENSOR_INFO_BYTES > MAX_HEADER_BYTES:
-            raise ModelFileError(f"malformed GGUF: absurd tensor count {n_tensors}")
-        if n_kv * _MIN_KV_BYTES > MAX_HEADER_BYTES:
-            raise ModelFileError(f"malformed GGUF: absurd metadata count {n_kv}")
+        self._within_file(f"tensor count {n_tensors}", n_tensors * _MIN_TENSOR_INFO_BYTES)
+        self._within_file(f"metadata count {n_kv}", n_kv * _MIN_KV_BYTES)
         return magic, version, n_tensors, n_kv
+
+    def _within_file(self, what: str, n_bytes: int) -> None:
+        """Refuse a count or length that needs more bytes than the file (or any header) has."""
+        if self.pos + n_bytes <= self.limit:
+            return
+        if self.limit < MAX_HEADER_BYTES:
+            raise ModelFileError(
+                f"truncated GGUF (its {what} needs more than the file's {self.limit} bytes)"
+            )
+        raise ModelFileError(f"malformed GGUF: absurd {what}")
 
     def _unpack(self, layout: struct.Struct) -> tuple[Any, ...]:
         end = self.pos + layout.size
@@ -244,6 +258,7 @@ class _Parser:
         (length,) = self._unpack(_U64)
         if length > MAX_STRING_BYTES:
             raise ModelFileError(f"malformed GGUF: absurd string length {length}")
+        self._within_file(f"string length {length}", length)
         end = self.pos + length
         if end > len(self.buf):
             raise _Short(end)
@@ -290,8 +305,7 @@ class _Parser:
         item_type = self._value_type()
         (count,) = self._unpack(_U64)
         item_bytes = _NUMBER_DTYPES[item_type].itemsize if item_type in _NUMBER_DTYPES else 8
-        if count * item_bytes > MAX_HEADER_BYTES:
-            raise ModelFileError(f"malformed GGUF: absurd array length {count}")
+        self._within_file(f"array length {count}", count * item_bytes)
         if depth == 1:
             self.array_count = count
         if item_type in _NUMBER_DTYPES:
@@ -302,14 +316,16 @@ class _Parser:
 
     def _strings(self, count: int) -> list[str]:
         """A string array in one tight loop: tokenizers hold hundreds of thousands."""
-        buf, pos, start = self.buf, self.pos, self.pos
+        buf, pos, start, limit = self.buf, self.pos, self.pos, self.limit
         strings: list[str] = []
         append, unpack = strings.append, _U64.unpack_from
         end = pos + 8  # where the string being read ends, once its length is known
         try:
             for _ in range(count):
                 (length,) = unpack(buf, pos)
-                if length > MAX_STRING_BYTES:
+                if length > MAX_STRING_BYTES or pos + 8 + length > limit:
+                    self.pos = pos + 8
+                    self._within_file(f"string length {length}", min(length, MAX_HEADER_BYTES))
                     raise ModelFileError(f"malformed GGUF: absurd string length {length}")
                 end = pos + 8 + length
                 if end > len(buf):

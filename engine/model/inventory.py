@@ -30,6 +30,7 @@ import gguf
 
 from engine.errors import ModelFileError
 from engine.known_fields import known_fields
+from engine.model.gguf_checks import check_header
 from engine.model.gguf_file import check_model_path
 from engine.model.gguf_header import GGUFHeader, TensorInfo, read_local_header
 from engine.model.model_naming import split_parts
@@ -239,16 +240,26 @@ def read_inventory(path: str | os.PathLike[str]) -> ModelInventory:
 
 
 def inventory_from_headers(
-    headers: Sequence[GGUFHeader], path: str, file_bytes: int
+    headers: Sequence[GGUFHeader],
+    path: str,
+    file_bytes: int,
+    part_bytes: Sequence[int | None] = (),
 ) -> ModelInventory:
     """The inventory of a model from its files' headers, one per split part in split order.
 
     Metadata comes from the first header, tensors from all of them; `path`
     names the model (a local path or e.g. ``hf://repo/file.gguf``) and
-    `file_bytes` is the size of all parts together.
+    `file_bytes` is the size of all parts together, `part_bytes` each part's
+    where known. Every header must pass `engine.model.gguf_checks` first.
     """
     if not headers:
         raise ValueError("a model has at least one GGUF header")
+    sizes = list(part_bytes) + [None] * (len(headers) - len(part_bytes))
+    for number, (header, size) in enumerate(zip(headers, sizes, strict=True)):
+        try:
+            check_header(header, size, first_part=number == 0)
+        except ModelFileError as exc:
+            raise ModelFileError(f"{path}: {exc}") from None
     tensors = [t for header in headers for t in header.tensors]
     return _inventory_of(headers[0].fields, tensors, path, file_bytes)
 
@@ -267,22 +278,14 @@ def _read_inventory(path: str, _versions: tuple[tuple[str, int, int], ...]) -> M
     first = _local_header(first_path)
     parts = _split_parts(first_path, first)
     headers = [first, *(_local_header(p, first_path) for p in parts[1:])]
-    file_bytes = sum(p.stat().st_size for p in parts)
-    return inventory_from_headers(headers, path, file_bytes)
+    sizes = [p.stat().st_size for p in parts]
+    return inventory_from_headers(headers, path, sum(sizes), sizes)
 
 
 def _local_header(path: Path, first_part: Path | None = None) -> GGUFHeader:
-    """The header of one local file, refused when its tensor data runs past the file's end."""
     if first_part is not None and not path.exists():
         raise ModelFileError(f"{first_part}: a part of this split model is missing: {path}")
-    header = read_local_header(check_model_path(path))
-    file_bytes = path.stat().st_size
-    if header.tensors and header.data_end > file_bytes:
-        raise ModelFileError(
-            f"{path}: truncated GGUF (tensor data needs {header.data_end} bytes, file has "
-            f"{file_bytes})"
-        )
-    return header
+    return read_local_header(check_model_path(path))
 
 
 def _split_parts(path: Path, header: GGUFHeader) -> list[Path]:

@@ -369,7 +369,7 @@ def test_a_header_promising_too_much_is_truncated_not_a_huge_read(tmp_path: Path
     assert len(data) < short.value.needed <= 2**40
     path = tmp_path / "liar.gguf"
     path.write_bytes(data)
-    with pytest.raises(ModelFileError, match="truncated GGUF"):
+    with pytest.raises(ModelFileError, match=r"truncated GGUF \(its metadata count"):
         read_local_header(path)
 
 

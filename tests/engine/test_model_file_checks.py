@@ -1,0 +1,177 @@
+"""Bad model files are refused in one sentence before llama.cpp can abort on them.
+
+A corpus of files whose header parses but whose values are wrong (each of which
+aborted llama.cpp, hung the load, or raised a traceback in our inventory
+before these checks), of byte-level damage to a header, and llama.cpp's own
+reading in a child process for what no list of rules catches.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ModelFileError
+from engine.llama.file_check import check_loads_in_child
+from engine.model.gguf_header import read_local_header
+from engine.model.inventory import read_inventory
+from tests.engine.gguf_mutations import N_KV_AT, N_TENSORS_AT, VT, patched, rewritten
+
+NAN, INF = math.nan, math.inf
+
+# (name, architecture, changes, alignment, what the refusal names)
+VALUE_CASES: list[tuple[str, str, dict, int | None, str]] = [
+    ("no layers", "llama", {"llama.block_count": (0, VT.UINT32)}, None, "block_count is 0"),
+    ("600 layers", "llama", {"llama.block_count": (600, VT.UINT32)}, None, "at most 512"),
+    ("layers as text", "llama", {"llama.block_count": ("2", VT.STRING)}, None, "not a whole"),
+    ("layers as float", "llama", {"llama.block_count": (2.0, VT.FLOAT32)}, None, "not a whole"),
+    ("layers as bool", "llama", {"llama.block_count": (True, VT.BOOL)}, None, "not a whole"),
+    ("layers missing", "llama", {"llama.block_count": None}, None, "block_count is missing"),
+    ("width as text", "llama", {"llama.embedding_length": ("64", VT.STRING)}, None, "whole"),
+    ("no width", "llama", {"llama.embedding_length": (0, VT.UINT32)}, None, "embedding_length"),
+    ("negative ctx", "llama", {"llama.context_length": (-5, VT.INT32)}, None, "context_length"),
+    ("heads as text", "llama", {"llama.attention.head_count": ("4", VT.STRING)}, None, "whole"),
+    ("kv heads 3 of 4", "llama", {"llama.attention.head_count_kv": (3, VT.UINT32)}, None,
+     "does not divide"),
+    ("kv heads too many", "llama", {"llama.attention.head_count_kv": (8, VT.UINT32)}, None,
+     "does not divide"),
+    ("short per-layer array", "llama",
+     {"llama.feed_forward_length": ([128], VT.ARRAY, VT.UINT32)}, None, "1 entries for 2 layers"),
+    ("NaN epsilon", "llama",
+     {"llama.attention.layer_norm_rms_epsilon": (NAN, VT.FLOAT32)}, None, "not a finite"),
+    ("infinite epsilon", "llama",
+     {"llama.attention.layer_norm_rms_epsilon": (INF, VT.FLOAT32)}, None, "not a finite"),
+    ("negative epsilon", "llama",
+     {"llama.attention.layer_norm_rms_epsilon": (-1e-6, VT.FLOAT32)}, None, "negative"),
+    ("NaN rope base", "llama", {"llama.rope.freq_base": (NAN, VT.FLOAT32)}, None, "freq_base"),
+    ("NaN in a float array", "llama",
+     {"general.some_floats": ([1.0, NAN], VT.ARRAY, VT.FLOAT32)}, None, "some_floats"),
+    ("unknown rope scaling", "llama",
+     {"llama.rope.scaling.type": ("wobbly", VT.STRING)}, None, "rope.scaling.type"),
+    ("next-n beyond layers", "llama",
+     {"llama.nextn_predict_layers": (3, VT.UINT32)}, None, "nextn_predict_layers"),
+    ("alignment 1", "llama", {}, 1, "not a multiple of 32"),
+    ("alignment 8", "llama", {}, 8, "not a multiple of 32"),
+    ("alignment 3", "llama", {"general.alignment": (3, VT.UINT32)}, None, "power of two"),
+    ("more used than experts", "qwen3moe",
+     {"qwen3moe.expert_used_count": (8, VT.UINT32)}, None, "exceeds expert_count"),
+    ("no experts used", "qwen3moe",
+     {"qwen3moe.expert_used_count": (0, VT.UINT32)}, None, "expert_used_count is 0"),
+    ("2000 experts", "qwen3moe",
+     {"qwen3moe.expert_count": (2000, VT.UINT32)}, None, "at most 1024"),
+    ("experts in odd groups", "qwen3moe",
+     {"qwen3moe.expert_group_count": (3, VT.UINT32)}, None, "groups"),
+    ("groups without experts", "llama",
+     {"llama.expert_group_count": (2, VT.UINT32)}, None, "without experts"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(make_synthetic) -> dict[str, Path]:
+    """Small synthetic models without a tokenizer: fast to rewrite, real to llama.cpp."""
+    return {arch: make_synthetic(arch, "F16", vocab_size=256) for arch in ("llama", "qwen3moe")}
+
+
+@pytest.mark.parametrize(
+    ("arch", "changes", "alignment", "named"),
+    [case[1:] for case in VALUE_CASES],
+    ids=[case[0] for case in VALUE_CASES],
+)
+def test_a_bad_value_is_refused_in_one_line_naming_it(
+    tiny: dict[str, Path], tmp_path: Path, arch: str, changes: dict, alignment: int | None,
+    named: str,
+) -> None:  # fmt: skip
+    bad = rewritten(tiny[arch], tmp_path / "bad.gguf", changes, alignment)
+    with pytest.raises(ModelFileError, match=named) as refused:
+        read_inventory(bad)
+    message = str(refused.value)
+    assert message.startswith(str(bad)) and "\n" not in message
+
+
+def test_the_untouched_copies_pass_every_check(tiny: dict[str, Path], tmp_path: Path) -> None:
+    """The corpus's writer itself makes good files: each refusal above is the value's doing."""
+    for arch, source in tiny.items():
+        copy = rewritten(source, tmp_path / f"{arch}.gguf", {})
+        assert read_inventory(copy).n_layer == 2
+        check_loads_in_child(copy)
+
+
+@pytest.mark.parametrize(
+    ("changes", "assertion"),
+    [
+        ({"llama.block_count": (0, VT.UINT32)}, "GGML_ASSERT(hparams.n_layer_all > 0"),
+        ({"llama.rope.scaling.type": ("wobbly", VT.STRING)}, "GGML_ASSERT(hparams.rope_scaling"),
+    ],
+    ids=["no layers", "unknown rope scaling"],
+)
+def test_llama_cpp_aborting_in_the_child_is_a_refusal_with_its_assertion(
+    tiny: dict[str, Path], tmp_path: Path, changes: dict, assertion: str
+) -> None:
+    """What the rules missed would kill the child, not us: its assertion is the reason."""
+    bad = rewritten(tiny["llama"], tmp_path / "bad.gguf", changes)
+    with pytest.raises(ModelFileError, match="llama.cpp cannot load it") as refused:
+        check_loads_in_child(bad)
+    assert "SIGABRT" in str(refused.value) and assertion in str(refused.value)
+
+
+def test_a_file_llama_cpp_refuses_cleanly_is_refused_with_its_reason(
+    tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    bad = rewritten(tiny["llama"], tmp_path / "no-context.gguf", {"llama.context_length": None})
+    read_inventory(bad)  # nothing our rules need is missing...
+    with pytest.raises(ModelFileError, match="key not found in model: llama.context_length"):
+        check_loads_in_child(bad)  # ...but llama.cpp needs the key
+
+
+def test_damaged_header_bytes_are_refused_or_read_never_anything_else(
+    tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    """Seeded bit flips and overwritten counts across the header: ModelFileError or a header."""
+    source = tiny["llama"].read_bytes()
+    header_end = read_local_header(tiny["llama"]).data_offset
+    rng = random.Random(28)
+    outcomes = {"refused": 0, "read": 0}
+    for case in range(150):
+        data = bytearray(source)
+        if case % 3 == 0:  # a count or length overwritten with a random 64-bit number
+            at = rng.randrange(8, header_end - 8)
+            data[at : at + 8] = rng.getrandbits(64).to_bytes(8, "little")
+        else:
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(4, header_end)] ^= 1 << rng.randrange(8)
+        path = tmp_path / f"flip-{case}.gguf"
+        path.write_bytes(bytes(data))
+        try:
+            read_inventory(path)
+            outcomes["read"] += 1
+        except ModelFileError as refusal:
+            assert "\n" not in str(refusal)
+            outcomes["refused"] += 1
+        path.unlink()
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 150
+
+
+@pytest.mark.parametrize("at", [N_TENSORS_AT, N_KV_AT], ids=["tensor count", "metadata count"])
+def test_a_corrupt_count_is_refused_without_reading_the_weights(
+    default_model_file: Path, tmp_path: Path, at: int
+) -> None:
+    """A count a million too high once made the reader fetch gigabytes of weights."""
+    path = patched(default_model_file, tmp_path / "corrupt.gguf", at, "<Q", 1_000_272)
+    header_bytes = read_local_header(default_model_file).data_offset
+    before = _bytes_read()
+    with pytest.raises(ModelFileError):
+        read_inventory(path)
+    read = _bytes_read() - before
+    assert read < 8 * header_bytes < os.path.getsize(path) // 4, f"{read} bytes read"
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read() calls (Linux's rchar)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
