@@ -91,6 +91,8 @@ class Desktop:
         self.window.profile_action.triggered.connect(self.profile_again)
         self.window.models_action.triggered.connect(self.open_models)
         self.window.discover_action.triggered.connect(self.open_discover)
+        for job_moved in (self.bridge.job_progressed, self.bridge.job_finished):
+            job_moved.connect(lambda _event: self.window.jobs_view.refresh())
         self.discover.imported.connect(lambda _path: self.show_models(None))  # in the picker
         self.vram.plan_applied.connect(
             lambda plan: self.discover.set_budget(plan.vram.budget_bytes)

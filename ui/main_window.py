@@ -36,6 +36,7 @@ from ui.chat_view import ChatView
 from ui.conversation_settings import ConversationSettings
 from ui.help_dialogs import AboutDialog, ShortcutsDialog, open_folder
 from ui.image_attachments import AttachmentStrip
+from ui.jobs_view import JobsView
 from ui.message_input import MessageInput
 from ui.model_picker import ModelPicker
 from ui.server_panel import ServerPanel
@@ -76,8 +77,12 @@ class MainWindow(QMainWindow):
         self.batch_panel = BatchPanel()
         self.batch_dock = QDockWidget("Summarise a folder", self)
         self.server_panel = ServerPanel()
-        self.server_dock = QDockWidget("API", self)  # a short tab: four share the panel
-        self.side_docks = (self.settings_dock, self.vram_dock, self.batch_dock, self.server_dock)
+        self.server_dock = QDockWidget("API", self)  # a short tab: five share the panel
+        self.jobs_view = JobsView()
+        self.jobs_dock = QDockWidget("Jobs", self)
+        self.side_docks = (
+            self.settings_dock, self.vram_dock, self.batch_dock, self.server_dock, self.jobs_dock,
+        )  # fmt: skip
         self._make_actions()
         self._lay_out()
         self._make_menus()
@@ -94,6 +99,7 @@ class MainWindow(QMainWindow):
         self.profile_action = _action(self, "&Profile this machine…", None)
         self.server_action = _action(self, "&Local API server…", None)
         self.batch_action = _action(self, "Summarise a &folder…", "Ctrl+Shift+S")
+        self.jobs_action = _action(self, "&Jobs", "Ctrl+J")
         self.quit_action = _action(self, "&Quit", QKeySequence.StandardKey.Quit)
         self.about_action = _action(self, "&About ShardChat", None)
         self.shortcuts_action = _action(self, "&Keyboard shortcuts", "Ctrl+/")
@@ -107,6 +113,7 @@ class MainWindow(QMainWindow):
         self.quit_action.triggered.connect(self.close)
         self.batch_action.triggered.connect(lambda: self._show_dock(self.batch_dock))
         self.server_action.triggered.connect(lambda: self._show_dock(self.server_dock))
+        self.jobs_action.triggered.connect(lambda: self._show_dock(self.jobs_dock))
 
     def _make_menus(self) -> None:
         bar = self.menuBar()
@@ -126,6 +133,7 @@ class MainWindow(QMainWindow):
         tools.addAction(self.models_action)
         tools.addAction(self.discover_action)
         tools.addAction(self.batch_action)
+        tools.addAction(self.jobs_action)
         tools.addAction(self.profile_action)
         tools.addAction(self.server_action)
         help_menu = bar.addMenu("&Help")
@@ -198,6 +206,7 @@ class MainWindow(QMainWindow):
             (self.vram_dock, "vram-dock", self.vram_panel),
             (self.batch_dock, "batch-dock", self.batch_panel),
             (self.server_dock, "server-dock", self.server_panel),
+            (self.jobs_dock, "jobs-dock", self.jobs_view),
         ):
             dock.setObjectName(name)
             dock.setWidget(widget)
@@ -206,6 +215,7 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.settings_dock, self.vram_dock)
         self.tabifyDockWidget(self.vram_dock, self.batch_dock)
         self.tabifyDockWidget(self.batch_dock, self.server_dock)
+        self.tabifyDockWidget(self.server_dock, self.jobs_dock)
         self.settings_dock.raise_()
         self.resizeDocks([self.settings_dock], [320], Qt.Orientation.Horizontal)
         for dock in self.side_docks:
