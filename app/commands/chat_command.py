@@ -64,7 +64,7 @@ def run_chat(args: argparse.Namespace) -> int:
     if args.threads:
         threads = {"n_threads": args.threads, "n_threads_batch": args.threads}
         load = replace(load, params=load.params.with_changes(**threads))
-    with _engine(args.show_thinking, args.think) as engine:
+    with open_engine(args.show_thinking, args.think) as engine:
         loaded = engine.call(
             engine.worker.load_model(load.params, load.plan, load.profile, args.prompt_format, load)
         )
@@ -222,7 +222,8 @@ def _raise_if_failed(event: EngineEvent) -> EngineEvent:
 
 
 @contextlib.contextmanager
-def _engine(show_thinking: bool = False, thinking: bool | None = None) -> Iterator[_Engine]:
+def open_engine(show_thinking: bool = False, thinking: bool | None = None) -> Iterator[_Engine]:
+    """The engine worker, started, and shut down (its model freed) when the block ends."""
     engine = _Engine(show_thinking, thinking)
     try:
         yield engine

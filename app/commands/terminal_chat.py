@@ -110,16 +110,20 @@ class TerminalChat:
     def run(self, read_line: Callable[[], str | None]) -> None:
         """Until /exit, /quit or the end of input (Ctrl-D, Ctrl-C at the prompt)."""
         say(GREETING)
-        while (line := read_line()) is not None:
-            try:
-                if not self._handle(line):
-                    break
-            except ShardChatError as exc:  # one bad line does not end the session
-                say(f"error: {exc}")
+        while (line := read_line()) is not None and self.handle(line):
+            pass
         self._say_where_saved()
 
+    def handle(self, line: str) -> bool:
+        """One line typed: a command answered, a message sent and saved, or a one-line
+        refusal; False when it ends the session."""
+        try:
+            return self._handle(line)
+        except ShardChatError as exc:  # one bad line does not end the session
+            say(f"error: {exc}")
+            return True
+
     def _handle(self, line: str) -> bool:
-        """One line typed; False ends the session."""
         text = line.strip()
         if text.startswith("//"):
             return self._send(line.lstrip()[1:])

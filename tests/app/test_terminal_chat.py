@@ -8,8 +8,12 @@ lists, with the calls it reads a conversation with.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import string
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,12 +21,18 @@ import pytest
 from PIL import Image
 from test_cli_interactive import Terminal  # the pseudo-terminal driver, same folder
 
+from app.commands.chat_command import open_engine
+from app.commands.terminal_chat import TerminalChat, Vision
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
+from engine.generation.sampling import SamplingSettings
+from engine.llama.load_params import LoadParams
+from engine.model.default_model import default_model_path
 from engine.vision.synthetic import write_synthetic_vlm
 
-SHORT = ("chat", "--temperature", "0", "--max-tokens", "8", "--ctx", "512")
-LONG = ("chat", "--temperature", "0", "--max-tokens", "2000")
+# one thread: llama.cpp's spinning threads crawl on a machine busy with other tests
+SHORT = ("chat", "--threads", "1", "--temperature", "0", "--max-tokens", "8", "--ctx", "512")
+LONG = ("chat", "--threads", "1", "--temperature", "0", "--max-tokens", "2000")
 
 
 def test_a_terminal_conversation_is_saved_where_the_window_reads_it() -> None:
@@ -100,7 +110,7 @@ def test_an_image_goes_with_the_next_message_and_bad_ones_are_one_line(
     picture = tmp_path / "orange.png"
     Image.new("RGB", (64, 48), "orange").save(picture)
     (tmp_path / "notes.png").write_text("not an image")
-    with Terminal("chat", "--model", str(vlm), "--max-tokens", "4") as term:
+    with Terminal("chat", "--threads", "1", "--model", str(vlm), "--max-tokens", "4") as term:
         term.expect("> ")
         term.type(f"/image {tmp_path / 'missing.png'}\n")
         assert "missing.png: no such image file" in term.expect("> ")
@@ -142,3 +152,89 @@ def _wait_for(found: Callable[[], StoredMessage | None], what: str) -> StoredMes
             return message
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# --- a corpus of typed lines, run through one session in this process ---
+
+KNOWN = ("/help", "/new", "/reset", "/system", "/image", "/exit", "/quit")
+OUTCOMES = ("answered", "not a command", "refused", "saved with its reply", "ignored")
+
+
+def typed_corpus(folder: Path, seed: int = 28) -> list[str]:
+    """Lines a person might type, generated: slash words real and made up, commands with odd
+    arguments, messages in many scripts and control characters, bytes that are not UTF-8,
+    a message too long for the context. Seeded, so a failure can be replayed."""
+    rng = random.Random(seed)
+    letters = string.ascii_letters + string.digits + string.punctuation + "üß中🐉"
+    made_up = ["/" + "".join(rng.choices(letters, k=rng.randint(1, 12))) for _ in range(40)]
+    made_up = [w for w in made_up if w.split(" ")[0].lower() not in KNOWN and w[1:2] != "/"]
+    edges = ["/", "/ ", "/\t", "/HELP", "/Help me", "/../etc/passwd", "/help/", "/systemic x"]
+    (folder / "empty.png").write_bytes(b"")
+    (folder / "notes.png").write_text("not an image")
+    Image.new("RGB", (8, 8), "red").save(folder / "red.png")
+    images = [folder / "missing.png", folder, folder / "empty.png", folder / "notes.png",
+              folder / "red.png", "~/nowhere.png", "x" * 5000]  # fmt: skip
+    commands = ["/help", "/new", "/reset", "/system", "/system off", "/system  ",
+                *[f"/system {_words(rng, 6)}" for _ in range(4)],
+                "/image", *[f"/image {path}" for path in images],
+                f"/image '{folder}/red.png'"]  # fmt: skip
+    messages = [_words(rng, rng.randint(1, 12)) for _ in range(5)] + [
+        "nul \x00 inside", "emoji 🐉🔥", "مرحبا بالعالم", "\x1b[31mred\x1b[0m", "tab\tseparated",
+        "//a line that starts with a slash", "ＦＵＬＬＷＩＤＴＨ",
+    ]  # fmt: skip
+    bad = ["bad bytes \udcff\udcfe", "", "   ", "\t", "word " * 700]
+    lines = made_up + edges + commands + messages + bad
+    rng.shuffle(lines)
+    return lines
+
+
+def _words(rng: random.Random, n: int) -> str:
+    pool = ["the", "dragon", "Ünïcödé", "中文", "x", "42", "?", "naïve", "日本", "über", "ok"]
+    return " ".join(rng.choice(pool) for _ in range(n))
+
+
+def test_a_corpus_of_typed_lines_ends_in_answers_refusals_or_saved_replies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = typed_corpus(tmp_path)
+    outcomes: list[tuple[str, str]] = []  # (line, outcome)
+    settings = SamplingSettings(temperature=0.0, max_tokens=2)
+    params = LoadParams(str(default_model_path()), n_ctx=512, n_threads=1)  # as SHORT
+    with open_engine() as engine, ChatStore() as store:
+        engine.call(engine.worker.load_model(params))
+        chat = TerminalChat(engine, store, settings, None, Vision(False, "SmolLM2"), print)
+        for line in lines:
+            before = _saved_user_messages(store)
+            assert chat.handle(line) is True, line  # only /exit and /quit end the session
+            said = capsys.readouterr().err
+            outcomes.append((line, _outcome(said, _saved_user_messages(store) - before)))
+    counts = Counter(outcome for _line, outcome in outcomes)
+    print(f"{len(lines)} typed lines: {dict(counts)}", file=sys.stderr)
+    assert set(counts) <= set(OUTCOMES), outcomes
+    assert counts["not a command"] >= 30 and counts["saved with its reply"] >= 10
+    refused = [line for line, outcome in outcomes if outcome == "refused"]
+    assert "word " * 700 in refused and "bad bytes \udcff\udcfe" in refused
+    with ChatStore() as store:  # what the window reads: replies whole, no slash word kept
+        saved = [m for c in store.conversations() for m in store.messages(c.id)]
+    assert all(m.complete for m in saved)
+    sent = {m.content for m in saved if m.role == "user"}
+    assert {text for text in sent if text.lstrip().startswith("/")} == {
+        "/a line that starts with a slash"  # sent by "//"; no slash word reached the model
+    }
+
+
+def _saved_user_messages(store: ChatStore) -> int:
+    return sum(
+        1 for c in store.conversations() for m in store.messages(c.id, False) if m.role == "user"
+    )
+
+
+def _outcome(said: str, saved: int) -> str:
+    """What one line came to, from what the chat said and what it saved."""
+    if saved == 1:
+        return "saved with its reply"
+    if "is not a command" in said:
+        return "not a command"
+    if said.startswith("error: ") or "cannot see images" in said:
+        return "refused"
+    return "answered" if said.strip() else "ignored"
