@@ -7,6 +7,7 @@ lists, with the calls it reads a conversation with.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -98,6 +99,28 @@ def test_ctrl_c_and_a_kill_lose_nothing_that_was_said() -> None:
     assert cut.complete and cut.content.startswith(partial.content)
 
 
+def test_make_run_without_a_display_chats_in_the_terminal_and_saves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(name, raising=False)  # what `make run` sees on a headless machine
+    with Terminal("gui") as term:
+        term.expect("no display here; starting the terminal chat instead")
+        term.expect("> ")
+        term.type("Hi\n")
+        _wait_for(lambda: _reply_with_text(0), "the reply saved")
+        term.type("\x03")  # stops the reply if it still streams, else ends the session
+        with contextlib.suppress(OSError):  # the session may have ended already
+            term.expect("> ", timeout=10)
+            term.type("\x04")
+        assert term.exit_code() == 0
+    with ChatStore() as store:
+        (conversation,) = store.conversations()
+        asked, answered = store.messages(conversation.id)
+    assert conversation.title == "Hi" and asked.content == "Hi"
+    assert answered.complete and answered.content
+
+
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model, _projector = write_synthetic_vlm(tmp_path_factory.mktemp("vlm"))
@@ -142,6 +165,15 @@ def _streaming_reply(position: int) -> StoredMessage | None:
         return None
     reply = messages[position + 1]
     return reply if not reply.complete and reply.content else None
+
+
+def _reply_with_text(position: int) -> StoredMessage | None:
+    """The reply at `position` of the one conversation, once it has text, saved or streaming."""
+    with ChatStore() as store:
+        conversations = store.conversations()
+        messages = store.messages(conversations[0].id) if conversations else []
+    reply = messages[position + 1] if len(messages) > position + 1 else None
+    return reply if reply is not None and reply.content else None
 
 
 def _wait_for(found: Callable[[], StoredMessage | None], what: str) -> StoredMessage:
