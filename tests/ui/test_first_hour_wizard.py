@@ -19,6 +19,7 @@ from app.profile_summary import time_left_text
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
+from tests.ui.test_desktop import open_desktop
 from ui.discover_page import DiscoverJobs
 from ui.model_suggestions_box import SuggestionsBox
 from ui.profile_wizard import DONE_PAGE, MODEL_PAGE, ProfileWizard
@@ -120,3 +121,15 @@ def test_a_suggested_download_starts_in_discover_once_its_repository_is_listed(
             assert library.find(imported.args[0]) is not None
     finally:
         jobs.shutdown(wait=True)
+
+
+def test_the_desktop_starts_the_wizards_download_in_discover(
+    qtbot, desktops, default_model_file: Path, hub: LocalHub, hub_repos: TestRepos
+) -> None:
+    desktop = open_desktop(qtbot, default_model_file)
+    desktops.append(desktop)
+    with qtbot.waitSignal(desktop.discover.imported, timeout=WAIT_MS) as imported:
+        manager = desktop.download_suggested(hub_repos.tiny_llama, "tiny-llama-Q4_0.gguf")
+    assert manager.tabs.tabText(manager.tabs.currentIndex()) == "Discover"
+    assert Path(imported.args[0]).name == "tiny-llama-Q4_0.gguf"
+    manager.close()
