@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import importlib
 import json
+import random
+import string
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from app.commands.plan_command import load_profile_for_planning
 from app.load_planning import stored_profile
 from app.units import parse_size
+from engine.errors import BadInputError
+from engine.machine.described_machines import described_names
 from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
@@ -228,3 +234,30 @@ def test_bad_placements_and_gpus_exit_2_with_one_line(
 def test_gpu_0_is_the_default_gpu(dense_model: str) -> None:
     args = ("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model, "--json")
     assert json.loads(shardchat(*args).stdout) == json.loads(shardchat(*args, "--gpu", "0").stdout)
+
+
+def mistyped_machine_names(seed: int = 28) -> list[str]:
+    """Each described machine's name with one letter dropped, doubled, swapped or changed,
+    in other cases, with spaces, as paths; seeded, so a failure can be replayed."""
+    rng = random.Random(seed)
+    names: list[str] = []
+    for name in described_names():
+        for i in range(len(name) - 1):
+            names += [name[:i] + name[i + 1 :], name[:i] + name[i] * 2 + name[i + 1 :]]
+            names.append(name[:i] + name[i + 1] + name[i] + name[i + 2 :])
+            names.append(name[:i] + rng.choice(string.ascii_lowercase) + name[i + 1 :])
+        names += [name.upper(), f" {name}", f"{name} ", f"{name}.json", f"./{name}"]
+    return [n for n in dict.fromkeys(names) if n not in described_names()] + ["", ".", "/"]
+
+
+def test_mistyped_machine_names_are_refused_with_the_known_names() -> None:
+    outcomes: Counter[str] = Counter()
+    for name in mistyped_machine_names():
+        with pytest.raises(BadInputError) as refused:
+            load_profile_for_planning(name)
+        listed = "laptop-8gb, desktop-16gb, rtx5090-desktop" in str(refused.value)
+        outcomes["names listed" if listed else str(refused.value)] += 1
+    print(f"{sum(outcomes.values())} mistyped names refused: {dict(outcomes)}", file=sys.stderr)
+    assert outcomes["names listed"] >= 150
+    others = ("not a readable profile", "no profile is stored")  # ".", "/"; "" is this machine
+    assert all(k == "names listed" or any(o in k for o in others) for k in outcomes), outcomes
