@@ -1,10 +1,11 @@
 """Signals at random moments, many times: `shardchat summarize` and `shardchat serve`.
 
-    .venv/bin/python bench/stop_signals.py [RUNS_PER_SCENARIO] [SEED]
+    .venv/bin/python bench/stop_signals.py [RUNS_PER_SCENARIO] [SEED] [NAME_PART]
 
 Scenarios: summarize with one Ctrl-C, two Ctrl-Cs, one SIGTERM, one Ctrl-C in
 its first 3 s (the model load, the folder scan); serve with one
-SIGTERM, two SIGTERMs, one Ctrl-C (each while a streamed reply decodes). Each
+SIGTERM, two SIGTERMs, one Ctrl-C, two Ctrl-Cs (each while a streamed reply
+decodes); NAME_PART picks the scenarios whose name contains it. Each
 trial waits for the event that puts the process mid-work, then a random delay
 (tests/app/stopping_scenarios.py), and its outcome is counted. Anything but a
 clean stop or "finished before the signal" is a failure (crash, traceback,
@@ -43,18 +44,20 @@ SCENARIOS = {
     "serve, SIGTERM once": lambda f, d, t, r: stop_serve(f, t, r, 1),
     "serve, SIGTERM twice": lambda f, d, t, r: stop_serve(f, t, r, 2),
     "serve, Ctrl-C once": lambda f, d, t, r: stop_serve(f, t, r, 1, signal.SIGINT),
+    "serve, Ctrl-C twice": lambda f, d, t, r: stop_serve(f, t, r, 2, signal.SIGINT),
 }
 
 
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 28)
+    chosen = {k: v for k, v in SCENARIOS.items() if len(sys.argv) < 4 or sys.argv[3] in k}
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
         documents = make_documents(root / "docs")
         with CliForks(root) as forks:
-            for name, scenario in SCENARIOS.items():
+            for name, scenario in chosen.items():
                 counts: Counter[str] = Counter()
                 for trial in range(runs):
                     outcome = scenario(forks, documents, root / f"{name}-{trial}", rng)
