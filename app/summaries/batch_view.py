@@ -120,7 +120,8 @@ def with_message(view: BatchView, message: str) -> BatchView:
 
 
 def started(view: BatchView) -> BatchView:
-    """Running. After a finished job a new run does every file again; otherwise it resumes."""
+    """Running. After a finished job every file shows pending again (the job then reports
+    those it keeps, unchanged since, as done at once); otherwise it resumes."""
     rows = view.rows
     if view.state == FINISHED:
         rows = tuple(r if r.status == SKIPPED else FileRecord(r.path, PENDING) for r in rows)
