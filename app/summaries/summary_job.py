@@ -195,7 +195,7 @@ class SummaryJob:
         self._initially_done = len(self._records) - len(pending)
         for kept in [r for r in self._records.values() if r.note == _KEPT]:
             self._report(kept)  # a window's table shows them done from the start
-        if pending:
+        if pending and not self._cancel.cancelled:  # a stop asked for during the load
             self._summarise(pending, job.id)
         cancelled = self._cancel.cancelled
         self._store.finish(job.id, "cancelled" if cancelled else "finished")
