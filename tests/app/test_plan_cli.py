@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.cli import main
 from app.commands.plan_command import load_profile_for_planning
 from app.load_planning import stored_profile
 from app.units import parse_size
@@ -48,26 +49,30 @@ def test_plan_on_a_described_laptop_prints_every_tier_and_the_llama_parameters()
 LLAMA_WORDS = ("tier", "ubatch", "n_gpu_layers", "gpu_only", "buffer", "GGML_", "runner-up")
 
 
-def test_the_plan_says_what_runs_where_and_how_fast_in_plain_words(dense_model: str) -> None:
-    done = shardchat("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+def test_the_plan_says_what_runs_where_and_how_fast_in_plain_words(
+    dense_model: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model]
+    assert main(args) == 0  # in this process: the same command line, without a start-up
+    out = capsys.readouterr().out
+    lines = out.splitlines()
     assert lines[1].startswith("VRAM budget 4.0 GiB (the budget given)")
     assert lines[2].startswith("Where it runs: GPU: ") and " · CPU: " in lines[2]
     assert any(line.startswith("  Each new token: the CPU") for line in lines)
     speed = next(line for line in lines if line.startswith("How fast: "))
     assert "tokens/s while it writes a reply" in speed and "s to the first token" in speed
     assert lines[-1] == "(llama.cpp's parameters and the cost of each step size: --details)"
-    assert not any(word in done.stdout for word in LLAMA_WORDS), done.stdout
+    assert not any(word in out for word in LLAMA_WORDS), out
 
 
-def test_without_vram_the_plan_takes_the_described_machines_whole_gpu() -> None:
-    done = shardchat("plan", "--hardware", "laptop-8gb")
-    assert done.returncode == 0, done.stderr
+def test_without_vram_the_plan_takes_the_described_machines_whole_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--hardware", "laptop-8gb"]) == 0
     budget = "VRAM budget 8.0 GiB (all of the NVIDIA GeForce RTX 4060 Laptop GPU's; --vram sets"
-    assert done.stdout.splitlines()[1].startswith(budget)
-    cpu = shardchat("plan", "--hardware", str(RECORDED))
-    assert cpu.returncode == 0 and "VRAM budget 0 B (no GPU)" in cpu.stdout
+    assert capsys.readouterr().out.splitlines()[1].startswith(budget)
+    assert main(["plan", "--hardware", str(RECORDED)]) == 0
+    assert "VRAM budget 0 B (no GPU)" in capsys.readouterr().out
 
 
 def test_plan_json_has_the_resident_set_and_fits_the_budget() -> None:
