@@ -19,7 +19,7 @@ from typing import Protocol
 import llama_cpp
 
 from engine.cancel import CancelToken
-from engine.errors import ModelFileError
+from engine.errors import BadInputError, ModelFileError
 from engine.generation.decode_context import DecodeContext
 from engine.generation.prompt_pieces import Piece
 from engine.generation.sampling import SamplingSettings
@@ -104,7 +104,16 @@ class LoadedModel:
         return self.chat_template.format
 
     def tokenize_prompt(self, prompt: RenderedPrompt) -> list[int]:
-        """Tokens of a rendered prompt; BOS is added unless the template wrote it."""
+        """Tokens of a rendered prompt; BOS is added unless the template wrote it.
+
+        A model without a tokenizer (llama.cpp's "none" vocabulary, as the profiler's
+        micro-models have) is refused here: llama_tokenize aborts the process on it.
+        """
+        if llama_cpp.llama_vocab_type(self.handle.vocab) == llama_cpp.LLAMA_VOCAB_TYPE_NONE:
+            raise BadInputError(
+                f"{self.inventory.name} has no tokenizer, so it cannot read text; "
+                "choose a chat model"
+            )
         add_bos = not prompt.template_adds_bos and self.wants_bos()
         return self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=add_bos, special=True)
 

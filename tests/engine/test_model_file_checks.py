@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import ModelFileError
+from engine.errors import BadInputError, ModelFileError
 from engine.llama.file_check import check_loads_in_child
+from engine.llama.load_params import LoadParams
+from engine.model.chat_template import ChatMessage
 from engine.model.gguf_header import read_local_header
 from engine.model.inventory import read_inventory
+from engine.runtime.loaded_model import load_model
 from tests.engine.gguf_mutations import N_KV_AT, N_TENSORS_AT, VT, patched, rewritten
 
 NAN, INF = math.nan, math.inf
@@ -175,3 +178,15 @@ def _bytes_read() -> int:
         if line.startswith("rchar:"):
             return int(line.split()[1])
     raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_a_model_without_a_tokenizer_refuses_text_instead_of_aborting(
+    tiny: dict[str, Path],
+) -> None:
+    """llama_tokenize aborts the process on a "none" vocabulary; the chat says why instead."""
+    model = load_model(LoadParams(str(tiny["llama"]), n_ctx=256, n_threads=1))
+    try:
+        with pytest.raises(BadInputError, match="has no tokenizer"):
+            model.count_tokens([ChatMessage("user", "hello")])
+    finally:
+        model.close()
