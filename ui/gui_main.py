@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import QApplication, QDialog
 
 from app.load_planning import stored_profile
 from app.profiling_job import needs_profiling
+from app.stop_signals import exit_now
 from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware
 from engine.model.default_model import default_model_path
@@ -36,6 +39,8 @@ from ui.profile_wizard import ProfileWizard
 from ui.theme import ThemeManager
 
 EXIT_WHEN_READY_ENV = "SHARDCHAT_EXIT_WHEN_READY"  # see _quit_when_loaded
+OUR_THREADS = ("shardchat-engine", "shardchat-profiling")  # the threads that run llama.cpp
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -91,7 +96,24 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
             loop.run_until_complete(closed.wait())
     finally:
         desktop.close()
+    leave_if_llama_still_runs(exit_code[0])
     return exit_code[0]
+
+
+def leave_if_llama_still_runs(exit_code: int) -> None:
+    """End the process now if a thread of ours may still be inside llama.cpp.
+
+    Closing the window cancels a reply, a job or a profiling run and waits for the
+    engine a while; a long prompt step or a profiling step can outlast that wait.
+    Python's shutdown would then free models under the thread still using them
+    (SIGSEGV, SIGABRT). Everything worth keeping is saved by now (the chat store
+    and the other stores are closed), so the process ends without finalisers.
+    """
+    still_running = [t.name for t in threading.enumerate() if t.name.startswith(OUR_THREADS)]
+    if still_running:
+        log.warning("leaving while %s still run(s)", ", ".join(still_running))
+        logging.shutdown()
+        exit_now(exit_code)
 
 
 class _Relay(QObject):
