@@ -371,7 +371,7 @@ class SummaryJob:
         return self.model.count_tokens(list(messages))
 
     def _count_text(self, text: str) -> int:
-        return len(self.model.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        return len(self.model.tokenize_text(text))
 
     # --- results ---
 

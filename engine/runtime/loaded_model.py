@@ -109,13 +109,17 @@ class LoadedModel:
         A model without a tokenizer (llama.cpp's "none" vocabulary, as the profiler's
         micro-models have) is refused here: llama_tokenize aborts the process on it.
         """
+        add_bos = not prompt.template_adds_bos and self.wants_bos()
+        return self.tokenize_text(prompt.text, add_bos=add_bos, special=True)
+
+    def tokenize_text(self, text: str, add_bos: bool = False, special: bool = False) -> list[int]:
+        """Tokens of plain text, refused (BadInputError) by a model without a tokenizer."""
         if llama_cpp.llama_vocab_type(self.handle.vocab) == llama_cpp.LLAMA_VOCAB_TYPE_NONE:
             raise BadInputError(
                 f"{self.inventory.name} has no tokenizer, so it cannot read text; "
                 "choose a chat model"
             )
-        add_bos = not prompt.template_adds_bos and self.wants_bos()
-        return self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=add_bos, special=True)
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
 
     def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return len(self.tokenize_prompt(self.chat_template.render(messages)))

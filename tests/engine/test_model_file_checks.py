@@ -188,5 +188,7 @@ def test_a_model_without_a_tokenizer_refuses_text_instead_of_aborting(
     try:
         with pytest.raises(BadInputError, match="has no tokenizer"):
             model.count_tokens([ChatMessage("user", "hello")])
+        with pytest.raises(BadInputError, match="has no tokenizer"):
+            model.tokenize_text("a document to summarise")
     finally:
         model.close()
