@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import llama_cpp
 
 from app.api.api_errors import ApiError, bad_request, not_found, server_error
-from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit
+from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit, prepare
 from engine.errors import BadInputError, ShardChatError
 from engine.model.model_naming import readable_model_name
 from engine.planning.plan import Plan
@@ -78,11 +79,26 @@ class ApiStreams:
         # jobs waiting for the model they name, which is loaded once the pool is idle
         self._switching: collections.deque[ApiJob] = collections.deque()
         self.switch_model: Callable[[str, str | None], None] | None = None  # set by the worker
+        # the loaded model for prompts tokenised on other threads; held while one is, so the
+        # model is not freed under it (unloading waits)
+        self._tokenizer_lock = threading.Lock()
+        self._tokenizer_model: LoadedModel | None = None
 
     # --- any thread ---
 
     def submit(self, job: ApiJob) -> None:
         self._inbox.append(job)
+
+    def prepare(self, job: ApiJob) -> None:
+        """Render and tokenise a text prompt on the calling thread (the server's executor),
+        so a long prompt never holds up the engine's steps; images are prepared by the
+        engine, which owns the vision encoder. ApiError when the prompt cannot be rendered."""
+        if job.call.prompt.images or job.switch_to is not None:
+            return
+        with self._tokenizer_lock:
+            model = self._tokenizer_model
+            if model is not None:
+                job.prepared = prepare(job.call, model)
 
     def configure(self, shape: PoolShape) -> None:
         """Slots and context per slot for the next pool (the running one keeps its own)."""
@@ -100,6 +116,8 @@ class ApiStreams:
         return self._pool.counts if self._pool is not None else (0, 0)
 
     def loaded(self, model: LoadedModel) -> None:
+        with self._tokenizer_lock:
+            self._tokenizer_model = model
         path = str(model.params.model_path)
         trained = model.inventory.context_length
         self.model = ServedModel(
@@ -143,6 +161,8 @@ class ApiStreams:
         self._served.clear()
 
     def unloaded(self) -> None:
+        with self._tokenizer_lock:  # waits for a prompt being tokenised on another thread
+            self._tokenizer_model = None
         waiting = list(self._switching)  # they wait for a model: the switch itself unloads
         self._switching.clear()
         self.close("the model was unloaded or replaced; send the request again")

@@ -97,6 +97,33 @@ class ApiJob:
     created: float = field(default_factory=time.perf_counter)
     # a library model to load first (the server allows switching models): (model, projector)
     switch_to: tuple[str, str | None] | None = None
+    prepared: PreparedPrompt | None = None  # rendered and tokenised off the engine's thread
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A prompt rendered and tokenised for one model under one prompt format: used only if
+    the engine still has both when it admits the job."""
+
+    model: LoadedModel
+    template: ChatTemplate  # the model's chat template when it was rendered
+    pieces: tuple[Piece, ...]
+    text: str
+    stop: tuple[str, ...]
+    tool_format: ToolCallFormat | None
+    grammar: str | None
+
+    def fits(self, model: LoadedModel) -> bool:
+        return self.model is model and self.template is model.chat_template
+
+
+def prepare(call: ApiCall, model: LoadedModel) -> PreparedPrompt:
+    """Render and tokenise a text prompt; safe beside the engine's steps (llama.cpp's
+    tokenizer reads only the vocabulary), as long as the model stays loaded meanwhile.
+    ApiError when it cannot be rendered (tools the template cannot render)."""
+    template = model.chat_template
+    pieces, text, stop, tool_format, grammar = _prompt(call, model)
+    return PreparedPrompt(model, template, tuple(pieces), text, stop, tool_format, grammar)
 
 
 class ServedJob:
@@ -161,10 +188,15 @@ class ServedJob:
 
 
 def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
-    """Render and tokenize the job's prompt and queue it in the pool; ApiError when it cannot
-    run (the model cannot see images, the template cannot render tools, it does not fit)."""
+    """Render and tokenize the job's prompt (unless the server's thread did) and queue it in
+    the pool; ApiError when it cannot run (the model cannot see images, the template cannot
+    render tools, it does not fit)."""
     call = job.call
-    pieces, prompt_text, stop, tool_format, grammar = _prompt(call, model)
+    prepared = job.prepared
+    if prepared is None or not prepared.fits(model):
+        prepared = prepare(call, model)
+    pieces, prompt_text, stop = prepared.pieces, prepared.text, prepared.stop
+    tool_format, grammar = prepared.tool_format, prepared.grammar
     size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
     if size == 0:  # nothing to evaluate, so nothing to sample from: it would never end
         raise bad_request("the prompt is empty", "prompt" if call.endpoint != "chat" else None)
@@ -172,7 +204,7 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
     if size + 1 >= room:
         raise context_exceeded(room, str(size), call.endpoint)
     request = StreamRequest(
-        tuple(pieces), call.settings, stop, job.cancel, job.label,
+        pieces, call.settings, stop, job.cancel, job.label,
         reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,
         show_special=tool_format in _MARKED_BY_CONTROL_TOKENS,
     )  # fmt: skip

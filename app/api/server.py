@@ -397,6 +397,8 @@ class ApiServer:
             reply = ReplyBuilder(
                 call.endpoint, served_as, call.include_usage, call.top_logprobs is not None
             )
+            # rendered and tokenised here, beside the engine's steps, not between them
+            await asyncio.get_running_loop().run_in_executor(None, self.worker.api.prepare, job)
             self.worker.serve_api(job)
             try:
                 if call.stream:

@@ -28,8 +28,9 @@ import pytest
 from api_server_fixtures import Serving, start_serving
 from PIL import Image
 
-from app.api.engine_calls import ApiEvent, ApiFailed, ApiJob
+from app.api.engine_calls import ApiEvent, ApiFailed, ApiFinished, ApiJob
 from app.api.openai_request import parse_chat
+from engine.generation.prompt_pieces import TextRun
 from engine.vision.synthetic import write_synthetic_vlm
 
 API_KEY = "sk-robustness"
@@ -307,7 +308,31 @@ def _text_cases() -> list[Case]:
     return cases
 
 
-CORPUS = [*_generated_cases(), *_message_cases(), *_tool_cases(), *_schema_cases(), *_text_cases()]
+def _llama_server_cases() -> list[Case]:
+    """llama.cpp's own server tests (tools/server/tests/unit) that apply here: its invalid
+    chat requests (test_invalid_chat_completion_req) and response formats
+    (test_completion_with_response_format). Left out: its json_object `schema`, `grammar`
+    and `json_schema` extensions, which this server does not take."""
+    invalid_messages = {
+        "null": None, "a string": "string", "[123]": [123], "[{}]": [{}],
+        "a role 123": [{"role": 123}], "content 123": [{"role": "system", "content": 123}],
+        "a message {}": [{"role": "system", "content": "test"}, {}],
+    }  # fmt: skip
+    return [
+        *[Case(f"llama-server: messages {name}", _with(OK, messages=value), "messages")
+          for name, value in invalid_messages.items()],
+        Case("llama-server: response_format sound", _with(OK, response_format={"type": "sound"}),
+             "response_format"),
+        Case("llama-server: json_schema type 123",
+             _with(OK, response_format={"type": "json_schema", "json_schema": {
+                 "schema": {"type": 123}}}), "response_format"),
+    ]  # fmt: skip
+
+
+CORPUS = [
+    *_generated_cases(), *_message_cases(), *_tool_cases(), *_schema_cases(), *_text_cases(),
+    *_llama_server_cases(),
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -565,3 +590,21 @@ def test_a_damaged_image_is_a_400_naming_why(tmp_path_factory: pytest.TempPathFa
         assert finished.choices[0].finish_reason in ("stop", "length")  # it still serves
     finally:
         vision.close()
+
+
+def test_prompts_are_tokenised_off_the_engines_thread(serving: Serving) -> None:
+    """The server's thread renders and tokenises a text prompt (ApiStreams.prepare) and the
+    engine takes those tokens as they are: here cut to their first ten, which the usage
+    shows. A prompt prepared for a model no longer loaded would be tokenised again."""
+    call = parse_chat({"model": serving.model_id, "messages": HELLO, "max_tokens": 1})
+    events: queue.Queue[ApiEvent] = queue.Queue()
+    job = ApiJob(call, events.put)
+    serving.worker.api.prepare(job)
+    assert job.prepared is not None
+    (run,) = job.prepared.pieces
+    assert isinstance(run, TextRun) and len(run.tokens) > 20
+    job.prepared = replace(job.prepared, pieces=(TextRun(run.tokens[:10]),))
+    serving.worker.serve_api(job)
+    while not isinstance(event := events.get(timeout=TIMEOUT), ApiFinished | ApiFailed):
+        pass
+    assert isinstance(event, ApiFinished) and event.usage.prompt_tokens == 10
