@@ -1,9 +1,11 @@
 """The engine worker's half of an API request: the prompt it evaluates, the events it sends.
 
 The server's thread parses a request into an `ApiCall` and hands the worker
-an `ApiJob`; on the worker's thread (which owns the model) the job's prompt
-is rendered with the model's own chat template, tokenized, checked against
-the context, and submitted to the API's stream pool. After every step the
+an `ApiJob`; a text prompt is rendered with the model's own chat template and
+tokenized on the server's executor first (`prepare`), so a long one never holds
+up the engine's steps; on the worker's thread (which owns the model) an image
+prompt is prepared, the prompt is checked against the context and submitted to
+the API's stream pool. After every step the
 job's new text is split into reasoning and answer, tool calls are held back
 and parsed, and the pieces go to the job's sink as plain events, which the
 server's loop turns into OpenAI's JSON.
