@@ -221,9 +221,7 @@ def _prompt(
     """(pieces, prompt text, stop strings, tool-call format, grammar) of a call."""
     prompt = call.prompt
     if prompt.text is not None:
-        tokens = model.llm.tokenize(
-            prompt.text.encode("utf-8"), add_bos=model.wants_bos(), special=True
-        )
+        tokens = model.tokenize_text(prompt.text, add_bos=model.wants_bos(), special=True)
         return [TextRun(tuple(tokens))], prompt.text, (), None, call.grammar
     template = model.chat_template
     tool_format, grammar = _tools(call, template)
