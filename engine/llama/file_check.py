@@ -7,8 +7,9 @@ reads its header, hyper-parameters, vocabulary and tensor table without
 allocating or reading a single weight (`no_alloc`, as its own `--fit` does),
 then builds the worst-case graph of a small context. That is where load-time
 asserts fire, and it takes a fraction of a second even for a model of tens of
-gigabytes. A crash, a hang or a refusal becomes a ModelFileError carrying
-llama.cpp's last message, and the app goes on.
+gigabytes (the child's start and imports make it about 1.5 s in all). A crash,
+a hang or a refusal becomes a ModelFileError carrying llama.cpp's own reason
+or assertion, and the app goes on.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def read_without_weights(path: str) -> None:
 
 
 class _ErrorLines(logging.Handler):
-    """The last ERROR line llama.cpp logged: why a load returned nothing."""
+    """The ERROR lines llama.cpp logged while loading: they say why a load returned nothing."""
 
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
