@@ -39,7 +39,7 @@ from typing import Any
 
 from app.model_summary import kind_label
 from app.paths import app_paths
-from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction
+from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
 from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError, ModelFileError
 from engine.model.default_model import default_model_path
@@ -479,6 +479,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
+    use_wal(conn)
     apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
     conn.execute(_SELECT + " LIMIT 0")

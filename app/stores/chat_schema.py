@@ -13,7 +13,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from app.stores.sqlite_file import StoreIdentity, connect_with
+from app.stores.sqlite_file import StoreIdentity, connect_with, use_wal
 from app.stores.sqlite_migrations import apply_migrations
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def connect_chat_store(path: Path) -> sqlite3.Connection:
 
 
 def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
+    use_wal(conn)
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
     apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from app.paths import app_paths
-from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction
+from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
 from app.stores.sqlite_migrations import apply_migrations
 
 STORE_FILE_NAME = "hub.sqlite3"
@@ -257,6 +257,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
+    use_wal(conn)
     conn.execute("PRAGMA foreign_keys = ON")
     apply_migrations(conn, MIGRATIONS)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import app_paths
-from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction
+from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
 from app.stores.sqlite_migrations import apply_migrations
 
 STORE_FILE_NAME = "jobs.sqlite3"
@@ -198,6 +198,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
+    use_wal(conn)
     conn.execute("PRAGMA foreign_keys = ON")
     apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)

@@ -32,7 +32,14 @@ from typing import Any
 
 from app.paths import app_paths
 from app.stores.atomic_files import write_text_atomic
-from app.stores.sqlite_file import StoreIdentity, connect_with, one_line, open_store, transaction
+from app.stores.sqlite_file import (
+    StoreIdentity,
+    connect_with,
+    one_line,
+    open_store,
+    transaction,
+    use_wal,
+)
 from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError
 from engine.machine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
@@ -339,6 +346,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
+    use_wal(conn)
     apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
     conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM profiles LIMIT 0")

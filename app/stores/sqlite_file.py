@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ ENVIRONMENT_ERRORS = (
     "SQLITE_NOMEM",
     "SQLITE_INTERRUPT",
 )
+
+
+WAL_WAIT_S = 5.0  # as long as sqlite3.connect's own busy timeout
 
 
 class UnusableFile(Exception):
@@ -81,6 +86,31 @@ def connect_with(
     return conn
 
 
+def use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode, waiting while another connection holds it.
+
+    Changing the journal mode takes SQLite's exclusive lock without calling the
+    busy handler, so two threads creating the same store at once (the hub store on
+    a first run: Discover's suggestions beside a download's worker) got "database
+    is locked" at once. The retry ends as soon as the other connection is done;
+    by then the file usually is in WAL mode already and the pragma is a no-op.
+    """
+    for attempt in Retrying(
+        retry=retry_if_exception(_is_locked),
+        wait=wait_random_exponential(multiplier=0.005, max=0.2),
+        stop=stop_after_delay(WAL_WAIT_S),
+        reraise=True,
+    ):
+        with attempt:
+            conn.execute("PRAGMA journal_mode = WAL")
+
+
+def _is_locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and getattr(
+        exc, "sqlite_errorname", ""
+    ).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (incl. KeyboardInterrupt)."""
@@ -112,7 +142,10 @@ def inspect(path: Path, identity: StoreIdentity) -> None:
         raise BadInputError(f"{path} should be the {identity.label} file but is not a file")
     header = _read_header(path)
     if not header:
-        raise UnusableFile("the file is empty")
+        # SQLite's own reading: a zero-byte file is an empty database. It is also
+        # what a store looks like while another thread or process creates it (the
+        # file exists before its first page), so moving it aside would lose theirs.
+        return
     if not header.startswith(SQLITE_MAGIC):
         raise UnusableFile("not an SQLite database")
     conn = _connect_read_only(path, identity.label)

@@ -476,7 +476,6 @@ CORRUPT: dict[str, Callable[[Path], object]] = {
     "truncated store": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:40_000]),
     "damaged page": _damaged_page,
     "truncated header": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:60]),
-    "empty file": lambda p: p.write_bytes(b""),
     "foreign sqlite": _foreign_sqlite,
     "the profile store": _profile_store,
 }

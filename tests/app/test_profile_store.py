@@ -365,7 +365,6 @@ CORRUPT: dict[str, Callable[[Path], object]] = {
     "random bytes": lambda p: p.write_bytes(random.Random(7).randbytes(20_000)),
     "truncated store": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:40_000]),
     "truncated header": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:60]),
-    "empty file": lambda p: p.write_bytes(b""),
     "foreign sqlite": _foreign_sqlite,
     "other application_id": _other_applications_sqlite,
 }
