@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -76,6 +76,20 @@ class StopSignals:
             return
         _say(self._stopped_at_once)
         exit_now(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def on_ctrl_c(handler: Callable[[int, FrameType | None], object]) -> Iterator[None]:
+    """Ctrl-C (SIGINT) handled by `handler` for the block, then as before; off the main
+    thread, which may not set handlers, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_on_thread(work: Callable[[], T], name: str = "shardchat-work") -> T:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import queue
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +30,7 @@ from app.events import (
 )
 from app.load_planning import PlannedLoad, planned_load, with_vision
 from app.model_library import projector_for
+from app.stop_signals import on_ctrl_c
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
@@ -198,21 +197,13 @@ class _Engine:
         self._thinking_shown = False
 
 
-@contextlib.contextmanager
-def _ctrl_c_cancels(worker: EngineWorker, request_id: int) -> Iterator[None]:
+def _ctrl_c_cancels(worker: EngineWorker, request_id: int) -> contextlib.AbstractContextManager[None]:
     """While a request runs, Ctrl-C cancels it instead of raising KeyboardInterrupt.
 
     Why not catch the KeyboardInterrupt: it can land anywhere, in the middle of saving a
     reply to the chat history too; a handler only flips the request's cancel flag, and
     the reply ends as a cancelled one, with its text saved."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers belong to the main thread
-        return
-    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: worker.cancel(request_id))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return on_ctrl_c(lambda _signum, _frame: worker.cancel(request_id))
 
 
 def _raise_if_failed(event: EngineEvent) -> EngineEvent:

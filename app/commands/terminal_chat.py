@@ -8,6 +8,11 @@ so Ctrl-C, Ctrl-D, a closed terminal or a killed process loses at most the reply
 half second. A conversation is made at its first message, so a session that only looked
 leaves no empty chat behind.
 
+Why Ctrl-C means one thing at a time: at the prompt it ends the session, while a reply
+streams it stops the reply, and in between (a reply just ending, its last save) it is let
+go. A Ctrl-C meant for a reply that ended a moment before then neither cuts the reply's
+last save short nor ends the session with a KeyboardInterrupt.
+
 Why slash commands are answered here: a word like /help sent to the model as a message
 gets a made-up answer and stays in the conversation. Any line starting with "/" is a
 command; "//" sends a message that starts with "/".
@@ -16,6 +21,7 @@ command; "//" sends a message that starts with "/".
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.events import EngineEvent, ReplyFinished
+from app.stop_signals import on_ctrl_c
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
@@ -110,8 +117,9 @@ class TerminalChat:
     def run(self, read_line: Callable[[], str | None]) -> None:
         """Until /exit, /quit or the end of input (Ctrl-D, Ctrl-C at the prompt)."""
         say(GREETING)
-        while (line := read_line()) is not None and self.handle(line):
-            pass
+        with on_ctrl_c(lambda _signum, _frame: None):  # between turns: see the module's doc
+            while (line := read_line()) is not None and self.handle(line):
+                pass
         self._say_where_saved()
 
     def handle(self, line: str) -> bool:
@@ -295,7 +303,8 @@ def read_line() -> str | None:
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401 - line editing and history for input()
     try:
-        return input("\n> ")
+        with on_ctrl_c(signal.default_int_handler):  # raises KeyboardInterrupt in input()
+            return input("\n> ")
     except (EOFError, KeyboardInterrupt):
         print(file=sys.stderr)
         return None

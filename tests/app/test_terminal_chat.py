@@ -121,6 +121,36 @@ def test_make_run_without_a_display_chats_in_the_terminal_and_saves(
     assert answered.complete and answered.content
 
 
+def test_a_ctrl_c_just_after_a_reply_ends_neither_ends_the_session_nor_cuts_the_save() -> None:
+    """CI hit this window: Ctrl-C pressed to stop a reply that had just ended landed after
+    the stream, before the next prompt, and ended the session with exit 130. Here it lands
+    exactly there, in the reply's `on_reply` (its statistics line)."""
+    lines = iter(["Hi", "/exit"])
+    read: list[str] = []
+    interrupted: list[str] = []
+
+    def read_line() -> str | None:
+        read.append(next(lines))
+        return read[-1]
+
+    def ctrl_c_as_the_reply_ends(_reply: object) -> None:
+        try:
+            signal.raise_signal(signal.SIGINT)  # its handler runs before this returns
+        except KeyboardInterrupt:
+            interrupted.append("KeyboardInterrupt")
+
+    settings = SamplingSettings(temperature=0.0, max_tokens=2)
+    params = LoadParams(str(default_model_path()), n_ctx=512, n_threads=1)
+    with open_engine() as engine, ChatStore() as store:
+        engine.call(engine.worker.load_model(params))
+        vision = Vision(False, "SmolLM2")
+        TerminalChat(engine, store, settings, None, vision, ctrl_c_as_the_reply_ends).run(read_line)
+        (conversation,) = store.conversations()
+        asked, answered = store.messages(conversation.id)
+    assert interrupted == [] and read == ["Hi", "/exit"]  # the session went on to /exit
+    assert asked.content == "Hi" and answered.complete and answered.content
+
+
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model, _projector = write_synthetic_vlm(tmp_path_factory.mktemp("vlm"))
