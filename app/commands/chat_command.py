@@ -197,7 +197,9 @@ class _Engine:
         self._thinking_shown = False
 
 
-def _ctrl_c_cancels(worker: EngineWorker, request_id: int) -> contextlib.AbstractContextManager[None]:
+def _ctrl_c_cancels(
+    worker: EngineWorker, request_id: int
+) -> contextlib.AbstractContextManager[None]:
     """While a request runs, Ctrl-C cancels it instead of raising KeyboardInterrupt.
 
     Why not catch the KeyboardInterrupt: it can land anywhere, in the middle of saving a
