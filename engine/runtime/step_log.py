@@ -3,13 +3,17 @@
 The step log watches the model's scheduler: each step is logged as
 n_tokens -> tier -> family -> predicted vs measured milliseconds, and the
 records ride with each reply (ReplyFinished.steps), so the plan can be
-checked against the machine it runs on.
+checked against the machine it runs on. Given the model's StepCorrections, the
+log also learns from every step: a step is predicted as the cost model's figure
+times the correction of its family and tier, and its measurement updates that
+correction (engine.planning.step_correction says how, and why robustly).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.generation.decode_step import DecodeStep
@@ -18,6 +22,7 @@ from engine.machine.profile import Profile
 from engine.planning.cost_model import CostModel
 from engine.planning.execution import executable_plan, placement_for
 from engine.planning.plan import Plan, PlanFamily
+from engine.planning.step_correction import Correction, CorrectionKey, StepCorrections
 from engine.runtime.loaded_model import LoadedModel
 
 log = logging.getLogger("shardchat.steps")
@@ -25,7 +30,13 @@ log = logging.getLogger("shardchat.steps")
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One llama_decode: its size, tier and family, predicted and measured milliseconds."""
+    """One llama_decode: its size, tier and family, predicted and measured milliseconds.
+
+    `predicted_ms` is the cost model's figure times the correction learned before
+    this step (`model_ms` alone where nothing was learned); `correction` is that of
+    its family and tier after learning from this step: what a like step is
+    predicted with next (no steps: the log learns nothing).
+    """
 
     n_tokens: int
     n_past: int
@@ -33,13 +44,27 @@ class StepRecord:
     family: PlanFamily
     predicted_ms: float
     measured_ms: float
+    model_ms: float  # the cost model's own prediction
+    correction: Correction = Correction()
+
+    @property
+    def key(self) -> CorrectionKey:
+        return CorrectionKey(self.family, self.tier)
 
 
 class StepLog:
     """Times every llama_decode of a loaded model and sets it beside the plan's prediction."""
 
-    def __init__(self, model: LoadedModel, plan: Plan, profile: Profile, keep: int = 4096) -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        plan: Plan,
+        profile: Profile,
+        keep: int = 4096,
+        corrections: StepCorrections | None = None,
+    ) -> None:
         self._model = model
+        self._corrections = corrections
         self._plan = executable_plan(plan)
         self._cost = CostModel(profile)
         self.records: deque[StepRecord] = deque(maxlen=keep)
@@ -77,16 +102,24 @@ class StepLog:
             self._model.inventory, n_tokens, threads, max(outputs, 1), n_past,
             self._placements[family],
         ).seconds  # fmt: skip
+        key = CorrectionKey(family, self._plan.tier_for(n_tokens))
+        model_ms, measured_ms = 1e3 * predicted, 1e3 * step.seconds
+        applied, learned = Correction(), Correction()
+        if self._corrections is not None:
+            applied = self._corrections.get(key)
+            learned = self._corrections.learn(key, model_ms, measured_ms)
         record = StepRecord(
-            n_tokens,
-            n_past,
-            self._plan.tier_for(n_tokens),
-            family,
-            1e3 * predicted,
-            1e3 * step.seconds,
-        )
+            n_tokens, n_past, key.tier, family, model_ms * applied.factor, measured_ms,
+            model_ms, learned,
+        )  # fmt: skip
         self.records.append(record)
         log.debug(
             "llama_decode %d tokens -> tier %d -> %s: predicted %.2f ms, measured %.2f ms",
             n_tokens, record.tier, family.value, record.predicted_ms, record.measured_ms,
         )  # fmt: skip
+
+
+def latest_correction(records: Iterable[StepRecord], key: CorrectionKey) -> Correction | None:
+    """The correction the last of `records` with this family and tier left, if one learned."""
+    learned = [r.correction for r in records if r.key == key and r.correction.steps > 0]
+    return learned[-1] if learned else None
