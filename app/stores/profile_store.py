@@ -15,6 +15,12 @@ Which profile is "newest" is decided by `created_at` (normalised to UTC in
 the database column), then by save order. At most `KEEP_PER_BUILD` profiles
 are kept per fingerprint and llama.cpp build; the profile just saved is
 always kept, so importing an older profile never silently drops it.
+
+The store also keeps what running models taught the cost model under each
+profile (engine.planning.step_correction): one row per profile, model file,
+plan family and tier, so a model loaded again with the same profile starts from
+what its last session learned, and another model or a new profile starts fresh.
+A profile pushed out by pruning takes its corrections with it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import os
 import sqlite3
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
@@ -43,6 +51,8 @@ from app.stores.sqlite_file import (
 from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError
 from engine.machine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
+from engine.planning.plan import PlanFamily
+from engine.planning.step_correction import Correction, CorrectionKey
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +60,7 @@ STORE_FILE_NAME = "profiles.sqlite3"
 MAX_PROFILE_BYTES = 200 * 1024
 KEEP_PER_BUILD = 3
 APPLICATION_ID = 0x53684368  # "ShCh": marks the file as ShardChat's (PRAGMA application_id)
-SCHEMA_VERSION = 1  # PRAGMA user_version after the last migration below
+SCHEMA_VERSION = 2  # PRAGMA user_version after the last migration below
 MIGRATIONS_TABLE = "_migrations"
 
 _COLUMNS = ("id", "fingerprint", "llama_build", "mode", "created_at", "described", "json")
@@ -77,7 +87,22 @@ def m001_profiles(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA user_version = 1")
 
 
-MIGRATIONS = (m001_profiles,)
+def m002_step_corrections(conn: sqlite3.Connection) -> None:
+    """What each model's steps taught the cost model under each profile (one row a key)."""
+    conn.execute(
+        "CREATE TABLE step_corrections ("
+        " profile_key TEXT NOT NULL,"
+        " model_key TEXT NOT NULL,"
+        " family TEXT NOT NULL,"
+        " tier INTEGER NOT NULL,"
+        " log_factor REAL NOT NULL,"
+        " steps INTEGER NOT NULL,"
+        " PRIMARY KEY (profile_key, model_key, family, tier))"
+    )
+    conn.execute("PRAGMA user_version = 2")
+
+
+MIGRATIONS = (m001_profiles, m002_step_corrections)
 
 
 @dataclass(frozen=True)
@@ -172,8 +197,49 @@ class ProfileStore:
             )
         ]
         stale = tuple(sorted(others[KEEP_PER_BUILD - 1 :]))
+        for row_id in stale:
+            (created,) = self._conn.execute(
+                "SELECT created_at FROM profiles WHERE id = ?", (row_id,)
+            ).fetchone()
+            self._conn.execute(
+                "DELETE FROM step_corrections WHERE profile_key = ?",
+                (_profile_key(fingerprint, llama_build, created),),
+            )
         self._conn.executemany("DELETE FROM profiles WHERE id = ?", [(i,) for i in stale])
         return stale
+
+    def save_corrections(
+        self, profile: Profile, model_key: str, corrections: Mapping[CorrectionKey, Correction]
+    ) -> int:
+        """Keep these corrections of a model under a profile (replacing older ones of the same
+        family and tier); returns how many rows were written."""
+        rows = [
+            (profile_key(profile), model_key, key.family.value, key.tier, c.log_factor, c.steps)
+            for key, c in corrections.items()
+        ]
+        with self._transaction():
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO step_corrections"
+                " (profile_key, model_key, family, tier, log_factor, steps)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def corrections(self, profile: Profile, model_key: str) -> dict[CorrectionKey, Correction]:
+        """What earlier sessions of this model under this profile learned; rows this version
+        cannot read (an unknown family) are skipped."""
+        rows = self._conn.execute(
+            "SELECT family, tier, log_factor, steps FROM step_corrections"
+            " WHERE profile_key = ? AND model_key = ?",
+            (profile_key(profile), model_key),
+        )
+        families = {family.value: family for family in PlanFamily}
+        return {
+            CorrectionKey(families[family], int(tier)): Correction(float(log_factor), int(steps))
+            for family, tier, log_factor, steps in rows
+            if family in families
+        }
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -249,6 +315,26 @@ class ProfileStore:
 
     def _transaction(self) -> AbstractContextManager[None]:
         return transaction(self._conn)
+
+
+# -- keys of the corrections -------------------------------------------------------------------
+
+
+def profile_key(profile: Profile) -> str:
+    """A profile's identity: its machine, llama.cpp build and when it was measured (a new
+    profile's cost model differs, so nothing learned under an older one carries over)."""
+    return _profile_key(profile.fingerprint, profile.llama_build, _utc_sort_key(profile.created_at))
+
+
+def model_key(path: str | os.PathLike[str]) -> str:
+    """A model file's identity, as its inventory is cached: real path, size and mtime, so a
+    file replaced under the same name starts fresh."""
+    stat = os.stat(path)
+    return f"{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
+
+
+def _profile_key(fingerprint: str, llama_build: str, created_utc: str) -> str:
+    return f"{fingerprint}|{llama_build}|{created_utc}"
 
 
 # -- encoding and checking ---------------------------------------------------------------------

@@ -15,10 +15,12 @@ import pytest
 from app.paths import app_paths
 from app.stores.profile_store import (
     APPLICATION_ID,
+    KEEP_PER_BUILD,
     MAX_PROFILE_BYTES,
     MIGRATIONS,
     SCHEMA_VERSION,
     ProfileStore,
+    model_key,
 )
 from app.stores.sqlite_migrations import applied_migrations, apply_migrations
 from engine.errors import BadInputError
@@ -33,6 +35,8 @@ from engine.machine.profile import (
     RepackResult,
     UnusableConfig,
 )
+from engine.planning.plan import PlanFamily
+from engine.planning.step_correction import Correction, CorrectionKey
 
 LAPTOP = "cpu=AMD Ryzen 7 5800H;cores=8;ram=32GiB;gpu=NVIDIA GeForce RTX 3060 Laptop GPU/6GiB"
 DESKTOP = "cpu=Intel Core i5-12400;cores=6;ram=64GiB;gpu=none"
@@ -524,3 +528,68 @@ def test_the_store_applies_its_migrations_once(tmp_path: Path) -> None:
         assert apply_migrations(conn, MIGRATIONS) == []
     finally:
         conn.close()
+
+
+# -- what running models taught the cost model -------------------------------------------------
+
+DECODE = CorrectionKey(PlanFamily.CPU_ONLY, 1)
+PROMPT = CorrectionKey(PlanFamily.CPU_ONLY, 256)
+
+
+def model_file(folder: Path, name: str, size: int = 64) -> str:
+    path = folder / name
+    path.write_bytes(b"GGUF" + bytes(size - 4))
+    return str(path)
+
+
+def test_corrections_survive_reopening_keyed_by_profile_and_model(tmp_path: Path) -> None:
+    path, profile = tmp_path / "profiles.sqlite3", make_profile()
+    model, other_model = model_file(tmp_path, "a.gguf"), model_file(tmp_path, "b.gguf")
+    learned = {DECODE: Correction(0.9, 400), PROMPT: Correction(-0.2, 3)}
+    with ProfileStore(path) as store:
+        store.save(profile)
+        assert store.save_corrections(profile, model_key(model), learned) == 2
+        store.save_corrections(profile, model_key(model), {DECODE: Correction(0.92, 401)})
+    with ProfileStore(path) as reopened:
+        assert reopened.corrections(profile, model_key(model)) == {
+            DECODE: Correction(0.92, 401),
+            PROMPT: Correction(-0.2, 3),
+        }
+        assert reopened.corrections(profile, model_key(other_model)) == {}
+        newer = make_profile(created_at=day(2))  # a new profile: a new cost model
+        assert reopened.corrections(newer, model_key(model)) == {}
+        elsewhere = make_profile(fingerprint=DESKTOP)
+        assert reopened.corrections(elsewhere, model_key(model)) == {}
+
+
+def test_a_model_file_replaced_under_the_same_name_starts_fresh(store: ProfileStore) -> None:
+    profile, folder = make_profile(), store.path.parent
+    before = model_key(model_file(folder, "m.gguf", size=64))
+    store.save_corrections(profile, before, {DECODE: Correction(0.5, 10)})
+    after = model_key(model_file(folder, "m.gguf", size=128))
+    assert after != before and store.corrections(profile, after) == {}
+
+
+def test_a_pruned_profile_takes_its_corrections_with_it(store: ProfileStore) -> None:
+    oldest, key = make_profile(created_at=day(1)), model_key(model_file(store.path.parent, "m"))
+    store.save(oldest)
+    store.save_corrections(oldest, key, {DECODE: Correction(0.5, 10)})
+    for n in range(2, 2 + KEEP_PER_BUILD):
+        store.save(make_profile(created_at=day(n)))
+    assert store.corrections(oldest, key) == {}
+
+
+def test_a_store_of_the_first_schema_is_upgraded_keeping_its_profiles(tmp_path: Path) -> None:
+    path, profile = tmp_path / "profiles.sqlite3", make_profile()
+    with ProfileStore(path) as first_schema:
+        first_schema.save(profile)
+    conn = sqlite3.connect(path)  # back to what the first schema wrote
+    conn.execute("DROP TABLE step_corrections")
+    conn.execute("DELETE FROM _migrations WHERE name = 'm002_step_corrections'")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with ProfileStore(path) as upgraded:
+        assert upgraded.recovered_from is None and upgraded.latest(LAPTOP) == profile
+        upgraded.save_corrections(profile, "m", {DECODE: Correction(0.1, 1)})
+        assert upgraded.corrections(profile, "m") == {DECODE: Correction(0.1, 1)}
