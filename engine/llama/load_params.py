@@ -7,7 +7,6 @@ what llama.cpp was asked to do.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -17,10 +16,21 @@ import llama_cpp
 import psutil
 
 from engine.known_fields import known_fields
-from engine.llama.ggml_devices import has_gpu_backend
 
 DEFAULT_N_CTX = 4096
 CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this
+
+FLASH_ATTENTION = True
+"""Flash attention's default for every load: on.
+
+Measured here on the CPU (default model, 2 cores, a 459-token prompt): flash
+attention evaluates the prompt 16% faster and decodes 5% faster, and batch jobs
+gain more (16 sequences decode 1.4x one, against 1.0x without). On a GPU it frees
+the attention-score buffer of the device compute buffer (n_head x n_ctx x n_ubatch
+f32, 2 GiB for a 64-head model at 16K context and ubatch 512), which the VRAM
+account models (engine.planning.vram_account) and the planner chooses with the
+rest of a plan; a plan's load parameters carry its choice.
+"""
 
 
 def physical_cores() -> int:
@@ -51,6 +61,8 @@ class LoadParams:
     # which GPU (llama.cpp's device index: discrete GPUs first); -1: none, CPU only.
     # Any other than 0 loads in llama.cpp's single-GPU mode, where main_gpu takes effect
     main_gpu: int = 0
+    # flash attention (exact): the plan's choice; FLASH_ATTENTION says why it is on by default
+    flash_attn: bool = FLASH_ATTENTION
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -100,7 +112,7 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         "main_gpu": params.main_gpu,
         # every context of the model (batch contexts copy it) attends the same way, so the
         # same prompt gives the same tokens in a chat turn and in a batch job
-        "flash_attn": flash_attention(),
+        "flash_attn": params.flash_attn,
         # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at
         # /dev/null while loading, silencing every thread of the process; its
         # own Python-level chatter is captured by the runtime instead.
@@ -111,17 +123,3 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         # that one device, or none for -1; the default layer split spreads over every GPU
         kwargs["split_mode"] = llama_cpp.LLAMA_SPLIT_MODE_NONE
     return kwargs
-
-
-@functools.cache
-def flash_attention() -> bool:
-    """Flash attention on a CPU-only build; off where a GPU backend may place the compute.
-
-    Measured here (default model, 2 cores, a 459-token prompt): flash attention
-    evaluates the prompt 16% faster and decodes 5% faster, and batch jobs gain
-    more (16 sequences decode 1.4x one, against 1.0x without). On a GPU it also
-    changes the device compute buffer, which the VRAM account (calibrated
-    against llama.cpp's own allocations) does not model yet, so GPU builds keep
-    llama-cpp-python's default, off.
-    """
-    return not has_gpu_backend()

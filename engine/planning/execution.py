@@ -56,6 +56,7 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         n_threads_batch=plan.n_threads_batch,
         # a plan that never streams must not let llama.cpp offload host ops anyway
         op_offload=streams,
+        flash_attn=plan.flash_attn,  # the compute buffer the VRAM account made room for
     )
     if plan.n_gpu_layers == 0 and not plan.resident:
         return on_cpu

@@ -111,6 +111,8 @@ class Plan:
     reason: str
     predicted_ttft_s: float
     predicted_decode_tokens_per_s: float
+    # flash attention (exact): no attention-score buffer, so more of a small budget for weights
+    flash_attn: bool = True
     extras: dict[str, Any] = field(default_factory=dict)
 
     def tier_for(self, n_tokens: int) -> int:

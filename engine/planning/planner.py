@@ -55,7 +55,7 @@ from engine.planning.tier_costing import (
 )
 from engine.planning.vram_account import fixed_vram as _fixed_vram
 
-UBATCH_CHOICES = (DEFAULT_UBATCH, 1024, 2048, 4096)
+UBATCH_CHOICES = (64, 128, 256, DEFAULT_UBATCH, 1024, 2048, 4096)
 
 _PRIORITY = {
     SubLayerKind.ATTENTION: 0,
@@ -77,14 +77,13 @@ def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest)
             f"the budget ({request.vram_budget_bytes / 2**30:.1f} GiB) exceeds the GPU's memory "
             f"({profile.gpu.vram_total_bytes / 2**30:.1f} GiB)"
         )
-    plans = []
-    for ubatch in UBATCH_CHOICES:
-        fixed = _fixed_vram(inventory, request, ubatch, margin_floor(profile))
-        room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
-        if room > 0 and ubatch <= max(request.prompt_tokens, UBATCH_CHOICES[0]):
-            plans.append(_gpu_plan(inventory, model, request, fixed, room, ubatch))
+    plans = [
+        plan
+        for ubatch in _ubatch_choices(inventory, request, profile)
+        if (plan := _gpu_plan_at(inventory, model, request, ubatch)) is not None
+    ]
     if not plans:
-        fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0], margin_floor(profile))
+        fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0], margin_floor(profile), True)
         need = sum(fixed.values()) / 2**30
         reason = f"the budget is below the GPU's working memory ({need:.2f} GiB): CPU-only plan"
         return cpu_plan(inventory, model, request, reason)
@@ -158,10 +157,50 @@ def _best_of(plans: list[Plan], floor: float = 0.0) -> Plan:
     return min(good, key=lambda p: (round(p.predicted_ttft_s, 9), p.n_ubatch))
 
 
-# --- CPU-only ---
-
-
 # --- GPU ---
+
+
+def _ubatch_choices(
+    inventory: ModelInventory, request: PlanRequest, profile: Profile
+) -> tuple[int, ...]:
+    """The ubatches worth a plan: up to the prompt, and below 512 only where it saves room.
+
+    A larger ubatch streams non-resident weights once for more tokens (prompts finish
+    sooner) but needs a larger compute buffer; below llama.cpp's default of 512 a plan
+    pays that in prompt steps, which only a budget too tight for 512 should pay.
+    """
+    larger = tuple(
+        u
+        for u in UBATCH_CHOICES
+        if u >= DEFAULT_UBATCH and u <= max(request.prompt_tokens, DEFAULT_UBATCH)
+    )
+    fixed = _fixed_vram(inventory, request, DEFAULT_UBATCH, margin_floor(profile), True)
+    room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
+    if room >= _everything_bytes(inventory, request):
+        return larger
+    return tuple(u for u in UBATCH_CHOICES if u < DEFAULT_UBATCH) + larger
+
+
+def _everything_bytes(inventory: ModelInventory, request: PlanRequest) -> int:
+    """Every weight a plan can make resident, and the whole KV cache."""
+    weights = sum(s.n_bytes for s in inventory.all_sublayers())
+    return weights + sum(b.kv_cache_bytes(request.n_ctx) for b in inventory.blocks)
+
+
+def _gpu_plan_at(
+    inventory: ModelInventory, model: CostModel, request: PlanRequest, ubatch: int
+) -> Plan | None:
+    """The plan with this ubatch and flash attention, if its working memory fits the budget.
+
+    Flash attention is exact (the same attention, computed in tiles) and never needs
+    more device memory: it drops the n_ctx x n_ubatch score matrix of every head
+    (engine.planning.vram_account), so every GPU plan uses it.
+    """
+    fixed = _fixed_vram(inventory, request, ubatch, margin_floor(model.profile), True)
+    room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
+    if room <= 0:
+        return None
+    return _gpu_plan(inventory, model, request, fixed, room, ubatch)
 
 
 def _gpu_plan(
@@ -213,6 +252,7 @@ def _gpu_plan(
         boundary,
         _gpu_reason(len(resident), len(order), boundary),
         tuple(n for s in resident for n in s.tensor_names),
+        flash_attn=True,
     )
     return _with_prompt_family(plan, inventory, model, static, streamed, threads_batch)
 

@@ -46,24 +46,31 @@ def margin_bytes(budget_bytes: int, floor: int = MIN_MARGIN_BYTES) -> int:
     return max(floor, int(MARGIN_SHARE * budget_bytes))
 
 
-def compute_bytes(inventory: ModelInventory, request: PlanRequest, ubatch: int) -> int:
+def compute_bytes(
+    inventory: ModelInventory, request: PlanRequest, ubatch: int, flash_attn: bool = False
+) -> int:
     """The device compute buffer llama.cpp reserves for its worst-case graph of one ubatch.
 
     llama.cpp reserves a graph of n_ubatch tokens against a full cache, every token
     asking for logits, and ggml's allocator reuses memory between ops, so the buffer
-    is the largest set of f32 tensors alive at once. That is one of three phases:
-    attention (the n_kv x n_ubatch score matrix of every head and the mask, flash
-    attention being off as llama-cpp-python loads), the feed-forward part (gate, up
+    is the largest set of f32 tensors alive at once, and every tensor in it grows with
+    the ubatch. That is one of three phases: attention, the feed-forward part (gate, up
     and their product), or the output (logits of the whole ubatch: n_ubatch x n_vocab
-    x 4 bytes, 0.5 GiB for a 262k vocabulary at ubatch 512). Checked against the
-    buffers llama.cpp reserves on a Vulkan device in tests/gpu.
+    x 4 bytes, 0.5 GiB for a 262k vocabulary at ubatch 512). The attention mask
+    (n_kv x n_ubatch) stays alive until the last block's attention: f32 without flash
+    attention, its f16 copy with it (the f32 one stays in host memory). Without flash
+    attention the n_kv x n_ubatch score matrix of every head is the largest tensor of
+    all at long contexts (2 GiB for 64 heads at 16K context and ubatch 512); flash
+    attention never materialises it. Checked against the buffers llama.cpp reserves on
+    a Vulkan device in tests/gpu (flash attention on and off, ubatch 64 to 512).
     """
     width = max(inventory.n_embd or 0, 1)
     cells = _padded_cells(request.n_ctx)
-    n_head = inventory.n_head or 1
+    mask = cells // 2 if flash_attn else cells
+    scores = 0 if flash_attn else (inventory.n_head or 1) * cells
     kv_width = inventory.kv_bytes_per_token // max(2 * 2 * max(len(inventory.blocks), 1), 1)
-    attention = n_head * cells + cells + 3 * width + 2 * kv_width
-    feed_forward = _ffn_width(inventory) + 4 * width
+    attention = scores + mask + 3 * width + 2 * kv_width
+    feed_forward = _ffn_width(inventory) + mask
     output = (inventory.n_vocab or 0) + 2 * width
     return F32 * ubatch * max(attention, feed_forward, output)
 
@@ -74,19 +81,19 @@ def _padded_cells(n_ctx: int) -> int:
 
 def _ffn_width(inventory: ModelInventory) -> int:
     """f32 values per token the feed-forward part holds at once: gate, up and their product
-    (MoE: of each active expert, plus the experts' outputs and the router's scores)."""
+    with the block's input and output (MoE: of each active expert, plus the experts'
+    outputs and the router's scores)."""
     width = max(inventory.n_embd or 0, 1)
     widest = 0
     for block in inventory.blocks:
         dense = block.sublayer(SubLayerKind.DENSE_FFN)
         experts = block.sublayer(SubLayerKind.ROUTED_EXPERTS)
         shared = block.sublayer(SubLayerKind.SHARED_EXPERTS)
-        ffn = dense.n_params // width if dense else 0  # 3 matrices of n_ff x n_embd
+        ffn = dense.n_params // width + 2 * width if dense else 0  # 3 matrices of n_ff x n_embd
         if experts and inventory.expert_count:
             used = inventory.expert_used_count
             per_expert = experts.n_params // (3 * width * inventory.expert_count)
-            routed = 3 * per_expert * used + used * width + 2 * inventory.expert_count
-            ffn = max(ffn, routed - width)
+            ffn = max(ffn, 3 * per_expert * used + used * width + 2 * inventory.expert_count)
         if shared:
             ffn += shared.n_params // width
         widest = max(widest, ffn)
@@ -98,9 +105,10 @@ def fixed_vram(
     request: PlanRequest,
     ubatch: int,
     margin_floor: int = MIN_MARGIN_BYTES,
+    flash_attn: bool = False,
 ) -> dict[str, int]:
-    """Compute buffers for one ubatch, and a safety margin."""
+    """Compute buffers for one ubatch (with or without flash attention), and a safety margin."""
     return {
-        "compute": compute_bytes(inventory, request, ubatch),
+        "compute": compute_bytes(inventory, request, ubatch, flash_attn),
         "margin": margin_bytes(request.vram_budget_bytes, margin_floor),
     }
