@@ -177,6 +177,10 @@ class Profile:
     unusable: tuple[UnusableConfig, ...] = ()
     description: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
+    # fixed seconds each routed expert a step runs adds per block, by device ("cpu", "gpu"):
+    # MUL_MAT_ID's one product per expert, small matrices over many threads; empty: not
+    # measured (every profile made before it was), and the cost model adds nothing
+    expert_overhead_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def is_described(self) -> bool:
