@@ -7,8 +7,9 @@ short-lived thread: it runs the `Profiler` (whose steps are child processes
 that a cancel kills), stores the finished profile, and reports everything
 through one callback, as the engine worker does with its events.
 
-Exactly one outcome is reported: `ProfilingSaved`, `ProfilingCancelled` or
-`ProfilingFailed`. A cancel that arrives before the profile is committed
+Exactly one outcome is reported: `ProfilingSaved`, `ProfilingTooBusy` (measured
+while other programs took too much of the machine: shown, not stored),
+`ProfilingCancelled` or `ProfilingFailed`. A cancel that arrives before the profile is committed
 wins, so "cancelled" always means nothing was stored.
 
 `engine.profiling.profiler` loads llama.cpp, so it is imported when a job runs, not
@@ -19,6 +20,7 @@ pull llama.cpp in at import time.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+KEEP_BUSY_VARIABLE = "SHARDCHAT_PROFILE_KEEP_BUSY"
+
 
 @dataclass(frozen=True)
 class ProfilingSaved:
@@ -45,6 +49,18 @@ class ProfilingSaved:
 
     profile: Profile
     saved: ProfileSaved
+
+
+@dataclass(frozen=True)
+class ProfilingTooBusy:
+    """The run finished, but other programs disturbed it too much: nothing was stored.
+
+    `profile` is what was measured, for showing how busy the machine was;
+    `message` is one line for the user.
+    """
+
+    profile: Profile
+    message: str
 
 
 @dataclass(frozen=True)
@@ -59,9 +75,27 @@ class ProfilingFailed:
     message: str
 
 
-ProfilingOutcome = ProfilingSaved | ProfilingCancelled | ProfilingFailed
+ProfilingOutcome = ProfilingSaved | ProfilingTooBusy | ProfilingCancelled | ProfilingFailed
 ProfilingEvent = Union["ProfileProgress", ProfilingOutcome]  # progress, then one outcome
 ProfilingCallback = Callable[[ProfilingEvent], None]
+
+
+def too_busy_message(profile: Profile) -> str | None:
+    """Why a profile must not be stored as the machine's, in one line; None if it may be.
+
+    Other programs that took `TOO_BUSY_SHARE` (engine.profiling.machine_load) of the
+    machine while it was measured make every figure too slow to plan with (issue 29).
+    Test suites and benchmarks on shared machines set SHARDCHAT_PROFILE_KEEP_BUSY=1 to
+    store it, flagged, anyway.
+    """
+    load = profile.machine_load
+    if load is None or load.trustworthy or os.environ.get(KEEP_BUSY_VARIABLE) == "1":
+        return None
+    return (
+        f"the machine was too busy to measure: other programs used "
+        f"{100 * load.other_cpu_share:.0f}% of the processor (the most during "
+        f"{load.busiest_step}), so the profile was not stored; close them and profile again"
+    )
 
 
 def needs_profiling(hardware: HardwareInfo | None = None, store_path: Path | None = None) -> bool:
@@ -122,6 +156,9 @@ class ProfilingJob:
             profile = self._measure()
             if not self._commit():
                 return ProfilingCancelled()
+            refused = too_busy_message(profile)
+            if refused is not None:
+                return ProfilingTooBusy(profile, refused)
             with ProfileStore(self._store_path) as store:
                 return ProfilingSaved(profile, store.save(profile))
         except Cancelled:

@@ -1,7 +1,10 @@
 """`shardchat profile`: measure this machine, show the stored profile, export or import one.
 
 A run is stored only when it finishes; Ctrl-C or a crash leaves the previous
-complete profile as it was. `--show` reads the store and never measures.
+complete profile as it was. A run that other programs disturbed too much is
+not stored either: one line says so and the exit code is 1 (the input was
+fine; the machine was not fit to measure). `--show` reads the store and never
+measures; a profile measured while the machine was busy shows its flag.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.profile_summary import render_profile
+from app.profiling_job import too_busy_message
 from app.stores.profile_store import ProfileStore
 from app.units import format_bytes
-from engine.errors import BadInputError
+from engine.errors import BadInputError, ShardChatError
 from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode
@@ -60,6 +64,9 @@ def run_profile(args: argparse.Namespace) -> int:
                 return 0
             return _print(stored, args.json, "stored")
         profile = _measure(hardware, ProfileMode(args.mode))
+        refused = too_busy_message(profile)
+        if refused is not None:
+            raise ShardChatError(refused)  # exit 1: measured, but not fit to keep
         saved = store.save(profile)
         size = format_bytes(saved.size_bytes)
         return _print(profile, args.json, f"stored in {store.path} ({size})")

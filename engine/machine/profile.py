@@ -154,6 +154,57 @@ class GpuProfile:
         return cls(**known)
 
 
+class Quietness(str, Enum):
+    """How quiet the machine was while it was measured."""
+
+    QUIET = "quiet"  # other programs left the processor to the profiler
+    BUSY = "busy"  # some figures were measured beside other programs: usable, flagged
+    TOO_BUSY = "too busy"  # other programs took so much that the figures cannot be trusted
+
+
+@dataclass(frozen=True)
+class StepLoad:
+    """What other programs used while one profiling step ran (the attempt that was kept)."""
+
+    step: str
+    other_cpu_share: float  # of all logical CPUs, 0..1, the larger of just before and during
+    attempts: int  # 1 unless the step was repeated because others disturbed it
+    other_gpu_percent: float | None = None  # GPU utilisation just before; None: not known
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepLoad:
+        return cls(**known_fields(cls, data))
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """How busy the machine was while the profile was measured, and what that makes of it.
+
+    A profile measured beside other programs times llama.cpp's kernels slower
+    than they run alone, and a plan made from it predicts too little (issue 29:
+    0.9 tokens/s predicted, 21.8 measured). This record says so wherever the
+    profile is shown, and a too-busy one is not stored as the machine's profile.
+    """
+
+    verdict: Quietness
+    other_cpu_share: float  # mean over the kept steps, weighted by their time
+    busiest_step: str  # the kept step others disturbed most ("" when none was measured)
+    busiest_share: float
+    steps_repeated: int  # extra attempts the run spent on disturbed steps
+    steps: tuple[StepLoad, ...] = ()
+
+    @property
+    def trustworthy(self) -> bool:
+        return self.verdict is not Quietness.TOO_BUSY
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MachineLoad:
+        known = known_fields(cls, data)
+        known["verdict"] = Quietness(known["verdict"])
+        known["steps"] = tuple(StepLoad.from_dict(s) for s in known.get("steps", ()))
+        return cls(**known)
+
+
 @dataclass(frozen=True)
 class Profile:
     """Everything measured about one machine with one llama.cpp build."""
@@ -181,6 +232,8 @@ class Profile:
     # MUL_MAT_ID's one product per expert, small matrices over many threads; empty: not
     # measured (every profile made before it was), and the cost model adds nothing
     expert_overhead_s: dict[str, float] = field(default_factory=dict)
+    # how busy the machine was while measured; None: described, or stored before it was recorded
+    machine_load: MachineLoad | None = None
 
     @property
     def is_described(self) -> bool:
@@ -220,6 +273,8 @@ class Profile:
             known["repack"] = RepackResult.from_dict(known["repack"])
         if known.get("gpu") is not None:
             known["gpu"] = GpuProfile.from_dict(known["gpu"])
+        if known.get("machine_load") is not None:
+            known["machine_load"] = MachineLoad.from_dict(known["machine_load"])
         return cls(**known)
 
     @classmethod

@@ -3,9 +3,11 @@
 It runs a list of steps (fixed costs, one step per quant and block shape,
 DRAM bandwidth, weight repacking), each in a child process with a timeout,
 reports progress with an ETA, and can be cancelled at any moment. A step that
-crashes or hangs is recorded as unusable and the run goes on. Only a run
-that finishes produces a `Profile`; storing it is the caller's business, so
-an interrupted run never leaves a partial profile behind.
+crashes or hangs is recorded as unusable and the run goes on. A step that
+other programs disturbed is measured again, a bounded number of times
+(`engine.profiling.machine_load`), and the profile says how busy the machine
+was. Only a run that finishes produces a `Profile`; storing it is the
+caller's business, so an interrupted run never leaves a partial profile behind.
 
 `fast` is what the first-launch wizard runs (about a minute on 2 cores);
 `full` measures more quants, MoE banks for every quant, more thread counts
@@ -24,13 +26,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from engine.cancel import CancelToken
-from engine.child_process import run_in_child
+from engine.child_process import ChildOutcome, run_in_child
 from engine.errors import ShardChatError
 from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import (
     GpuProfile,
     KernelPoint,
+    MachineLoad,
     Profile,
     ProfileMode,
     RepackResult,
@@ -55,12 +58,15 @@ from engine.profiling.gpu_steps import (
     measure_h2d_gbps,
     measure_vram_gbps,
 )
+from engine.profiling.machine_load import LoadWatch
 from engine.profiling.micro_models import DENSE, MOE
 
 log = logging.getLogger(__name__)
 
 TOKEN_COUNTS = (1, 4, 16, 64, 256)
 FALLBACK_DRAM_GBPS = 10.0  # used only if the bandwidth step itself failed
+AGAIN_SUFFIX = "again (other programs were busy)"  # a repeated step's progress label
+GPU_STEP_PREFIXES = ("gpu ", "cpu during copies")  # steps that also need the GPU to themselves
 
 
 @dataclass(frozen=True)
@@ -159,8 +165,8 @@ class Profiler:
         """Measure everything in the plan; raises Cancelled if cancelled. Never partial."""
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="shardchat-profile-") as folder:
-            results, unusable = self._run_steps(self._steps(folder), started)
-        return self._assemble(results, unusable, time.monotonic() - started)
+            results, unusable, load = self._run_steps(self._steps(folder), started)
+        return self._assemble(results, unusable, load, time.monotonic() - started)
 
     def _steps(self, folder: str) -> list[_Step]:
         plan = self.plan
@@ -218,22 +224,50 @@ class Profiler:
 
     def _run_steps(
         self, steps: list[_Step], started: float
-    ) -> tuple[dict[str, Any], list[UnusableConfig]]:
+    ) -> tuple[dict[str, Any], list[UnusableConfig], MachineLoad]:
         results: dict[str, Any] = {}
         unusable: list[UnusableConfig] = []
         total_weight = sum(s.weight for s in steps)
         done_weight = 0.0
-        for index, step in enumerate(steps):
-            self._report(index, len(steps), step.label, started, done_weight / total_weight)
-            outcome = run_in_child(step.function, step.args, self.plan.step_timeout_s, self._cancel)
-            if outcome.ok:
-                results[step.label] = outcome.value
-            else:
-                log.warning("profiling step %s unusable: %s", step.label, outcome.failure)
-                unusable.append(UnusableConfig(step.label, outcome.failure or "failed"))
-            done_weight += step.weight
+        watch = LoadWatch(max_repeats=max(1, len(steps) // 2))
+        try:
+            for index, step in enumerate(steps):
+                share = done_weight / total_weight
+                self._report(index, len(steps), step.label, started, share)
+                outcome = self._run_watched(watch, step, index, len(steps), started, share)
+                self._record(step, outcome, results, unusable)
+                done_weight += step.weight
+        finally:
+            watch.close()
         self._report(len(steps), len(steps), "done", started, 1.0)
-        return results, unusable
+        return results, unusable, watch.verdict()
+
+    def _run_watched(
+        self, watch: LoadWatch, step: _Step, index: int, total: int, started: float, share: float
+    ) -> ChildOutcome:
+        """The step in a child, measured again while other programs disturb it (bounded)."""
+
+        def again(label: str) -> None:
+            self._report(index, total, f"{label} {AGAIN_SUFFIX}", started, share)
+
+        watched = watch.run(
+            step.label,
+            lambda: run_in_child(step.function, step.args, self.plan.step_timeout_s, self._cancel),
+            usable=lambda outcome: outcome.ok,
+            uses_gpu=step.label.startswith(GPU_STEP_PREFIXES),
+            again=again,
+        )
+        return watched.value
+
+    @staticmethod
+    def _record(
+        step: _Step, outcome: ChildOutcome, results: dict[str, Any], unusable: list[UnusableConfig]
+    ) -> None:
+        if outcome.ok:
+            results[step.label] = outcome.value
+        else:
+            log.warning("profiling step %s unusable: %s", step.label, outcome.failure)
+            unusable.append(UnusableConfig(step.label, outcome.failure or "failed"))
 
     def _report(self, step: int, total: int, label: str, started: float, share: float) -> None:
         elapsed = time.monotonic() - started
@@ -241,7 +275,11 @@ class Profiler:
         self._progress(ProfileProgress(step, total, label, elapsed, eta))
 
     def _assemble(
-        self, results: dict[str, Any], unusable: list[UnusableConfig], duration_s: float
+        self,
+        results: dict[str, Any],
+        unusable: list[UnusableConfig],
+        load: MachineLoad,
+        duration_s: float,
     ) -> Profile:
         kernels: list[KernelPoint] = []
         for label, value in results.items():
@@ -268,6 +306,7 @@ class Profiler:
             gpu=gpu,
             hardware=self.hardware.to_dict(),
             unusable=tuple(unusable),
+            machine_load=load,
         )
 
     def _gpu_profile(self, results: dict[str, Any]) -> GpuProfile | None:
