@@ -12,7 +12,7 @@ from app.auto_budget import AutoBudget
 from app.units import format_bytes
 from engine.machine.gpu_probe import NO_GPU_FOUND
 from engine.machine.hardware_info import GpuInfo, HardwareInfo
-from engine.machine.profile import KernelShape, Profile
+from engine.machine.profile import KernelShape, Profile, Quietness
 
 _SUMMARY_TOKENS = (1, 16, 256)
 
@@ -41,8 +41,36 @@ def render_profile(profile: Profile) -> str:
         f"attention      {_attention(profile)}",
         f"GPU            {_gpu(profile)}",
         f"unusable       {_unusable(profile)}",
+        f"machine load   {machine_load_text(profile)}",
     ]
     return "\n".join(lines)
+
+
+def machine_load_text(profile: Profile) -> str:
+    """How busy other programs kept the machine while it was measured, and what to do.
+
+    A busy profile is stored but its figures are slower than the machine is, so
+    every summary of it says so and offers the remedy; one stored before the load
+    was recorded says that much instead of pretending it was quiet.
+    """
+    load = profile.machine_load
+    if load is None:
+        return "described, not measured" if profile.is_described else "not recorded"
+    repeated = f"; {_steps(load.steps_repeated)} measured again" if load.steps_repeated else ""
+    share = f"other programs used {100 * load.other_cpu_share:.0f}% of the processor{repeated}"
+    if load.verdict is Quietness.QUIET:
+        return f"quiet ({share})"
+    worst = f"{100 * load.busiest_share:.0f}% during {load.busiest_step}"
+    if load.verdict is Quietness.BUSY:
+        return (
+            f"busy: {share}, {worst}; the figures may be slow, profile again when the "
+            "machine is quiet"
+        )
+    return f"too busy: {share}, {worst}; not fit to plan with, profile again when it is quiet"
+
+
+def _steps(count: int) -> str:
+    return "1 step" if count == 1 else f"{count} steps"
 
 
 def _unusable(profile: Profile) -> str:
@@ -243,6 +271,8 @@ def result_rows(profile: Profile, budget_bytes: int) -> list[Row]:
     rows.append(("Suggested VRAM budget", budget_text(budget_bytes)))
     if profile.unusable:
         rows.append(("Not usable here", _unusable(profile)))
+    if profile.machine_load is not None:
+        rows.append(("Machine while measured", machine_load_text(profile)))
     took = format_duration(profile.duration_s)
     rows.append(
         ("Measured in", "not measured: a described machine" if profile.is_described else took)

@@ -51,7 +51,7 @@ from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import HardwareInfo
-from engine.machine.profile import Profile, ProfileMode
+from engine.machine.profile import Profile, ProfileMode, Quietness
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
 from ui.model_suggestions_box import SuggestionsBox
@@ -282,10 +282,20 @@ class DonePage(QWizardPage):
             if choice
             else ""
         )
+        busy = (
+            " It was measured while other programs kept the machine busy: profile again "
+            "from the menu when it is quiet."
+            if profile is not None and _measured_busy(profile)
+            else ""
+        )
         self.summary.setText(
-            f"{measured} of this machine is stored. ShardChat will chat with {model}."
+            f"{measured} of this machine is stored.{busy} ShardChat will chat with {model}."
             f"{download}\n\nYou can profile again from the menu when the hardware changes."
         )
+
+
+def _measured_busy(profile: Profile) -> bool:
+    return profile.machine_load is not None and profile.machine_load.verdict is not Quietness.QUIET
 
 
 class ProfileWizard(QWizard):

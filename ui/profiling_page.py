@@ -3,7 +3,9 @@
 A bridge turns the job's reports into queued signals, so the page updates on
 the GUI thread and the window stays responsive for the minutes a fast profile
 takes. Cancelling, going back, or closing the wizard stops the job and
-stores nothing.
+stores nothing. A run that other programs disturbed is flagged with an offer
+to measure again; one too disturbed to trust was not stored, and the page
+says so instead of going on.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.profile_summary import (
     format_duration,
+    machine_load_text,
     time_left_text,
 )
 from app.profiling_job import (
@@ -32,10 +35,12 @@ from app.profiling_job import (
     ProfilingEvent,
     ProfilingFailed,
     ProfilingJob,
+    ProfilingOutcome,
     ProfilingSaved,
+    ProfilingTooBusy,
 )
 from engine.machine.hardware_info import HardwareInfo
-from engine.machine.profile import Profile, ProfileMode
+from engine.machine.profile import Profile, ProfileMode, Quietness
 
 if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
     from engine.profiling.profiler import ProfileProgress
@@ -50,17 +55,13 @@ class ProfilingBridge(QObject):
     """Callable from the job's thread; re-emits each report as a signal queued to the GUI."""
 
     progress = Signal(object)  # engine.profiling.profiler.ProfileProgress
-    saved = Signal(object)  # ProfilingSaved
-    cancelled = Signal()
-    failed = Signal(str)  # one line for the user
+    finished = Signal(object)  # the one ProfilingOutcome
 
     def __call__(self, event: ProfilingEvent) -> None:
-        if isinstance(event, ProfilingSaved):
-            self.saved.emit(event)
-        elif isinstance(event, ProfilingCancelled):
-            self.cancelled.emit()
-        elif isinstance(event, ProfilingFailed):
-            self.failed.emit(event.message)
+        if isinstance(
+            event, ProfilingSaved | ProfilingTooBusy | ProfilingCancelled | ProfilingFailed
+        ):
+            self.finished.emit(event)
         else:
             self.progress.emit(event)
 
@@ -95,6 +96,10 @@ class ProfilingPage(QWizardPage):
         self.status_label = QLabel()
         self.status_label.setWordWrap(True)
         self.status_label.setAccessibleName("Profiling status")
+        self.load_label = QLabel()  # shown when other programs disturbed the run
+        self.load_label.setWordWrap(True)
+        self.load_label.setAccessibleName("Machine load while measured")
+        self.load_label.hide()
         self.cancel_button = QPushButton("Cancel profiling")
         self.cancel_button.setAccessibleName("Cancel profiling")
         self.cancel_button.clicked.connect(self.cancel)
@@ -107,7 +112,8 @@ class ProfilingPage(QWizardPage):
         buttons.addWidget(self.retry_button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
-        for widget in (self.bar, self.step_label, self.time_label, self.status_label):
+        shown = (self.bar, self.step_label, self.time_label, self.load_label, self.status_label)
+        for widget in shown:
             layout.addWidget(widget)
         layout.addLayout(buttons)
         layout.addStretch(1)
@@ -139,6 +145,9 @@ class ProfilingPage(QWizardPage):
         self.bar.setRange(0, 0)  # busy until the first step reports
         self.step_label.setText("Starting…")
         self.status_label.clear()
+        self.load_label.hide()
+        self.profile = None  # a new run replaces a busy one only if it is stored
+        self.completeChanged.emit()
         self.cancel_button.setEnabled(True)
         self.retry_button.hide()
         self.job.start()
@@ -162,10 +171,25 @@ class ProfilingPage(QWizardPage):
     def _connected_bridge(self) -> ProfilingBridge:
         bridge = ProfilingBridge(self)
         bridge.progress.connect(self._show_progress)
-        bridge.saved.connect(self._show_saved)
-        bridge.cancelled.connect(self._show_cancelled)
-        bridge.failed.connect(self._show_failed)
+        bridge.finished.connect(self._on_finished)
         return bridge
+
+    def _on_finished(self, outcome: ProfilingOutcome) -> None:
+        if self._from_current_job():
+            self.show_outcome(outcome)
+
+    def show_outcome(self, outcome: ProfilingOutcome) -> None:
+        """Render how a run ended: stored (flagged if the machine was busy), refused as too
+        busy, cancelled or failed. The job's reports come here; so can a recorded outcome."""
+        self._finish_run()
+        if isinstance(outcome, ProfilingSaved):
+            self._show_saved(outcome)
+        elif isinstance(outcome, ProfilingTooBusy):
+            self._show_too_busy(outcome)
+        elif isinstance(outcome, ProfilingCancelled):
+            self._show_cancelled()
+        else:
+            self._show_failed(outcome.message)
 
     def _from_current_job(self) -> bool:
         return self.sender() is self._bridge
@@ -190,21 +214,40 @@ class ProfilingPage(QWizardPage):
         self.time_label.setText(f"{elapsed} elapsed, {time_left_text(left)}")
 
     def _show_saved(self, outcome: ProfilingSaved) -> None:
-        if not self._from_current_job():
-            return
-        self._finish_run()
         self.profile = outcome.profile
         self.bar.setValue(self.bar.maximum())
         self.step_label.setText(f"Done: all {self.bar.maximum()} steps measured")
         took = format_duration(outcome.profile.duration_s)
         self.time_label.setText(f"took {took}")
-        self.status_label.setText("The profile is stored. Press Next to see the figures.")
+        load = outcome.profile.machine_load
+        if load is not None and load.verdict is Quietness.BUSY:
+            self._show_load_flag(outcome.profile, stored=True)
+        else:
+            self.status_label.setText("The profile is stored. Press Next to see the figures.")
         self.completeChanged.emit()
 
+    def _show_too_busy(self, outcome: ProfilingTooBusy) -> None:
+        self.step_label.setText("Too busy to measure")
+        self.time_label.setText(f"took {format_duration(outcome.profile.duration_s)}")
+        self._show_load_flag(outcome.profile, stored=False)
+
+    def _show_load_flag(self, profile: Profile, stored: bool) -> None:
+        """Say how busy the machine was and offer to measure again (now, or later from the menu)."""
+        self.load_label.setText(f"Machine while measured: {machine_load_text(profile)}")
+        self.load_label.show()
+        kept = (
+            "The profile is stored, flagged as measured on a busy machine; plans made from it "
+            "may predict less than the model reaches. Press Next to use it"
+            if stored
+            else "The profile was not stored: its figures would make poor plans. Skip"
+        )
+        self.status_label.setText(
+            f"{kept}, and measure again later from Tools → Profile this machine… once "
+            "other programs are closed, or profile again now."
+        )
+        self.retry_button.show()
+
     def _show_cancelled(self) -> None:
-        if not self._from_current_job():
-            return
-        self._finish_run()
         self.step_label.setText("Cancelled")
         self.status_label.setText(
             "Profiling was cancelled and nothing was stored. Profile again, or Skip and run "
@@ -213,9 +256,6 @@ class ProfilingPage(QWizardPage):
         self.retry_button.show()
 
     def _show_failed(self, message: str) -> None:
-        if not self._from_current_job():
-            return
-        self._finish_run()
         self.step_label.setText("Failed")
         self.status_label.setText(f"{message}\nProfile again, or Skip and run it later.")
         self.retry_button.show()
