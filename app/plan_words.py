@@ -9,17 +9,24 @@ placements and placements chosen by hand alike. A plan is described as it runs:
 with the op-offload boundary the GPU backend really started with
 (engine.planning.execution.executable_plan), which is also what the step log
 measures against.
+
+Its speed is the cost model's as corrected by what the model's own steps taught it
+(engine.planning.step_correction), and says so: "24.1 tokens/s, corrected from 31
+after 400 steps"; with nothing learned yet, the cost model's figure alone.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.units import format_bytes
 from engine.model.inventory import SubLayerKind
 from engine.planning.execution import executable_plan
 from engine.planning.plan import NEVER_OFFLOAD, FamilyEstimate, Plan, PlanFamily
+from engine.planning.step_correction import Correction, CorrectionKey
+from engine.runtime.step_log import StepRecord, latest_correction
 
 NOT_PROFILED_WORDS = "CPU only (not profiled: run shardchat profile)"
 NOT_PROFILED_DETAILS = (
@@ -84,24 +91,57 @@ def plan_details(plan: Plan | None) -> list[str]:
     return [_holds(plan, layout), _kv_cache(layout), _each_token(plan, layout), *_prompts(plan)]
 
 
-def predicted_decode_tps(plan: Plan | None) -> float | None:
-    """What the cost model predicts one chat decodes at (the batch-of-1 tier), as it runs."""
+def predicted_decode_tps(plan: Plan | None, correction: Correction | None = None) -> float | None:
+    """What one chat decodes at (the batch-of-1 tier), as it runs: the cost model's figure,
+    divided by what the steps of that tier taught it (`correction`, if any)."""
     if plan is None:
         return None
     predicted = executable_plan(plan).predicted_decode_tokens_per_s
-    return predicted if math.isfinite(predicted) and predicted > 0 else None
+    if not (math.isfinite(predicted) and predicted > 0):
+        return None
+    return predicted / correction.factor if correction is not None else predicted
 
 
-def speed_against_plan(measured_tps: float, plan: Plan | None) -> str:
+def decode_correction(plan: Plan | None, steps: Iterable[StepRecord]) -> Correction | None:
+    """The correction a chat's decode steps (the plan's batch-of-1 family and tier) left
+    among `steps` (a reply's, as ReplyFinished carries them); None where none learned."""
+    if plan is None:
+        return None
+    plan = executable_plan(plan)
+    return latest_correction(steps, CorrectionKey(plan.family_for(1), plan.tier_for(1)))
+
+
+def correction_words(plan: Plan | None, correction: Correction | None) -> str:
+    """ "corrected from 31 after 400 steps": the cost model's own figure and what the
+    correction rests on; empty where nothing was learned."""
+    model_tps = predicted_decode_tps(plan)
+    if model_tps is None or correction is None or correction.steps == 0:
+        return ""
+    steps = f"{correction.steps} step{'' if correction.steps == 1 else 's'}"
+    return f"corrected from {_figure(model_tps)} after {steps}"
+
+
+def speed_against_plan(
+    measured_tps: float, plan: Plan | None, steps: Iterable[StepRecord] = ()
+) -> str:
     """A reply's measured decode speed beside the plan's prediction, so a plan that
-    promises more than the machine gives is plain to see."""
+    promises more than the machine gives is plain to see; the prediction is corrected by
+    what the reply's `steps` taught the cost model, and says from what."""
     if not math.isfinite(measured_tps) or measured_tps <= 0:
         return TOO_SHORT
     measured = f"{measured_tps:.1f} tokens/s"
-    predicted = predicted_decode_tps(plan)
+    correction = decode_correction(plan, steps)
+    predicted = predicted_decode_tps(plan, correction)
     if predicted is None:
         return measured
-    return f"{measured} (plan predicted {predicted:.1f}, {measured_tps / predicted:.0%})"
+    corrected = correction_words(plan, correction)
+    against = f"{corrected}: " if corrected else ""
+    return f"{measured} (plan predicted {predicted:.1f}, {against}{measured_tps / predicted:.0%})"
+
+
+def _figure(tokens_per_s: float) -> str:
+    """A speed said briefly: "31" from 10 on, "0.9" below."""
+    return f"{tokens_per_s:.0f}" if tokens_per_s >= 10 else f"{tokens_per_s:.1f}"
 
 
 # --- reading the plan ---

@@ -3,17 +3,22 @@
 The engine worker is a queue; this is what its requests act on. Loading
 replaces the model (and its projector), re-planning for a new budget or a
 placement chosen by hand goes through one path that reloads only when the
-placement moves, and the step log sets every llama_decode beside the plan.
-Only the worker thread touches it.
+placement moves, and the step log sets every llama_decode beside the plan,
+learning a correction of the cost model that is kept with the profile (in the
+profile store, loaded with the model, saved as steps come).
+Only the worker thread touches it, the profile store's connection included.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from app.load_planning import PlannedLoad, with_vision
+from app.stores.profile_store import ProfileStore, model_key
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
@@ -27,6 +32,7 @@ from engine.planning.placement_choice import (
     replan,
 )
 from engine.planning.plan import Plan
+from engine.planning.step_correction import Correction, CorrectionKey, StepCorrections
 from engine.runtime.loaded_model import LoadedModel, inspect_model, load_model
 from engine.runtime.step_log import StepLog, StepRecord
 from engine.vision.runtime import attach_projector
@@ -56,13 +62,18 @@ class Replanned:
 class ResidentModel:
     """The loaded model (or none), the plan and profile it runs under, its projector."""
 
-    def __init__(self) -> None:
+    def __init__(self, store_path: Path | None = None) -> None:
+        """`store_path`: the profile store the step corrections are kept in (default: the
+        app's; opened on the worker thread at each load)."""
         self.model: LoadedModel | None = None
         self.plan: Plan | None = None
         self.profile: Profile | None = None
         self.mmproj: str | None = None  # the loaded model's projector, while it sees images
         self.prompt_format = AUTO_FORMAT  # the loaded model's setting; reloads keep it
         self._steps: StepLog | None = None
+        self._store_path = store_path
+        self._store: ProfileStore | None = None
+        self._corrections: StepCorrections | None = None
         # called before the model is freed: what holds a context on it lets go first
         self.before_close: list[Callable[[], None]] = []
 
@@ -130,6 +141,7 @@ class ResidentModel:
         if self.model is not None:
             for hook in self.before_close:
                 hook()
+        self._keep_corrections()
         self._steps = None
         self.plan = self.profile = None
         if self.model is not None:
@@ -141,7 +153,36 @@ class ResidentModel:
         self.model = load_model(params, self.prompt_format)
         self.plan, self.profile = plan, profile
         if plan is not None and profile is not None:
-            self._steps = StepLog(self.model, plan, profile).attach()
+            self._corrections = self._learned(params.model_path, profile)
+            self._steps = StepLog(self.model, plan, profile, corrections=self._corrections)
+            self._steps.attach()
+
+    def _learned(self, model_path: str, profile: Profile) -> StepCorrections:
+        """What earlier sessions of this model under this profile taught the cost model, saved
+        back as it learns more; a store that cannot be used leaves it learning for now only."""
+        try:
+            self._store = store = ProfileStore(self._store_path)
+            key = model_key(model_path)
+            known = store.corrections(profile, key)
+        except (sqlite3.Error, OSError, BadInputError) as exc:
+            log.warning("what the steps teach the cost model is not kept: %s", exc)
+            return StepCorrections()
+
+        def save(changed: Mapping[CorrectionKey, Correction]) -> None:
+            try:
+                store.save_corrections(profile, key, changed)
+            except (sqlite3.Error, BadInputError) as exc:
+                log.warning("could not keep what the steps taught the cost model: %s", exc)
+
+        return StepCorrections(known, save)
+
+    def _keep_corrections(self) -> None:
+        """Save what the closing model's steps taught, and let the store go."""
+        if self._corrections is not None:
+            self._corrections.flush()
+        if self._store is not None:
+            self._store.close()
+        self._corrections = self._store = None
 
     def _attach_projector(self, planned: PlannedLoad | None) -> Attached:
         """Give the new model its projector; a bad one leaves a working text model."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from app.plan_words import plan_details, predicted_decode_tps
+from app.plan_words import correction_words, plan_details, predicted_decode_tps
 from app.profile_summary import backend_text
 from app.units import format_bytes
 from engine.machine.hardware_info import GpuInfo
 from engine.planning.plan import Plan
+from engine.planning.step_correction import Correction
 
 BATCH_SEQUENCES = 16  # the batch figure: this many sequences decoding side by side
 NO_PLAN = "no plan: this machine is not profiled yet (Tools → Profile this machine)"
@@ -61,6 +62,9 @@ class VramOverview:
     # The batch row: BATCH_SEQUENCES side by side, or the local API server's slots while
     # it serves, since those are the sequences that then decode together.
     batch_label: str = f"Batch ({BATCH_SEQUENCES})"
+    # How the chat figure was corrected by what the model's steps taught the cost model
+    # (app.plan_words.correction_words: "corrected from 31 after 400 steps"); empty: not yet.
+    chat_correction: str = ""
 
     @property
     def has_gpu(self) -> bool:
@@ -83,12 +87,14 @@ def vram_overview(
     budget_bytes: int | None = None,
     planner_plan: Plan | None = None,
     api_slots: int | None = None,
+    correction: Correction | None = None,
 ) -> VramOverview:
     """The panel's figures; `budget_bytes` overrides the plan's while a new one is applied.
 
     `planner_plan` is what the planner would choose at this budget when `plan` is a
     placement chosen by hand (the worker plans it: the GUI thread never does).
     `api_slots`: the local API server's slots while it serves; the batch row predicts them.
+    `correction`: what the chat's decode steps taught the cost model (the last reply's).
     """
     budget = budget_bytes if budget_bytes is not None else _plan_budget(plan)
     extras = plan.extras if plan else {}
@@ -103,7 +109,7 @@ def vram_overview(
         others_used_bytes=gpu.other_processes_bytes if _knows_others(gpu) else None,
         family=_family(plan),
         chat_ttft_s=plan.predicted_ttft_s if plan else None,
-        chat_tokens_per_s=predicted_decode_tps(plan),  # as it runs, beside the last reply's
+        chat_tokens_per_s=predicted_decode_tps(plan, correction),  # as it runs, corrected
         batch_tokens_per_s=_batch_tokens_per_s(plan, api_slots or BATCH_SEQUENCES),
         backend=backend_text(gpu.backend, gpu.ggml_device) if gpu else None,
         integrated=gpu.integrated if gpu else False,
@@ -114,6 +120,7 @@ def vram_overview(
         placement_comparison=_comparison(plan, planner_plan),
         plan_details=tuple(plan_details(plan)),
         batch_label=_batch_label(api_slots),
+        chat_correction=correction_words(plan, correction),
     )
 
 

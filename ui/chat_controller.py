@@ -383,7 +383,7 @@ class ChatController(QObject):
         self._save_reply(complete=True, stats=self._reply_stats)
         self._end_reply()
         stats = event.stats
-        speed = speed_against_plan(stats.decode_tokens_per_s, self._plan)
+        speed = speed_against_plan(stats.decode_tokens_per_s, self._plan, event.steps)
         self.window.speed_label.setText(
             f"{stats.time_to_first_token_s:.2f} s to first token · {speed} · "
             f"{stats.finish_reason.value} · "

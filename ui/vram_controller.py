@@ -3,7 +3,9 @@
 A chosen budget, or a placement chosen by hand, goes to the engine worker as a
 re-plan request; the worker finishes the reply in progress first and carries the
 conversation into any reloaded model, so the panel never touches the chat. The
-planner's prediction a manual placement is compared with comes from the worker too.
+planner's prediction a manual placement is compared with comes from the worker too,
+and so does what the chat's steps taught the cost model: each reply's step records
+carry the correction the panel's predicted speed is shown with.
 The GPU is read on the GUI thread: NVML's and ggml's memory queries take well under
 a millisecond, and without a GPU it is not polled.
 """
@@ -15,7 +17,8 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.auto_budget import AutoBudget
-from app.events import PlacementFellBack, PlanChanged, RequestFailed
+from app.events import PlacementFellBack, PlanChanged, ReplyFinished, RequestFailed
+from app.plan_words import decode_correction
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
@@ -24,6 +27,8 @@ from engine.machine.gpu_probe import probe_gpus
 from engine.machine.hardware_info import GpuInfo
 from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan
+from engine.planning.step_correction import CorrectionKey
+from engine.runtime.step_log import StepRecord
 from ui.engine_bridge import EngineBridge
 from ui.vram_panel import VramPanel
 
@@ -61,6 +66,7 @@ class VramController(QObject):
         self._placements: dict[int, str] = {}  # request id -> placement asked for
         self.planner_plan: Plan | None = None  # the planner's, beside a manual placement
         self.api_slots: int | None = None  # the local API server's, while it serves
+        self._learned: dict[CorrectionKey, StepRecord] = {}  # the last step of each, by key
         self._timer = QTimer(self, interval=REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
         panel.budget_chosen.connect(self._choose_budget)
@@ -69,6 +75,7 @@ class VramController(QObject):
         bridge.plan_changed.connect(self._on_plan_changed)
         bridge.placement_fell_back.connect(self._on_fell_back)
         bridge.request_failed.connect(self._on_failed)
+        bridge.reply_finished.connect(self._on_reply_finished)
         self._render()
         if self._gpu is not None:
             self._timer.start()
@@ -89,10 +96,12 @@ class VramController(QObject):
         self.bridge.plan_changed.disconnect(self._on_plan_changed)
         self.bridge.placement_fell_back.disconnect(self._on_fell_back)
         self.bridge.request_failed.disconnect(self._on_failed)
+        self.bridge.reply_finished.disconnect(self._on_reply_finished)
 
     def use_plan(self, plan: Plan | None) -> None:
         """The chat loaded a model (another one, or another context length) under this plan."""
         self.plan, self.planner_plan = plan, None
+        self._learned.clear()  # another model: what the last one taught does not apply
         self._pending.clear()
         self._placements.clear()
         self.panel.reset_placement()
@@ -111,6 +120,13 @@ class VramController(QObject):
         if self.auto:
             self._auto.poll_once()
         self._render()
+
+    def _on_reply_finished(self, event: ReplyFinished) -> None:
+        """The reply's steps carry what they taught the cost model: predict with it."""
+        records = [r for r in event.steps if isinstance(r, StepRecord)]
+        if records:
+            self._learned.update((r.key, r) for r in records)
+            self._render()
 
     def _on_fell_back(self, event: PlacementFellBack) -> None:
         self.message.emit(event.message)
@@ -166,6 +182,6 @@ class VramController(QObject):
             budget_bytes = list(self._pending.values())[-1]
         view = vram_overview(
             self.plan, self._gpu, self._no_gpu_reason, self.auto, budget_bytes, self.planner_plan,
-            self.api_slots,
+            self.api_slots, decode_correction(self.plan, self._learned.values()),
         )  # fmt: skip
         self.panel.show_overview(view)
