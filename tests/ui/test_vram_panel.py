@@ -14,16 +14,25 @@ from pathlib import Path
 import pytest
 
 import engine.planning.execution as plan_execution
-from app.plan_words import NOT_PROFILED_DETAILS, plan_details, speed_against_plan
+from app.plan_words import (
+    NOT_PROFILED_DETAILS,
+    decode_correction,
+    plan_details,
+    predicted_decode_tps,
+    speed_against_plan,
+)
+from app.stores.profile_store import ProfileStore, model_key
 from app.units import format_bytes
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
+from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware, load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
 from engine.planning.plan import Plan, PlanFamily, PlanRequest
+from engine.planning.step_correction import CorrectionKey
 from ui.engine_bridge import EngineBridge
 from ui.vram_controller import VramController
 from ui.vram_panel import VramPanel
@@ -295,3 +304,36 @@ def test_the_last_replys_speed_stays_beside_the_prediction_across_refreshes(qtbo
     assert panel.chat.text().startswith(f"{predicted:.1f} tokens/s predicted")  # the row above
     panel.show_last_speed("")
     assert panel.last_speed.text() == "–"
+
+
+# --- what the steps taught the cost model (issue 29) ---
+
+
+def test_a_reply_corrects_the_prediction_and_the_next_load_goes_on_from_it(
+    qtbot, vram_desk, default_model_file: Path
+) -> None:
+    panel, controller, bridge, load, _asked, _messages = vram_desk
+    plan = load(2 * GIB)
+    model_tps = predicted_decode_tps(plan)
+    assert model_tps is not None
+    assert panel.chat.text().startswith(f"{model_tps:.1f} tokens/s predicted, ")  # as before
+    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
+        controller.worker.send_message("Name three colours.", GREEDY.with_changes(max_tokens=12))
+    decode = decode_correction(plan, finished.args[0].steps)
+    assert decode is not None and decode.steps >= 5
+    corrected = model_tps / decode.factor
+    assert panel.chat.text().startswith(
+        f"{corrected:.1f} tokens/s predicted (corrected from {model_tps:.0f} after "
+        f"{decode.steps} steps), "
+    )
+    load(2 * GIB)  # the model is closed, what it learned kept, and loaded again
+    assert "corrected" not in panel.chat.text()  # a load starts the panel afresh
+    key = CorrectionKey(plan_execution.executable_plan(plan).family_for(1), plan.tier_for(1))
+    with ProfileStore() as store:
+        kept = store.corrections(laptop_profile(), model_key(default_model_file))
+    assert kept[key] == decode
+    with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
+        controller.worker.send_message("And three more.", GREEDY.with_changes(max_tokens=4))
+    first = next(r for r in finished.args[0].steps if r.key == key)
+    assert first.correction.steps == decode.steps + 1  # learning went on from the last session
+    assert first.predicted_ms == pytest.approx(first.model_ms * decode.factor)
