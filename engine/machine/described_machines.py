@@ -2,7 +2,10 @@
 
 The planner and the cost model work from a measured profile, but the machines
 ShardChat is meant for (an 8 GB gaming laptop, a 16 GB desktop, an RTX 5090
-desktop) are not the ones we develop on. To inspect and test plans for them we
+desktop, an RTX 3060 or 4090, a Radeon RX 7900 XTX or an Intel Arc under Vulkan)
+are not the ones we develop on. The machines of the calibration table's rows
+(engine.machine.calibration) are described the same way, so the cost model can
+be checked against what was published for them. To inspect and test plans for them we
 *describe* them: take the figures a datasheet gives (cores, memory speed,
 VRAM bandwidth, PCIe link) plus a few stated efficiency assumptions, and turn
 them into the same Profile a measurement would give, by roofline.
@@ -18,7 +21,9 @@ head): seconds = max(weight bytes read / bandwidth(threads), FLOPs /
 throughput(threads, n_tokens)), where one thread gets a share of the DRAM
 bandwidth that grows with threads, and a step of n tokens reaches
 n / (n + k) of the large-batch throughput. CPU points also carry the fixed
-per-block cost a measurement would include. The profiles ship as JSON in engine/machine/described/;
+per-block cost a measurement would include, and GPU points the per-block launch
+cost; the fixed cost of each routed expert (engine.machine.datasheets) goes into
+the profile's expert_overhead_s. The profiles ship as JSON in engine/machine/described/;
 `python -m engine.machine.described_machines` regenerates them after a change here.
 """
 
@@ -136,7 +141,8 @@ def _cpu_batch_share(sheet: MachineDatasheet, quant: str, n_tokens: int) -> floa
 
 def gpu_gflops(sheet: MachineDatasheet, shape: KernelShape, quant: str, n_tokens: int) -> float:
     peak = sheet.gpu_tflops[quant] * 1e3 * _shape_share(sheet, shape)
-    return peak * saturation(n_tokens, sheet.gpu_half_batch_tokens)
+    share = saturation(n_tokens, sheet.gpu_half_batch_tokens)
+    return peak * max(share, sheet.gpu_small_batch_share)
 
 
 def _with_doublings(base_s: float, per_doubling_s: float, threads: int) -> float:
@@ -189,9 +195,12 @@ def cpu_kernel_point(
 def gpu_kernel_point(
     sheet: MachineDatasheet, block: ReferenceBlock, quant: str, n_tokens: int
 ) -> KernelPoint:
+    """max(bytes / bandwidth, FLOPs / throughput), plus the fixed per-block launch cost a
+    measurement includes (the cost model takes it off again)."""
     memory_s = block.bytes_touched(quant, n_tokens) / (gpu_memory_gbps(sheet) * 1e9)
     compute_s = block.flops(n_tokens) / (gpu_gflops(sheet, block.shape, quant, n_tokens) * 1e9)
-    return _kernel_point(Device.GPU, block, quant, GPU_THREADS, n_tokens, max(memory_s, compute_s))
+    seconds = max(memory_s, compute_s) + sheet.gpu_layer_overhead_s
+    return _kernel_point(Device.GPU, block, quant, GPU_THREADS, n_tokens, seconds)
 
 
 def cpu_kernel_points(sheet: MachineDatasheet) -> tuple[KernelPoint, ...]:
@@ -277,6 +286,8 @@ def gpu_profile(sheet: MachineDatasheet) -> GpuProfile:
         step_overhead_s=sheet.gpu_step_overhead_s,
         memory_gbps=gpu_memory_gbps(sheet),
         attention=gpu_attention_points(sheet),
+        backend=sheet.gpu_backend,
+        layer_overhead_s=sheet.gpu_layer_overhead_s,
     )
 
 
@@ -296,6 +307,7 @@ def described_hardware(sheet: MachineDatasheet) -> HardwareInfo:
         pcie_width_current=sheet.pcie_width,
         pcie_width_max=sheet.pcie_width,
         compute_capability=sheet.compute_capability,
+        backend=sheet.gpu_backend,
     )
     return HardwareInfo(
         cpu=CpuInfo(sheet.cpu_model, sheet.physical_cores, sheet.logical_cores, sheet.cpu_flags),
@@ -322,7 +334,11 @@ def profile_description(sheet: MachineDatasheet) -> str:
         f"{sheet.pcie_generation}.0 x{sheet.pcie_width} link {sheet.pcie_link_gbps:.1f} GB/s x "
         f"{sheet.pcie_pinned_efficiency:g} pinned, pageable x {sheet.pageable_share:g} of "
         f"pinned; CPU x {sheet.cpu_derate_under_copy:g} during copies; GPU step overhead "
-        f"{sheet.gpu_step_overhead_s * 1e6:g} us. CPU GFLOP/s per core at large batch: "
+        f"{sheet.gpu_step_overhead_s * 1e6:g} us, {sheet.gpu_layer_overhead_s * 1e6:g} us per "
+        f"block, {sheet.gpu_expert_overhead_s * 1e6:g} us per routed expert; CPU "
+        f"{sheet.cpu_expert_overhead_s * 1e6:g} us per routed expert (fitted to the "
+        "calibration table, engine/machine/calibration/measurements.csv). CPU GFLOP/s per "
+        "core at large batch: "
         f"{_figures(sheet.cpu_gflops_per_core)} ({CPU_GFLOPS_SOURCE}). GPU TFLOP/s at large "
         f"batch: {_figures(sheet.gpu_tflops)} ({GPU_TFLOPS_SOURCE}). Kernel times by roofline "
         "over a 4096-wide block: max(weight bytes / bandwidth, FLOPs / throughput), batches "
@@ -350,6 +366,10 @@ def describe(sheet: MachineDatasheet) -> Profile:
         cpu_attention=cpu_attention_points(sheet),
         hardware=hardware.to_dict(),
         description=profile_description(sheet),
+        expert_overhead_s={
+            Device.CPU.value: sheet.cpu_expert_overhead_s,
+            Device.GPU.value: sheet.gpu_expert_overhead_s,
+        },
     )
 
 

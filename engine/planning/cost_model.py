@@ -4,7 +4,8 @@ Each sub-layer costs max(bytes it reads / bandwidth, FLOPs / throughput),
 where throughput is what the profiler measured for the nearest quant, thread
 count and token count (interpolated over token counts). Weights a placement
 streams over PCIe add their copy time; CPU work slows down while copies run.
-Fixed costs per call and per block come from the profile too. The planner
+Fixed costs per call, per block and per routed expert a step runs come from
+the profile too (the roofline misses them, and MoE decode is made of them). The planner
 compares placements with these predictions, so they must track what
 llama.cpp really does: llama.cpp computes only the output rows in the last
 block's feed-forward part, and the output head only for tokens whose logits
@@ -204,6 +205,22 @@ class CostModel:
             context = min(context, block.sliding_window)
         return slope * n_tokens * context * (inventory.n_head or 1)
 
+    def expert_overhead_s(self, inventory: ModelInventory, where: Where, n_tokens: int) -> float:
+        """Fixed cost of the routed experts one block runs for n_tokens tokens.
+
+        MUL_MAT_ID runs one matrix product per expert the step's tokens chose, and
+        at a few tokens an expert's small matrices cost their launch (GPU) or their
+        thread start and barriers (CPU) more than their bytes: the roofline alone
+        predicted an RTX 5090 decoding Qwen3-30B-A3B at 3/4 of its bandwidth, where
+        llama.cpp reaches far less. Each expert touched costs the profile's figure.
+        """
+        device = Device.CPU if where is Where.CPU else Device.GPU
+        per_expert = self.profile.expert_overhead_s.get(device.value, 0.0)
+        if not per_expert or not inventory.expert_count:
+            return 0.0
+        touched = _share_touched(_expert_share(inventory), n_tokens)
+        return per_expert * inventory.expert_count * touched
+
     def _attention_points(self, device: Device) -> list[AttentionPoint]:
         source = self.profile.cpu_attention if device is Device.CPU else ()
         if device is Device.GPU and self.profile.gpu:
@@ -257,6 +274,8 @@ class CostModel:
                     device = Device.CPU if where is Where.CPU else Device.GPU
                     extra = self.attention_seconds(inventory, block, n_tokens, n_past, device)
                     cost = _plus(cost, extra)
+                if sub.kind is SubLayerKind.ROUTED_EXPERTS:
+                    cost = _plus(cost, self.expert_overhead_s(inventory, where, rows))
                 costs.append(cost)
         return costs
 

@@ -37,8 +37,35 @@ def shipped_file(name: str):
     return files("engine.machine") / "described" / f"{name}.json"
 
 
-def test_the_three_machines_are_described() -> None:
-    assert NAMES == ("laptop-8gb", "desktop-16gb", "rtx5090-desktop")
+USERS_MACHINES = (
+    "laptop-8gb", "desktop-16gb", "rtx5090-desktop", "rtx3060-desktop", "rtx4090-desktop",
+    "rx7900xtx-vulkan", "arc-a770-vulkan",
+)  # fmt: skip
+TABLE_MACHINES = ("a10-server", "rtx3090-vulkan", "rx5700xt-vulkan", "rtx2080-i9-10900x")
+
+
+def test_the_users_machines_come_first_then_the_calibration_tables() -> None:
+    assert NAMES == USERS_MACHINES + TABLE_MACHINES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_described_gpu_says_its_backend(name: str) -> None:
+    sheet, profile = DESCRIBED_MACHINES[name], load_described(name)
+    assert profile.gpu is not None and profile.gpu.backend == sheet.gpu_backend
+    (gpu,) = HardwareInfo.from_dict(profile.hardware).gpus
+    assert gpu.backend == sheet.gpu_backend
+    assert (sheet.compute_capability is None) == ("NVIDIA" not in sheet.gpu_name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fixed_costs_the_roofline_misses_are_in_the_profile(name: str) -> None:
+    sheet, profile = DESCRIBED_MACHINES[name], load_described(name)
+    assert profile.gpu is not None
+    assert profile.gpu.layer_overhead_s == sheet.gpu_layer_overhead_s > 0
+    assert profile.expert_overhead_s == {
+        "cpu": sheet.cpu_expert_overhead_s,
+        "gpu": sheet.gpu_expert_overhead_s,
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -86,7 +113,11 @@ def test_one_token_points_sit_on_the_bandwidth_roof() -> None:
 
     cpu = point(Device.CPU, LAPTOP_8GB.physical_cores)
     assert cpu.weight_gbps == pytest.approx(profile.dram_read_gbps, rel=0.02)
-    assert point(Device.GPU, 1).weight_gbps == pytest.approx(profile.gpu.memory_gbps, rel=1e-3)
+    gpu = point(Device.GPU, 1)  # its time carries the per-block launch cost besides the bytes
+    on_the_roof_s = gpu.seconds_per_layer - profile.gpu.layer_overhead_s
+    assert gpu.bytes_per_layer / on_the_roof_s / 1e9 == pytest.approx(
+        profile.gpu.memory_gbps, rel=1e-3
+    )
 
 
 def test_a_datasheet_without_every_quant_is_refused() -> None:
@@ -96,7 +127,7 @@ def test_a_datasheet_without_every_quant_is_refused() -> None:
 
 
 def test_an_unknown_machine_is_bad_input_naming_the_known_ones() -> None:
-    with pytest.raises(BadInputError, match="laptop-8gb, desktop-16gb, rtx5090-desktop"):
+    with pytest.raises(BadInputError, match="laptop-8gb, desktop-16gb, rtx5090-desktop, rtx3060"):
         load_described("cray-1")
 
 
@@ -131,7 +162,7 @@ def test_more_cpu_threads_never_slow_a_prompt_step(name: str, inventory: ModelIn
     counts = load_described(name).thread_counts
     times = [step_s(name, inventory, ALL_CPU, n_tokens=256, threads=t) for t in counts]
     assert times == sorted(times, reverse=True)
-    assert times[-1] < times[0] / 4
+    assert times[-1] < times[0] / min(4, max(counts) / 2)  # 6 cores: a third
 
 
 def test_the_5090_decodes_faster_than_the_laptop(inventory: ModelInventory) -> None:
@@ -140,5 +171,6 @@ def test_the_5090_decodes_faster_than_the_laptop(inventory: ModelInventory) -> N
 
 
 def test_gpu_prompt_throughput_grows_laptop_desktop_5090(inventory: ModelInventory) -> None:
-    times = [step_s(name, inventory, ALL_GPU, n_tokens=256) for name in NAMES]
+    names = ("laptop-8gb", "desktop-16gb", "rtx5090-desktop")
+    times = [step_s(name, inventory, ALL_GPU, n_tokens=256) for name in names]
     assert times[0] > times[1] > times[2]

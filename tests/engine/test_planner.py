@@ -145,7 +145,9 @@ def test_our_plan_beats_whole_layer_offload_for_moe_decode(models) -> None:
     ours = make_plan(models["moe"], desktop, request)
     baseline = layer_offload_baseline(models["moe"], desktop, request)
     assert baseline.vram.total_bytes <= request.vram_budget_bytes
-    assert ours.predicted_decode_tokens_per_s > 1.3 * baseline.predicted_decode_tokens_per_s
+    # 1.19x since the experts' fixed CPU cost (engine.machine.calibration): both plans pay it
+    # for every expert bank left on the CPU, so the margin is smaller than the roofline's 1.3x
+    assert ours.predicted_decode_tokens_per_s > 1.15 * baseline.predicted_decode_tokens_per_s
     assert ours.family_for(1) is PlanFamily.STATIC
     assert ours.tier_for(3) == 4 and ours.tier_for(10**6) == 1024
 
