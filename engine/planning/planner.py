@@ -53,6 +53,7 @@ from engine.planning.tier_costing import (
     sublayer_key,
     tier_plan,
 )
+from engine.planning.vram_account import compute_bytes
 from engine.planning.vram_account import fixed_vram as _fixed_vram
 
 UBATCH_CHOICES = (64, 128, 256, DEFAULT_UBATCH, 1024, 2048, 4096)
@@ -194,13 +195,29 @@ def _gpu_plan_at(
 
     Flash attention is exact (the same attention, computed in tiles) and never needs
     more device memory: it drops the n_ctx x n_ubatch score matrix of every head
-    (engine.planning.vram_account), so every GPU plan uses it.
+    (engine.planning.vram_account), so every GPU plan uses it. A plan that leaves
+    weights in host memory may stream them in its prompt steps, whose device copies
+    need room too: the room is kept for the largest, before the fill.
     """
     fixed = _fixed_vram(inventory, request, ubatch, margin_floor(model.profile), True)
     room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
+    if room < _everything_bytes(inventory, request):
+        everything = inventory.all_sublayers()
+        room -= compute_bytes(inventory, request, ubatch, True, everything) - fixed["compute"]
     if room <= 0:
         return None
-    return _gpu_plan(inventory, model, request, fixed, room, ubatch)
+    plan = _gpu_plan(inventory, model, request, fixed, room, ubatch)
+    return replace(plan, vram=replace(plan.vram, compute_bytes=_compute_of(plan, inventory)))
+
+
+def _compute_of(plan: Plan, inventory: ModelInventory) -> int:
+    """The plan's compute buffer, with the copies of the weights its ubatch streams."""
+    streams = plan.op_offload_min_batch <= plan.n_ubatch
+    resident = set(plan.resident)
+    streamed = [s for s in inventory.all_sublayers() if (s.block, s.kind) not in resident]
+    return compute_bytes(
+        inventory, plan.request, plan.n_ubatch, plan.flash_attn, streamed if streams else ()
+    )
 
 
 def _gpu_plan(

@@ -10,8 +10,10 @@ buffers llama.cpp really allocates on a Vulkan device.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from engine.llama.load_params import CONTEXT_GRANULE
-from engine.model.inventory import ModelInventory, SubLayerKind
+from engine.model.inventory import ModelInventory, SubLayer, SubLayerKind
 from engine.planning.plan import PlanRequest
 
 MIB = 1024 * 1024
@@ -47,7 +49,11 @@ def margin_bytes(budget_bytes: int, floor: int = MIN_MARGIN_BYTES) -> int:
 
 
 def compute_bytes(
-    inventory: ModelInventory, request: PlanRequest, ubatch: int, flash_attn: bool = False
+    inventory: ModelInventory,
+    request: PlanRequest,
+    ubatch: int,
+    flash_attn: bool = False,
+    streamed: Collection[SubLayer] = (),
 ) -> int:
     """The device compute buffer llama.cpp reserves for its worst-case graph of one ubatch.
 
@@ -63,6 +69,10 @@ def compute_bytes(
     all at long contexts (2 GiB for 64 heads at 16K context and ubatch 512); flash
     attention never materialises it. Checked against the buffers llama.cpp reserves on
     a Vulkan device in tests/gpu (flash attention on and off, ubatch 64 to 512).
+
+    `streamed` are the host weights the worst-case graph runs on the device (its
+    n_ubatch reaches the op-offload boundary): the scheduler copies each into the
+    compute buffer, beside that phase's activations (see `_copy_bytes`).
     """
     width = max(inventory.n_embd or 0, 1)
     cells = _padded_cells(request.n_ctx)
@@ -72,7 +82,32 @@ def compute_bytes(
     attention = scores + mask + 3 * width + 2 * kv_width
     feed_forward = _ffn_width(inventory) + mask
     output = (inventory.n_vocab or 0) + 2 * width
-    return F32 * ubatch * max(attention, feed_forward, output)
+    block_copy, head_copy = _copy_bytes(inventory, streamed)
+    return max(
+        F32 * ubatch * max(attention, feed_forward) + block_copy,
+        F32 * ubatch * output + head_copy,
+    )
+
+
+def _copy_bytes(inventory: ModelInventory, streamed: Collection[SubLayer]) -> tuple[int, int]:
+    """Device copies of streamed weights alive at once: a block's, and the output head's.
+
+    Measured on lavapipe, a block streamed whole adds its attention and its feed-forward
+    weights, of an expert bank gate and up (down replaces them): an upper bound where
+    attention stays resident, exact for experts and within 0.8 MiB for a dense block
+    streamed whole. The head's copy sits beside the logits.
+    """
+    by_block: dict[int, int] = {}
+    head = 0
+    for sub in streamed:
+        if sub.kind is SubLayerKind.OUTPUT_HEAD or (
+            sub.kind is SubLayerKind.TOKEN_EMBEDDING and inventory.tied_output
+        ):
+            head = max(head, sub.n_bytes)
+        elif sub.block is not None:
+            share = 2 / 3 if sub.kind is SubLayerKind.ROUTED_EXPERTS else 1.0
+            by_block[sub.block] = by_block.get(sub.block, 0) + int(share * sub.n_bytes)
+    return max(by_block.values(), default=0), head
 
 
 def _padded_cells(n_ctx: int) -> int:
