@@ -8,17 +8,27 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
+from app.profiling_job import KEEP_BUSY_VARIABLE
 from app.stores.profile_store import ProfileStore
 from engine.llama.ggml_devices import CHILD_LABEL
 from engine.machine.hardware import probe_hardware
+from engine.machine.profile import Profile, StepLoad
+from engine.profiling.machine_load import machine_load
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(autouse=True)
+def keep_busy_profiles(monkeypatch) -> None:
+    """These runs must be stored even while others' tests load the box (shardchat inherits it)."""
+    monkeypatch.setenv(KEEP_BUSY_VARIABLE, "1")
 
 
 def shardchat(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -64,6 +74,24 @@ def test_a_profile_of_another_machine_imports_and_exports(tmp_path: Path) -> Non
     assert "imported" in done.stdout
     [summary] = stored_profiles()
     assert summary.fingerprint == json.loads(recorded.read_text())["fingerprint"]
+
+
+def test_show_flags_a_profile_measured_on_a_busy_machine() -> None:
+    recorded = Profile.from_json((DATA / "profile-epyc-2core-fast.json").read_text())
+    hardware = probe_hardware()
+    steps = (StepLoad("fixed costs", 0.05, 1), StepLoad("dense Q4_0", 0.62, 3))
+    load = machine_load([(steps[0], 4.0), (steps[1], 2.0)], steps_repeated=2)
+    busy = replace(
+        recorded, fingerprint=hardware.fingerprint(), llama_build=hardware.llama_build,
+        machine_load=load,
+    )  # fmt: skip
+    with ProfileStore() as store:
+        store.save(busy)
+    done = shardchat("profile", "--show")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("machine load")]
+    assert "busy: other programs used 24% of the processor; 2 steps measured again" in line
+    assert "62% during dense Q4_0" in line and "profile again when the machine is quiet" in line
 
 
 def test_export_writes_the_stored_profile(tmp_path: Path) -> None:
