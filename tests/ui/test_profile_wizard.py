@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -14,11 +15,13 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QDialog, QWizard
 
+from app.profiling_job import KEEP_BUSY_VARIABLE, ProfilingSaved, ProfilingTooBusy
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
-from engine.machine.profile import ProfileMode
+from engine.machine.profile import Profile, ProfileMode, Quietness, StepLoad
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
+from engine.profiling.machine_load import machine_load
 from ui.profile_wizard import (
     DONE_PAGE,
     HARDWARE_PAGE,
@@ -29,7 +32,9 @@ from ui.profile_wizard import (
     ModelPage,
     ProfileWizard,
 )
+from ui.profiling_page import ProfilingPage
 
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 RUN_TIMEOUT_MS = 300_000  # a fast profile takes 45 s alone, 150 s when others load the box
 NEXT = QWizard.WizardButton.NextButton
 # an estimate from the steps measured: seconds, minutes, or a step outlasting it
@@ -39,6 +44,12 @@ TIME_LEFT = re.compile(r"\d+ s left|\d+ min left|seconds left|longer than estima
 @pytest.fixture(scope="module")
 def hardware():
     return probe_hardware()
+
+
+@pytest.fixture(autouse=True)
+def keep_busy_profiles(monkeypatch) -> None:
+    """The real runs here must be stored even while others' tests load the box."""
+    monkeypatch.setenv(KEEP_BUSY_VARIABLE, "1")
 
 
 def stored(hardware):
@@ -175,6 +186,59 @@ def test_back_mid_run_cancels_and_next_starts_afresh(qtbot, hardware) -> None:
     assert page.cancel_button.isEnabled() and not page.retry_button.isVisible()
     qtbot.waitUntil(lambda: wizard.profile() is not None, timeout=RUN_TIMEOUT_MS)
     assert stored(hardware) == wizard.profile()
+
+
+def measured_with_load(hardware, heavy_share: float) -> Profile:
+    """The recorded 2-core profile as if measured here, its DRAM step beside other programs."""
+    steps = (StepLoad("dense Q4_0", 0.03, 1), StepLoad("dram bandwidth", heavy_share, 3))
+    load = machine_load([(steps[0], 6.0), (steps[1], 4.0)], steps_repeated=2)
+    recorded = Profile.from_json(RECORDED.read_text())
+    return replace(recorded, fingerprint=hardware.fingerprint(), machine_load=load)
+
+
+def test_a_busy_profile_is_flagged_with_an_offer_to_measure_again(qtbot, hardware) -> None:
+    busy = measured_with_load(hardware, 0.5)  # 22% of the run: busy, usable
+    with ProfileStore() as store:
+        saved = store.save(busy)
+    wizard = open_wizard(qtbot, hardware, ProfileMode.FAST)
+    page = wizard.profiling_page
+    page.show_outcome(ProfilingSaved(busy, saved))  # as if the run had just ended
+    go_to_profiling(wizard)
+    assert page.job is None and wizard.button(NEXT).isEnabled()  # nothing measured again
+    assert page.load_label.isVisible()
+    assert "busy: other programs used 22% of the processor" in page.load_label.text()
+    assert "50% during dram bandwidth" in page.load_label.text()
+    assert "measure again later" in page.status_label.text()
+    assert page.retry_button.isVisible() and page.retry_button.isEnabled()
+    wizard.next()
+    row = wizard.results_page.facts.values["Machine while measured"].text()
+    assert row.startswith("busy:") and "profile again when the machine is quiet" in row
+    wizard.next()
+    wizard.next()
+    assert wizard.currentId() == DONE_PAGE
+    summary = wizard.done_page.summary.text()
+    assert "A fast profile of this machine is stored. It was measured while other programs" in (
+        summary
+    )
+
+
+def test_a_too_busy_run_is_shown_but_not_taken(qtbot, hardware) -> None:
+    page = ProfilingPage(ProfileMode.FAST, hardware, None)
+    qtbot.addWidget(page)
+    page.show()
+    too_busy = measured_with_load(hardware, 1.0)  # 42% of the run
+    assert too_busy.machine_load is not None
+    assert too_busy.machine_load.verdict is Quietness.TOO_BUSY
+    page.show_outcome(ProfilingTooBusy(too_busy, "the machine was too busy to measure"))
+    assert page.profile is None and not page.isComplete()
+    assert page.step_label.text() == "Too busy to measure"
+    assert page.load_label.text().startswith(
+        "Machine while measured: too busy: other programs used 42% of the processor"
+    )
+    assert "not stored" in page.status_label.text()
+    assert "measure again later" in page.status_label.text()
+    assert page.retry_button.isVisible()
+    assert stored(hardware) is None
 
 
 def write_projector(path: Path) -> Path:
