@@ -28,7 +28,8 @@ from engine.machine.described_machines import load_described
 from engine.machine.gpu_probe import NO_GPU_FOUND
 from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import GpuInfo, HardwareInfo
-from engine.machine.profile import Profile
+from engine.machine.profile import Profile, StepLoad
+from engine.profiling.machine_load import machine_load
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
@@ -89,6 +90,18 @@ def test_a_recorded_measured_profile_lists_threads_and_the_fastest() -> None:
     assert rows["Measured in"] == format_duration(profile.duration_s) == "43 s"
     text = render_profile(profile)
     assert f"DRAM read      {profile.dram_read_gbps:.1f} GB/s" in text
+
+
+def test_how_busy_the_machine_was_is_said_only_as_far_as_it_is_known(rtx5090) -> None:
+    older = Profile.from_dict(json.loads(RECORDED.read_text()))
+    assert "machine load   not recorded" in render_profile(older)
+    assert "Machine while measured" not in dict(result_rows(older, 0))
+    assert "machine load   described, not measured" in render_profile(rtx5090)
+    steps = [(StepLoad("fixed costs", 0.04, 1), 2.0), (StepLoad("dense Q4_0", 0.06, 1), 8.0)]
+    quiet = replace(older, machine_load=machine_load(steps, steps_repeated=0))
+    assert dict(result_rows(quiet, 0))["Machine while measured"] == (
+        "quiet (other programs used 6% of the processor)"
+    )
 
 
 @pytest.mark.parametrize(
