@@ -15,7 +15,12 @@ default model and two small synthetic ones, because on a software GPU
 absolute speed means nothing; the errors show whether predictions made from
 what the profiler measured on a device track what that device then does.
 
+With --calibration nothing is measured: the described machines' predictions
+are set against figures published with llama.cpp on those machines
+(engine.machine.calibration), row by row.
+
     .venv/bin/python bench/costmodel_accuracy.py [--profile FILE] [--repeats 3]
+    .venv/bin/python bench/costmodel_accuracy.py --calibration  # published figures, no GPU
     GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1 \
         .venv/bin/python bench/costmodel_accuracy.py --gpu
 """
@@ -36,6 +41,7 @@ from engine.model.default_model import default_model_path
 from engine.model.inventory import SubLayerKind, read_inventory
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.planning.calibration_check import predict_all, table
 from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
 from engine.profiling.decode_timer import DecodeTimer
 
@@ -111,7 +117,15 @@ def main() -> int:
     parser.add_argument("--profile", help="profile JSON (default: this machine's stored one)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gpu", action="store_true", help="every layer on the GPU")
+    parser.add_argument(
+        "--calibration",
+        action="store_true",
+        help="no measuring: the described machines against published llama.cpp figures",
+    )
     args = parser.parse_args()
+    if args.calibration:
+        print(table(predict_all()))
+        return 0
     profile = load_profile(args.profile)
     if args.gpu and profile.gpu is None:
         print("costmodel_accuracy: the profile has no GPU figures", file=sys.stderr)
