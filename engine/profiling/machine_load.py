@@ -160,7 +160,6 @@ class Watched(Generic[T]):
 
     value: T
     load: StepLoad
-    seconds: float
 
 
 class LoadWatch:
@@ -200,7 +199,7 @@ class LoadWatch:
         value, load = min(tries, key=lambda t: (not usable(t[0]), t[1].cpu_share))
         kept = StepLoad(label, round(load.cpu_share, 3), len(tries), load.gpu_percent)
         self._kept.append((kept, load.seconds))
-        return Watched(value, kept, load.seconds)
+        return Watched(value, kept)
 
     def _may_repeat(self, attempts: int) -> bool:
         if attempts >= MAX_ATTEMPTS_PER_STEP or self.repeats_left <= 0:
