@@ -10,6 +10,12 @@ what --fit picks. It prints our figures and, against each, the decode speedup
 and the TTFT speedup (theirs / ours); every decode speedup must be at least 1.00,
 and the script fails when one is not.
 
+A last case (issue 29) shows working memory as a planning choice: Qwen3-235B-A22B
+at 16K context in a 2 GiB budget, where the attention scores alone take 2 GiB at
+ubatch 512 without flash attention (a CPU-only plan, half an hour to the first
+token); with flash attention and the ubatch chosen per budget it gets a GPU plan.
+The script fails when that plan is not a GPU plan.
+
     .venv/bin/python bench/plan_simulation.py [--hardware rtx5090-desktop]
 """
 
@@ -22,13 +28,14 @@ from pathlib import Path
 
 from app.commands.plan_command import load_profile_for_planning
 from engine.machine.profile import Profile
-from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.llama_fit import fit_baseline
 from engine.planning.llama_placements import layer_offload_baseline, n_cpu_moe_baseline
 from engine.planning.plan import Plan, PlanRequest
 from engine.planning.planner import make_plan
+from engine.planning.vram_account import compute_bytes
 
 GIB = 1 << 30
 BUDGETS_GIB = (2, 4, 8, 16, 24)
@@ -74,10 +81,11 @@ def main() -> int:
         f"{'vs n_gpu_layers':>15}  {'vs n_cpu_moe':>13}  {'vs fit':>13}  our plan"
     )
     losses = 0
+    inventories = {}
     with tempfile.TemporaryDirectory(prefix="plan-simulation-") as folder:
         for name, (spec, quant) in MODELS.items():
             path = write_shape_only_model(Path(folder) / f"{quant}.gguf", spec, quant)
-            inventory = read_inventory(path)
+            inventory = inventories[name] = read_inventory(path)
             for context in CONTEXTS:
                 for budget in BUDGETS_GIB:
                     line, lost = row(name, inventory, profile, context, budget)
@@ -85,7 +93,36 @@ def main() -> int:
                     losses += lost
     if losses:
         print(f"{losses} decode speedup(s) below 1.00: the planner lost to llama.cpp")
-    return 1 if losses else 0
+    on_gpu = working_memory_case(inventories[WORKING_MEMORY_MODEL], profile)
+    return 1 if losses or not on_gpu else 0
+
+
+WORKING_MEMORY_MODEL = "Qwen3-235B-A22B Q2_K"
+
+
+def working_memory_case(inventory: ModelInventory, profile: Profile) -> bool:
+    """Issue 29's case: flash attention and the ubatch decide whether 2 GiB holds a GPU plan."""
+    request = PlanRequest(2 * GIB, n_ctx=16384, prompt_tokens=16384)
+    ours = make_plan(inventory, profile, request)
+    cpu_only = make_plan(inventory, profile, PlanRequest(0, n_ctx=16384, prompt_tokens=16384))
+    scores = compute_bytes(inventory, request, 512, flash_attn=False) / GIB
+    flash = compute_bytes(inventory, request, 512, flash_attn=True) / GIB
+    attention = sum(kind is SubLayerKind.ATTENTION for _block, kind in ours.resident)
+    print(
+        f"\nworking memory: {WORKING_MEMORY_MODEL}, 16384 context, 2 GiB budget\n"
+        f"  compute buffer at ubatch 512: {scores:.2f} GiB without flash attention, "
+        f"{flash:.2f} GiB with it (before copies of streamed weights)\n"
+        f"  CPU only (without flash attention the budget held no GPU plan): {_speeds(cpu_only)}\n"
+        f"  ours: {_speeds(ours)} "
+        f"(flash attention {'on' if ours.flash_attn else 'off'}, ubatch {ours.n_ubatch}, "
+        f"{attention} blocks' attention and KV cache in VRAM, compute "
+        f"{ours.vram.compute_bytes / GIB:.2f} GiB): {ours.reason}"
+    )
+    return bool(ours.resident)
+
+
+def _speeds(plan: Plan) -> str:
+    return f"{plan.predicted_decode_tokens_per_s:.2f} tok/s, TTFT {plan.predicted_ttft_s:.0f} s"
 
 
 def row(
@@ -111,7 +148,8 @@ def row(
         f"{name:22}{context:>6}{budget_gib:>4}GB  "
         f"{ours.predicted_decode_tokens_per_s:>10.1f}{ours.predicted_ttft_s:>8.2f}  "
         f"{cells[0]:>15}  {cells[1]:>13}  {cells[2]:>13}  "
-        f"{ours.reason} (ubatch {ours.n_ubatch}, offload from {_boundary(ours)})",
+        f"{ours.reason} (ubatch {ours.n_ubatch}{', flash attention' if ours.flash_attn else ''}, "
+        f"offload from {_boundary(ours)})",
         lost,
     )
 
