@@ -156,10 +156,10 @@ def model_inventory(shape: str, quant: str) -> ModelInventory:
 
 def quant_mix(quant: str, n_layer: int) -> tuple[str, list[tuple[str, str]]]:
     """(base type, (tensor regex, type) pairs) roughly as llama-quantize makes `quant`: the
-    output head in Q6_K (Q8_0 keeps its own), Q4_K_M's attn_v and ffn_down in Q6_K in its
+    output head in Q6_K (Q8_0 and F16 keep their own), Q4_K_M's attn_v and ffn_down in Q6_K in its
     "more bits" layers."""
-    if quant == "Q8_0":
-        return "Q8_0", []
+    if quant in ("Q8_0", "F16"):
+        return quant, []
     head = (r"output\.weight", "Q6_K")
     if quant == "Q4_K_M":
         more_bits = "|".join(str(i) for i in range(n_layer) if _more_bits(i, n_layer))

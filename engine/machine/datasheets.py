@@ -90,6 +90,12 @@ VULKAN_FP16_SHARE = 0.36
 # other AMD and Intel GPUs. NVIDIA GPUs under Vulkan keep vram_efficiency's 0.8: the RTX
 # 3090's tg128 rows in the table check it.
 VULKAN_VRAM_EFFICIENCY = 0.6
+# Apple GPUs under Metal: llama.cpp's simdgroup matrix kernels dequantize every quant to
+# F16 in threadgroup memory, so all quants run at about one rate, this share of the FP32
+# peak (fitted to the M1 Max's Llama 2 7B Q4_0 pp512, ggml-org/llama.cpp#4167); decode
+# reaches this share of the unified memory's bandwidth (fitted to its Q8_0 tg128).
+METAL_FP32_SHARE = 0.75
+METAL_MEMORY_EFFICIENCY = 0.7
 AVX2_FLAGS = ("avx", "avx2", "bmi2", "f16c", "fma", "sse3", "sse4_1", "sse4_2", "ssse3")
 CASCADE_LAKE_FLAGS = tuple(sorted((*AVX2_FLAGS, "avx512bw", "avx512f", "avx512vl", "avx512_vnni")))
 
@@ -98,6 +104,11 @@ def nvidia_tflops(sms: int, boost_ghz: float) -> dict[str, float]:
     """RTX4090_TFLOPS scaled by SMs x boost clock, rounded to 1 decimal."""
     factor = sms * boost_ghz / RTX4090_SM_GHZ
     return {quant: round(tflops * factor, 1) for quant, tflops in RTX4090_TFLOPS.items()}
+
+
+def metal_tflops(fp32_peak_tflops: float) -> dict[str, float]:
+    """METAL_FP32_SHARE of an Apple GPU's FP32 peak, the same for every quant."""
+    return {quant: round(fp32_peak_tflops * METAL_FP32_SHARE, 1) for quant in RTX4090_TFLOPS}
 
 
 def vulkan_tflops(fp16_peak_tflops: float) -> dict[str, float]:
@@ -186,7 +197,9 @@ class MachineDatasheet:
     ram_available_share: float = 0.8
     """Share of RAM reported available (the OS and other programs hold the rest)."""
     gpu_backend: str = "CUDA"
-    """The ggml backend the GPU runs under: "CUDA" or "Vulkan"."""
+    """The ggml backend the GPU runs under: "CUDA", "Vulkan" or "Metal"."""
+    gpu_integrated: bool = False
+    """The GPU's memory is system RAM (Apple silicon): no PCIe link, the link figures unused."""
     gpu_layer_overhead_s: float = GPU_LAYER_OVERHEAD_S
     """Fixed GPU cost of each block a step computes there: its kernel launches."""
     gpu_expert_overhead_s: float = GPU_EXPERT_OVERHEAD_S
@@ -492,6 +505,35 @@ RTX2080_I9_10900X = MachineDatasheet(
     cpu_flags=CASCADE_LAKE_FLAGS,
 )
 
+M1_MAX_METAL = MachineDatasheet(
+    name="m1max-metal",
+    description=(
+        "Apple MacBook Pro / Mac Studio: M1 Max (8 performance and 2 efficiency cores; a "
+        "32-core GPU, 10.4 TFLOP/s FP32), 64 GB LPDDR5-6400 unified memory on a 512-bit bus "
+        "(409.6 GB/s), the GPU allowed about 3/4 of it (Metal's recommended working set), "
+        "under llama.cpp's Metal backend, as in ggml-org/llama.cpp#4167. Unified memory: the "
+        "PCIe figures are placeholders no plan there streams over. Datasheet-derived, not "
+        "measured."
+    ),
+    cpu_model="Apple M1 Max",
+    physical_cores=8,
+    logical_cores=10,
+    ram_bytes=64 * GIB,
+    dram_gbps=409.6,
+    cpu_gflops_per_core=scaled_reference(3.2 / 3.0 * 0.5),  # NEON, 128-bit: assumed
+    gpu_name="Apple M1 Max",
+    vram_bytes=48 * GIB,
+    vram_gbps=409.6,
+    gpu_tflops=metal_tflops(10.4),
+    pcie_generation=4,
+    pcie_width=16,
+    compute_capability=None,
+    cpu_flags=(),
+    vram_efficiency=METAL_MEMORY_EFFICIENCY,
+    gpu_backend="Metal",
+    gpu_integrated=True,
+)
+
 DESCRIBED_MACHINES: dict[str, MachineDatasheet] = {
     sheet.name: sheet
     for sheet in (
@@ -506,6 +548,7 @@ DESCRIBED_MACHINES: dict[str, MachineDatasheet] = {
         RTX3090_VULKAN,
         RX5700XT_VULKAN,
         RTX2080_I9_10900X,
+        M1_MAX_METAL,
     )
 }
 
@@ -513,7 +556,8 @@ DESCRIBED_MACHINES: dict[str, MachineDatasheet] = {
 GPU_TFLOPS_SOURCE = (
     "NVIDIA GPU TFLOP/s scaled by SM count x boost clock from public llama.cpp CUDA results of "
     "an RTX 4090 (~14k tokens/s prompt on Llama-2-7B Q4_0, ~185 TFLOP/s); AMD and Intel GPUs "
-    f"under Vulkan {VULKAN_FP16_SHARE:g} of their FP16 peak"
+    f"under Vulkan {VULKAN_FP16_SHARE:g} of their FP16 peak, Apple GPUs under Metal "
+    f"{METAL_FP32_SHARE:g} of their FP32 peak"
 )
 CPU_GFLOPS_SOURCE = (
     "CPU GFLOP/s per core scaled by clock (and x0.75 for Zen 4's split 512-bit units) from "

@@ -308,6 +308,7 @@ def described_hardware(sheet: MachineDatasheet) -> HardwareInfo:
         pcie_width_max=sheet.pcie_width,
         compute_capability=sheet.compute_capability,
         backend=sheet.gpu_backend,
+        integrated=sheet.gpu_integrated,
     )
     return HardwareInfo(
         cpu=CpuInfo(sheet.cpu_model, sheet.physical_cores, sheet.logical_cores, sheet.cpu_flags),

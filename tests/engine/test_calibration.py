@@ -99,10 +99,11 @@ def test_expected_error_is_the_80th_percentile_of_the_machine_kind() -> None:
     cuda, vulkan = load_described("rtx4090-desktop"), load_described("rx7900xtx-vulkan")
     assert expected_error(cuda) == pytest.approx(p80("CUDA"))
     assert expected_error(vulkan) == pytest.approx(p80("Vulkan"))
+    assert expected_error(load_described("m1max-metal")) == pytest.approx(p80("Metal"))
     assert p80("CUDA") != p80("Vulkan")
     assert cuda.gpu is not None
-    metal = replace(cuda, gpu=replace(cuda.gpu, backend="Metal"))  # no Metal rows: all rows
-    assert expected_error(metal) == pytest.approx(p80(None))
+    sycl = replace(cuda, gpu=replace(cuda.gpu, backend="SYCL"))  # no SYCL rows: all rows
+    assert expected_error(sycl) == pytest.approx(p80(None))
     cpu_only = replace(cuda, gpu=None)
     assert expected_error(cpu_only) == pytest.approx(p80("CPU"))
 

@@ -41,7 +41,9 @@ USERS_MACHINES = (
     "laptop-8gb", "desktop-16gb", "rtx5090-desktop", "rtx3060-desktop", "rtx4090-desktop",
     "rx7900xtx-vulkan", "arc-a770-vulkan",
 )  # fmt: skip
-TABLE_MACHINES = ("a10-server", "rtx3090-vulkan", "rx5700xt-vulkan", "rtx2080-i9-10900x")
+TABLE_MACHINES = (
+    "a10-server", "rtx3090-vulkan", "rx5700xt-vulkan", "rtx2080-i9-10900x", "m1max-metal",
+)  # fmt: skip
 
 
 def test_the_users_machines_come_first_then_the_calibration_tables() -> None:
