@@ -105,6 +105,7 @@ def measured_memory(
                 n_ubatch=LLAMA_CPP_DEFAULT_UBATCH,
                 n_gpu_layers=layers.n_layer,
                 tensor_overrides=_host_experts(inventory, keys),
+                flash_attn=False,  # as the tool's context and llama.cpp's placements' plans
             )
             compute = simulate_compute_buffers(params).device_bytes
             seen[layers] = account.weights_bytes + account.kv_cache_bytes + compute
