@@ -16,8 +16,7 @@ llama.cpp splits a batch over several streams into micro-batches of
 consecutive sequence ids, so callers add tokens in increasing sequence order.
 
 A batch context takes the model context's settings, flash attention included
-(engine.llama.load_params.flash_attention: on for CPU builds, where it is
-faster, off where the VRAM account would not know its device buffers), so a
+(the plan's choice, carried by engine.llama.load_params.LoadParams), so a
 document summarised gives the tokens a chat turn on the same prompt gives.
 """
 
