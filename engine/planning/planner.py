@@ -24,6 +24,13 @@ holds for the best over all candidates as long as each of those families decodes
 no slower with more budget (whole layers and --n-cpu-moe only ever add to VRAM;
 --fit's steps may reshuffle which blocks keep their experts), so the floor they
 set rises with the budget; tests check it over a grid of budgets and contexts.
+
+Working memory is part of the choice (issue 29): every plan runs flash attention
+(exact, and it never materialises the attention scores, 2 GiB of a 64-head model
+at 16K context and ubatch 512), and one plan is filled per ubatch, below 512 only
+where the budget cannot hold the whole model at 512; a smaller ubatch leaves more
+room for weights but costs prompts more steps, and the time to first token
+decides between them (`_best_of`).
 """
 
 from __future__ import annotations
