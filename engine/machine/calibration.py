@@ -45,6 +45,8 @@ PREDICTION_COLUMNS = ("id", "predicted_tps", "error")
 ERROR_PERCENTILE = 80  # expected_error: the share of rows of a kind at most this far off
 CPU_KIND = "CPU"
 MISSES = "misses"  # a row's role when the cost model is known to get it wrong
+CHECKS = "checks"  # a row's role when no figure was fitted to it
+MIN_CHECKS = 3  # expected_error: fewer checks rows of a kind, and its fitted rows count too
 
 # The model shapes rows name, as their config.json files give them.
 MODEL_SHAPES: dict[str, SyntheticSpec] = {
@@ -214,27 +216,41 @@ def expected_error(profile: Profile) -> float | None:
     """How far (as a share, 0.15 = 15 %) a described profile's predictions may be off.
 
     The 80th percentile of the absolute errors of the calibration rows of the same
-    kind (CUDA, Vulkan, Metal, CPU); a kind without rows (Metal) gets the figure of
-    all rows, with nothing better known. A profile measured on this machine returns
-    None: the table checks datasheet descriptions, while a measured profile's
-    kernels are this machine's own; how its predictions track real steps is what
-    the step log (engine.runtime.step_log) measures, not this table.
+    kind (CUDA, Vulkan, Metal, CPU): its `checks` rows where it has at least
+    MIN_CHECKS, else all its rows (fitted ones too) but those known to miss; a kind
+    without rows (SYCL) gets the figure of all rows, with nothing better known.
+
+    A profile measured on this machine returns None: the table checks datasheet
+    descriptions, while a measured profile's kernels are this machine's own; how
+    its predictions track real steps is what the step log (engine.runtime.step_log)
+    measures, and what it corrects (engine.planning.step_correction), not this table.
     """
     if not profile.is_described:
         return None
     errors = _errors_by_kind()
     kind = machine_kind(profile)
-    chosen = errors.get(kind) or [e for kind_errors in errors.values() for e in kind_errors]
+    everything = [error for kind_errors in errors.values() for error in kind_errors]
+    chosen = errors.get(kind) or everything
     return _percentile(chosen, ERROR_PERCENTILE)
 
 
 def _errors_by_kind() -> dict[str, list[float]]:
+    """Absolute errors by kind: of the `checks` rows where a kind has MIN_CHECKS of them
+    (a fitted row's error says little), else of all its rows but those that miss."""
     stored = stored_predictions()
-    by_kind: dict[str, list[float]] = {}
+    checks: dict[str, list[float]] = {}
+    counted: dict[str, list[float]] = {}
     for row in measurements():
-        if row.id in stored and row.role != MISSES:
-            by_kind.setdefault(row.backend, []).append(abs(stored[row.id].error))
-    return by_kind
+        if row.id not in stored or row.role == MISSES:
+            continue
+        error = abs(stored[row.id].error)
+        counted.setdefault(row.backend, []).append(error)
+        if row.role == CHECKS:
+            checks.setdefault(row.backend, []).append(error)
+    return {
+        kind: checks[kind] if len(checks.get(kind, ())) >= MIN_CHECKS else errors
+        for kind, errors in counted.items()
+    }
 
 
 def _percentile(values: list[float], percent: int) -> float:
