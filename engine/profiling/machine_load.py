@@ -193,15 +193,18 @@ class LoadWatch:
         while True:
             tries.append(self._attempt(attempt, uses_gpu))
             value, load = tries[-1]
-            if not (usable(value) and load.disturbed) or not self._may_repeat(len(tries)):
+            if not (usable(value) and load.disturbed) or not self._spend_repeat(len(tries)):
                 break
             again(label)
-        value, load = min(tries, key=lambda t: (not usable(t[0]), t[1].cpu_share))
+        value, load = min(
+            tries, key=lambda t: (not usable(t[0]), t[1].cpu_share, t[1].gpu_percent or 0.0)
+        )
         kept = StepLoad(label, round(load.cpu_share, 3), len(tries), load.gpu_percent)
         self._kept.append((kept, load.seconds))
         return Watched(value, kept)
 
-    def _may_repeat(self, attempts: int) -> bool:
+    def _spend_repeat(self, attempts: int) -> bool:
+        """Take one repeat from the run's budget, if this step may have another attempt."""
         if attempts >= MAX_ATTEMPTS_PER_STEP or self.repeats_left <= 0:
             return False
         self.repeats_left -= 1
