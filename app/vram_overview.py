@@ -14,6 +14,7 @@ from typing import TypeGuard
 from app.plan_words import correction_words, plan_details, predicted_decode_tps
 from app.profile_summary import backend_text
 from app.units import format_bytes
+from engine.machine.calibration import CPU_KIND, kind_error
 from engine.machine.hardware_info import GpuInfo
 from engine.planning.plan import Plan
 from engine.planning.step_correction import Correction
@@ -120,8 +121,17 @@ def vram_overview(
         placement_comparison=_comparison(plan, planner_plan),
         plan_details=tuple(plan_details(plan)),
         batch_label=_batch_label(api_slots),
-        chat_correction=correction_words(plan, correction),
+        chat_correction=correction_words(plan, correction) or _spread(plan, gpu),
     )
+
+
+def _spread(plan: Plan | None, gpu: GpuInfo | None) -> str:
+    """Before the steps corrected it, how sure the prediction is: "±10 % on CUDA machines",
+    the calibration table's error for the kind of machine that runs the plan."""
+    if plan is None:
+        return ""
+    kind = gpu.backend if gpu is not None and plan.vram.total_bytes > 0 else CPU_KIND
+    return f"±{kind_error(kind):.0%} on {'CPU-only' if kind == CPU_KIND else kind} machines"
 
 
 def _prediction(plan: Plan) -> str:

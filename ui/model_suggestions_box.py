@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.hub.discover_model import speed_text
+from app.hub.discover_model import speed_range_text
 from app.hub.hub_errors import HubOfflineError
 from app.hub.model_suggestions import ModelSuggestion, suggest_models
 from app.units import format_bytes
@@ -120,10 +120,11 @@ class SuggestionsBox(QWidget):
 
 
 def suggestion_text(suggestion: ModelSuggestion) -> str:
-    """'owner/Repo · Q4_K_M: about 12.3 tok/s here, 2.5 GiB download'."""
+    """'owner/Repo · Q4_K_M: 11-14 tok/s here, 2.5 GiB download' (the range: how sure)."""
     prediction = suggestion.prediction
     quant = suggestion.model.quant or PurePosixPath(suggestion.model.path).name
     return (
-        f"{suggestion.repo_id} · {quant}: about {speed_text(prediction.decode_tokens_per_s)} "
+        f"{suggestion.repo_id} · {quant}: "
+        f"{speed_range_text(prediction.decode_tokens_per_s, prediction.sureness)} "
         f"here, {format_bytes(suggestion.download_bytes)} download"
     )

@@ -38,6 +38,7 @@ from app.stores.hub_store import CANCELLED, DONE, FAILED, PAUSED, QUEUED, RUNNIN
 from app.units import format_bytes, format_count
 from engine.machine.profile import Profile
 from engine.model.model_naming import readable_model_name
+from engine.planning.prediction_range import Sureness, sureness
 
 SEARCHING = "searching…"
 LISTING = "listing the repository…"
@@ -197,9 +198,11 @@ class QuantRow:
         speed = ttft = share = "—"
         if prediction is not None:
             speed = (
-                speed_text(prediction.decode_tokens_per_s) if prediction.fits_ram else EXCEEDS_RAM
+                speed_range_text(prediction.decode_tokens_per_s, prediction.sureness)
+                if prediction.fits_ram
+                else EXCEEDS_RAM
             )
-            ttft = seconds_text(prediction.ttft_s)
+            ttft = seconds_range_text(prediction.ttft_s, prediction.sureness)
             share = f"{prediction.resident_share:.0%}"
         return quant, format_bytes(model.download_size), speed, ttft, share, self.notes()
 
@@ -433,9 +436,10 @@ class DiscoverModel:
             f"{format_bytes(self.budget_bytes)} of VRAM" if self.vram_total_bytes
             else "the CPU (no GPU in the profile)"
         )  # fmt: skip
+        spread = sureness(self.profile).basis()
         return (
             f"Predicted for this machine with {vram}, a {self.n_ctx:,}-token context and a "
-            f"{PROMPT_TOKENS}-token prompt."
+            f"{PROMPT_TOKENS}-token prompt; ranges {spread}."
         )
 
     def _replan_and_say(self) -> PredictionRequest | None:
@@ -577,6 +581,30 @@ def format_duration(seconds: float) -> str:
 def speed_text(tokens_per_s: float) -> str:
     """12.34 -> '12.3 tok/s'; 11835.2 -> '11,835 tok/s'."""
     return f"{tokens_per_s:,.0f} tok/s" if tokens_per_s >= 100 else f"{tokens_per_s:.1f} tok/s"
+
+
+def speed_range_text(tokens_per_s: float, sureness: Sureness) -> str:
+    """40 tok/s at ±10 % -> '36-44 tok/s': where the machine's speed is expected."""
+    low, high = sureness.bounds(tokens_per_s)
+    if high - low < 0.05 * tokens_per_s:
+        return speed_text(tokens_per_s)
+    return f"{_range_figure(low)}–{_range_figure(high)} tok/s"
+
+
+def seconds_range_text(seconds: float, sureness: Sureness) -> str:
+    """A time, with the spread of the speed it was predicted from: '2.2-2.6 s'."""
+    fast, slow = sureness.bounds(1 / max(seconds, 1e-9))
+    shortest, longest = 1 / slow, 1 / fast
+    if longest < 0.0005 or longest - shortest < 0.05 * seconds:
+        return seconds_text(seconds)
+    if longest < 1:
+        return f"{shortest * 1000:.0f}–{longest * 1000:.0f} ms"
+    return f"{_range_figure(shortest)}–{_range_figure(longest)} s"
+
+
+def _range_figure(value: float) -> str:
+    """Two figures or so: a range is not more exact than its ends."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
 
 
 def seconds_text(seconds: float) -> str:

@@ -27,6 +27,7 @@ from engine.model.gguf_header import GGUFHeader, parse_header
 from engine.model.inventory import ModelInventory, inventory_from_headers
 from engine.planning.placement_choice import AUTO, plan_for_choice
 from engine.planning.plan import Plan, PlanRequest
+from engine.planning.prediction_range import Sureness, sureness
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class Prediction:
     resident_share: float  # of the weights' bytes, in VRAM
     host_bytes: int  # weights left in host memory
     fits_ram: bool
+    sureness: Sureness  # how far the figures may be off, for the range shown
 
     @property
     def readable(self) -> bool:
@@ -96,6 +98,7 @@ def predict(
         resident_share=min(1.0, plan.vram.weights_bytes / weights),
         host_bytes=host,
         fits_ram=host + HOST_RESERVE_BYTES <= host_memory_bytes(profile),
+        sureness=sureness(profile),
     )
 
 

@@ -29,15 +29,19 @@ from app.hub.discover_model import (
     SearchQuery,
     format_duration,
     result_cells,
+    seconds_range_text,
     seconds_text,
+    speed_range_text,
     speed_text,
 )
 from app.hub.hub_settings import models_dir
 from app.hub.model_download import DownloadProgress, start_or_resume
 from app.hub.remote_plans import QuantReading, read_quants
 from app.stores.hub_store import DONE, FAILED, PAUSED, QUEUED, RUNNING, HubStore
+from engine.machine.calibration import kind_error, machine_kind
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
+from engine.planning.prediction_range import Sureness
 
 TINY_LLAMA = "shardtest/Tiny-Llama-GGUF"
 QWEN3 = "shardtest/Qwen3-30B-A3B-GGUF"
@@ -323,6 +327,26 @@ def test_downloads_show_in_their_quant_row_and_earlier_ones_do_not_override(
     assert done.progress_text() == "downloaded (5.1 MiB), in My models"
 
 
+def test_each_figure_is_shown_as_the_range_its_kind_of_machine_was_off_by(
+    hub: LocalHub, laptop: Profile
+) -> None:
+    """Issue 29: a quant is chosen by its predicted speed, so the speed is shown with the
+    spread the calibration table measured for the machine's kind, and the note says so."""
+    model = shown(DiscoverModel(laptop, None, 4096), QWEN3)
+    error = kind_error(machine_kind(laptop))
+    assert 0 < error < 0.5
+    for row in model.quant_rows():
+        prediction = row.prediction
+        assert prediction is not None and prediction.sureness.error == error
+        low, high = (float(v.replace(",", "")) for v in row.cells()[2][: -len(" tok/s")].split("–"))
+        speed = prediction.decode_tokens_per_s
+        assert low < speed < high  # the prediction is inside its range...
+        assert low == pytest.approx(speed / (1 + error), rel=0.06)  # ...as wide as its kind's error
+        assert high == pytest.approx(speed / (1 - error), rel=0.06)
+    assert f"±{error:.0%}" in model.prediction_note()
+    assert f"{machine_kind(laptop)} machines" in model.prediction_note()
+
+
 def test_durations_and_speeds_read_like_a_browser_download() -> None:
     assert [format_duration(s) for s in (0.2, 42, 252, 4000)] == [
         "1 s", "42 s", "4 min 12 s", "1 h 06 min",
@@ -331,6 +355,15 @@ def test_durations_and_speeds_read_like_a_browser_download() -> None:
     assert [speed_text(v) for v in (4.25, 99.96, 11835.2)] == [
         "4.2 tok/s", "100.0 tok/s", "11,835 tok/s",
     ]  # fmt: skip
+    spread, measured = Sureness(0.1, "CUDA"), Sureness(None, "CUDA")
+    assert [speed_range_text(v, spread) for v in (3.2, 40.0, 1500.0)] == [
+        "2.9–3.6 tok/s", "36–44 tok/s", "1,364–1,667 tok/s",
+    ]  # fmt: skip
+    assert [seconds_range_text(s, spread) for s in (0.0004, 0.05, 2.4, 140.0)] == [
+        "< 1 ms", "45–55 ms", "2.2–2.6 s", "126–154 s",
+    ]  # fmt: skip
+    assert speed_range_text(40.0, measured) == "40.0 tok/s"  # measured here: no range
+    assert seconds_range_text(2.4, measured) == "2.4 s"
 
 
 def test_listeners_can_leave() -> None:
