@@ -1,8 +1,8 @@
 """The llama.cpp parameters a model is loaded with, explicit and printable.
 
-Every load states its context size, batch sizes, threads and GPU layers, so
-the planner (a later issue) can produce exactly this value and the logs show
-what llama.cpp was asked to do.
+Every load states its context size, batch sizes, threads, GPU layers and
+flash attention, so a plan (engine.planning.execution) becomes exactly this
+value and the logs show what llama.cpp was asked to do.
 """
 
 from __future__ import annotations
