@@ -5,8 +5,8 @@ alone, and a plan made from it predicts far too little (issue 29: 0.9 tokens/s
 predicted, 21.8 measured). So every step is watched: a short window just
 before it, when nothing of ours runs, and the whole step, with this process's
 own CPU time (its child included) taken out of the system's. A disturbed step
-is measured again, a bounded number of times, and the least disturbed attempt
-is kept; the run ends with a `MachineLoad` verdict on the profile.
+is measured once more, within a budget for the run, and the less disturbed
+attempt is kept; the run ends with a `MachineLoad` verdict on the profile.
 
 The arithmetic works on `CpuSample`s, plain numbers that psutil gives, so it
 can be checked on recorded samples. The GPU is read through NVML where an
@@ -41,7 +41,6 @@ TOO_BUSY_SHARE = 0.40
 GPU_BUSY_PERCENT = 10.0  # the GPU's utilisation by others just before a GPU step
 GPU_TOO_BUSY_PERCENT = 40.0
 BEFORE_WINDOW_S = 0.25  # /proc/stat counts 10 ms ticks: 25 ticks per CPU in the window
-MAX_ATTEMPTS_PER_STEP = 3  # a step is measured at most twice more
 # Linux adds a reaped child's CPU time to its parent's; macOS and Windows report 0 there,
 # so a step's own time cannot be taken out after its child ended: only the window before
 # the step counts on those systems.
@@ -165,8 +164,9 @@ class Watched(Generic[T]):
 class LoadWatch:
     """Runs each step with its load measured, repeats disturbed ones within a budget.
 
-    `max_repeats` bounds the extra attempts of a whole run, so a machine that
-    stays busy costs at most that many steps more, not three times the run.
+    A disturbed step is measured once more. `max_repeats` bounds the repeats of
+    a whole run, and a repeat that is disturbed too ends them: a burst of load
+    is waited out, a machine that stays busy costs one step more, not a second run.
     """
 
     def __init__(self, max_repeats: int, window_s: float = BEFORE_WINDOW_S) -> None:
@@ -184,7 +184,7 @@ class LoadWatch:
         uses_gpu: bool = False,
         again: Callable[[str], None] = lambda _label: None,
     ) -> Watched[T]:
-        """Attempt the step until one is undisturbed, unusable, or the budget is spent.
+        """Attempt the step until one is undisturbed, unusable, or no repeat is left.
 
         `again` hears the label before each repeat (progress); an unusable
         result (a crashed child) is not repeated for load: it would only fail again.
@@ -204,8 +204,15 @@ class LoadWatch:
         return Watched(value, kept)
 
     def _spend_repeat(self, attempts: int) -> bool:
-        """Take one repeat from the run's budget, if this step may have another attempt."""
-        if attempts >= MAX_ATTEMPTS_PER_STEP or self.repeats_left <= 0:
+        """Take one repeat from the run's budget, if another attempt may help.
+
+        A repeat that was disturbed as well says the load is steady, not a burst:
+        more repeats would only lengthen the run (a fast profile on a loaded 2-core
+        machine outlasted five minutes with them), so the budget ends there.
+        """
+        if attempts >= 2:
+            self.repeats_left = 0
+        if self.repeats_left <= 0:
             return False
         self.repeats_left -= 1
         self.steps_repeated += 1
