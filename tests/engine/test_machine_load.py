@@ -21,6 +21,7 @@ from engine.profiling.machine_load import (
     OWN_CHILDREN_COUNTED,
     QUIET_SHARE,
     TOO_BUSY_SHARE,
+    GpuUtilisation,
     LoadWatch,
     machine_load,
     other_share,
@@ -115,3 +116,14 @@ def test_the_record_round_trips_and_older_profiles_load_without_it() -> None:
     flagged = replace(older, machine_load=load)
     assert Profile.from_json(flagged.to_json()) == flagged
     assert '"verdict": "busy"' in flagged.to_json()
+
+
+def test_the_gpu_reading_is_a_percentage_or_unknown_never_an_error() -> None:
+    """Without an NVIDIA driver (as here) NVML cannot start: unknown, and the run goes on."""
+    gpu = GpuUtilisation()
+    try:
+        percent = gpu.percent()
+    finally:
+        gpu.close()
+    assert percent is None or 0.0 <= percent <= 100.0
+    assert gpu.percent() is None  # closed
