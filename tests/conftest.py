@@ -33,6 +33,9 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # no test reaches huggingface.co: one that forgets the local hub gets a closed loopback port
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # a profile a test measures is stored even when the (shared, 2-core) machine is busy,
+    # flagged; the tests of the refusal itself take this away
+    monkeypatch.setenv("SHARDCHAT_PROFILE_KEEP_BUSY", "1")
     return home
 
 
