@@ -13,6 +13,7 @@ from app.units import format_bytes
 from engine.machine.gpu_probe import NO_GPU_FOUND
 from engine.machine.hardware_info import GpuInfo, HardwareInfo
 from engine.machine.profile import KernelShape, Profile, Quietness
+from engine.planning.prediction_range import sureness
 
 _SUMMARY_TOKENS = (1, 16, 256)
 
@@ -269,6 +270,7 @@ def result_rows(profile: Profile, budget_bytes: int) -> list[Row]:
     rows.append(("DRAM read", f"{profile.dram_read_gbps:.1f} GB/s"))
     rows += _measured_gpu_rows(profile, hardware)
     rows.append(("Suggested VRAM budget", budget_text(budget_bytes)))
+    rows.append(("Predictions", sureness(profile).basis()))  # how sure they are (issue 29)
     if profile.unusable:
         rows.append(("Not usable here", _unusable(profile)))
     if profile.machine_load is not None:

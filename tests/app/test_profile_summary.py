@@ -24,6 +24,7 @@ from app.profile_summary import (
     suggested_budget_bytes,
     time_left_text,
 )
+from engine.machine.calibration import kind_error
 from engine.machine.described_machines import load_described
 from engine.machine.gpu_probe import NO_GPU_FOUND
 from engine.machine.hardware import probe_hardware
@@ -53,6 +54,8 @@ def test_a_gpu_machine_shows_its_link_measured_copies_and_budget(rtx5090) -> Non
     assert rows["Suggested VRAM budget"].startswith("31.5 GiB")
     assert rows["DRAM read"] == f"{rtx5090.dram_read_gbps:.1f} GB/s"
     assert rows["Measured in"].startswith("not measured")
+    error = kind_error("CUDA")  # how sure: the calibration table's CUDA rows (issue 29)
+    assert rows["Predictions"].startswith(f"±{error:.0%}: how far predictions for CUDA machines")
 
 
 def test_a_pcie_link_below_its_best_says_both() -> None:
