@@ -2,11 +2,13 @@
 
 Each store (profiles, chat history) names its file's identity: its
 application_id and the tables and columns it needs. Before connecting, the
-file is inspected read-only; a damaged, empty or foreign file is renamed
+file is inspected read-only; a damaged or foreign file is renamed
 aside (with its -wal/-shm/-journal files) to `<name>.corrupt-<time>` and a
 fresh store starts, so the app neither crashes on it nor deletes the user's
-data. Errors that say nothing about the file (busy, locked, unreadable, disk
-full) are reported instead and the file stays where it is.
+data. A zero-byte file is an empty database, as SQLite reads it: it is also what
+a store looks like while another thread creates it. Errors that say nothing about
+the file (busy, locked, unreadable, disk full) are reported instead and the file
+stays where it is.
 """
 
 from __future__ import annotations
