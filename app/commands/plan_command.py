@@ -262,6 +262,7 @@ def render_plan(plan: Plan) -> str:
         f" = {format_bytes(vram.total_bytes)}",
         f"llama.cpp n_gpu_layers {llama_gpu_layers(plan.n_gpu_layers)}, n_threads "
         f"{plan.n_threads}, n_threads_batch {plan.n_threads_batch}, n_ubatch {plan.n_ubatch}, "
+        f"flash_attn {'on' if plan.flash_attn else 'off'}, "
         f"GGML_OP_OFFLOAD_MIN_BATCH {_boundary(plan)}, {len(plan.resident_tensor_names)} "
         "tensors placed in VRAM",
         f"{'tier':>6}  {'family':9}{'streamed/step':>14}{'ms/step':>10}{'tokens/s':>11}  runner-up",

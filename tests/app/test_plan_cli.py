@@ -41,6 +41,7 @@ def test_plan_on_a_described_laptop_prints_every_tier_and_the_llama_parameters()
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "RTX 4060 Laptop GPU (described)" in out and "n_gpu_layers" in out
+    assert "flash_attn on" in out  # our plans choose it: exact, and the smaller buffers
     tier_rows = [line.split()[0] for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert tier_rows == ["1", "4", "16", "64", "256", "1024"]
     assert out.index("How fast:") < out.index("In llama.cpp's terms:")  # the summary leads
@@ -184,6 +185,7 @@ def test_a_manual_placement_is_shown_beside_the_planners_choice(dense_model: str
     out = done.stdout
     assert "manual placement layers:8: n_gpu_layers=8 of 33" in out
     assert "llama.cpp n_gpu_layers 8," in out  # what llama.cpp is given, output layer included
+    assert "flash_attn off" in out  # a whole-layer placement runs as llama.cpp's own would
     header = next(line for line in out.splitlines() if "planner" in line and "layers:8" in line)
     assert header.split() == ["planner", "layers:8", "ratio"]
     auto = json.loads(shardchat(*args, "--json").stdout)
