@@ -20,10 +20,9 @@ from pathlib import PurePosixPath
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.hub.discover_model import speed_range_text
 from app.hub.hub_errors import HubOfflineError
 from app.hub.model_suggestions import ModelSuggestion, suggest_models
-from app.units import format_bytes
+from app.units import format_bytes, speed_range_text
 from engine.errors import ShardChatError
 from engine.machine.profile import Profile
 
