@@ -230,6 +230,7 @@ def expected_error(profile: Profile) -> float | None:
     return kind_error(machine_kind(profile))
 
 
+@cache  # the shipped table does not change while the app runs; the VRAM panel asks each second
 def kind_error(kind: str) -> float:
     """The 80th percentile of |error| of the calibration rows of a kind (see expected_error).
 
