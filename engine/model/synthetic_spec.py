@@ -66,7 +66,7 @@ class SyntheticSpec:
     # image markers (mtmd looks some up as single tokens). Needs the tokenizer (vocab_size None).
     extra_tokens: tuple[str, ...] = ()
     # (old, new) texts of copied tokens to rename, keeping their ids and types: how a test
-    # takes ChatML's <|im_start|>/<|im_end|> out of a vocabulary (engine.model.synthetic_vocab)
+    # takes ChatML's <|im_start|>/<|im_end|> out of a vocabulary (tests/synthetic_vocab.py)
     renamed_tokens: tuple[tuple[str, str], ...] = ()
     # None: the default model's chat template; "": none at all; other text: that template
     chat_template: str | None = None

@@ -25,8 +25,8 @@ from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
 from engine.model.prompt_format import family_named
-from engine.model.synthetic_vocab import marker_vocabulary
 from tests.app.test_cli import assert_one_line_error, shardchat
+from tests.synthetic_vocab import marker_vocabulary
 
 GEMMA_MARKERS = ("<start_of_turn>", "<end_of_turn>")
 

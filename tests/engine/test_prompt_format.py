@@ -1,7 +1,7 @@
 """The prompt format: the GGUF's template, else its vocabulary's family, else plain completion.
 
 Synthetic models copy the default model's real tokenizer, add a family's turn markers as
-control tokens and carry no chat template (engine.model.synthetic_vocab); llama.cpp loads
+control tokens and carry no chat template (tests/synthetic_vocab.py); llama.cpp loads
 each, so the choice, the rendered prompt, its tokens and a short greedy reply are all real.
 """
 
@@ -24,9 +24,9 @@ from engine.model.prompt_format import (
     family_named,
     format_choices,
 )
-from engine.model.synthetic_vocab import marker_vocabulary
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model, prompt_format_of_file
+from tests.synthetic_vocab import marker_vocabulary
 
 GREEDY_FOUR = SamplingSettings(temperature=0.0, max_tokens=4)
 # The families the issue names, each loaded, rendered and run.

@@ -15,8 +15,8 @@ from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
-from engine.model.synthetic_vocab import marker_vocabulary
 from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vocab import marker_vocabulary
 from ui.desktop import Desktop
 from ui.image_attachments import load_image_file
 from ui.image_viewer import ImageViewer
