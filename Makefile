@@ -60,6 +60,7 @@ test: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu"
 
 # The GPU tier (tests/gpu) on a real Vulkan device: Mesa's software GPU (lavapipe) where
@@ -105,6 +106,7 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: $(INSTALLED)
 	$(VENV)/bin/ruff format .
