@@ -16,32 +16,29 @@ CORS answers only the origins the user lists.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import errno
-import hmac
 import json
 import logging
 import threading
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
-from app.api.api_errors import (
-    ApiError,
-    bad_request,
-    context_exceeded,
-    not_found,
-    server_error,
-)
+from app.api.api_errors import ApiError, bad_request, context_exceeded, not_found
 from app.api.api_streams import PoolShape, ServedModel, model_id
-from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished, ApiJob
+from app.api.engine_calls import ApiEvent, ApiJob
+from app.api.middlewares import (
+    auth_middleware,
+    cors_middleware,
+    error_middleware,
+    quiet_malformed_requests,
+)
 from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
+from app.api.reply_writer import Outbox, write_stream, write_whole
 from app.model_library import ModelEntry, ModelLibrary
 from engine.errors import BadInputError
 
@@ -55,26 +52,6 @@ DEFAULT_PORT = 8088
 MAX_BODY_BYTES = 32 * 2**20  # room for a few data-URL images
 MAX_INT_DIGITS = 4300  # Python's limit on reading an integer from text (sys.int_info)
 SHUTDOWN_SECONDS = 2.0  # streams still open when the server stops are cut after this
-USAGE_WORDS = web.RequestKey("usage_words", str)  # what the request log says of the tokens
-
-
-class _MalformedRequestsInOneLine(logging.Filter):
-    """aiohttp logs a request its parser refuses (a bad request line, a flood of headers) as
-    an ERROR with a traceback, though it answers it with a 400 itself: that is the client's
-    mistake, one WARNING line. Records of other failures pass unchanged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        problem = record.exc_info[1] if record.exc_info else None
-        if isinstance(problem, HttpProcessingError):
-            where = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-            words = " ".join(str(problem.message or type(problem).__name__).split())[:200]
-            record.msg, record.args = "refused a malformed request from %s: %s", (where, words)
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.exc_info = record.exc_text = None
-        return True
-
-
-_MALFORMED_REQUESTS = _MalformedRequestsInOneLine()
 
 
 class ServerStartError(BadInputError):
@@ -206,11 +183,16 @@ class ApiServer:
             loop.close()
 
     async def _listen(self) -> None:
-        self._outbox = _Outbox(asyncio.get_running_loop())
-        logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUESTS)  # once: a set
+        self._outbox = Outbox(asyncio.get_running_loop())
+        quiet_malformed_requests()
+        config = self.config
         app = web.Application(
-            client_max_size=self.config.max_body_bytes,
-            middlewares=[self._errors, self._cors, self._auth],
+            client_max_size=config.max_body_bytes,
+            middlewares=[
+                error_middleware(config.max_body_bytes),
+                cors_middleware(config.cors_origins),
+                auth_middleware(config.api_key),
+            ],
         )
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{id:.+}", self._model)
@@ -244,75 +226,6 @@ class ApiServer:
                 self._on_state(self.state)
             except Exception:
                 log.exception("server state callback failed")
-
-    # --- middleware ---
-
-    @web.middleware
-    async def _errors(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except ApiError as exc:
-            status = exc.status
-            return web.json_response(exc.body(), status=exc.status)
-        except web.HTTPRequestEntityTooLarge:
-            status = 413
-            limit = self.config.max_body_bytes // 2**20
-            error = ApiError(413, f"the request body is larger than {limit} MB", code="too_large")
-            return web.json_response(error.body(), status=413)
-        except web.HTTPException as exc:
-            status = exc.status
-            error = _routing_error(request, exc)
-            headers = {k: v for k, v in exc.headers.items() if k.lower() != "content-type"}
-            return web.json_response(error.body(), status=exc.status, headers=headers)
-        except asyncio.CancelledError:
-            status = 499  # the client went away
-            raise
-        except Exception:
-            log.exception("%s %s failed", request.method, request.path)
-            return web.json_response(server_error("internal server error").body(), status=500)
-        finally:
-            tokens = request.get(USAGE_WORDS, "")
-            log.info(
-                "%s %s %d %s%.2f s", request.method, request.path, status,
-                f"{tokens} " if tokens else "", time.perf_counter() - started,
-            )  # fmt: skip
-
-    @web.middleware
-    async def _cors(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        origin = request.headers.get("Origin")
-        allowed = origin is not None and (
-            origin in self.config.cors_origins or "*" in self.config.cors_origins
-        )
-        if request.method == "OPTIONS" and allowed:
-            response: web.StreamResponse = web.Response(status=204)
-        else:
-            response = await handler(request)
-        if allowed and not response.prepared:
-            response.headers["Access-Control-Allow-Origin"] = origin or "*"
-            response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
-            response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-        return response
-
-    @web.middleware
-    async def _auth(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        key = self.config.api_key
-        guarded = bool(key) and request.path != "/health"
-        if guarded and not hmac.compare_digest(_bearer_token(request), (key or "").encode()):
-            raise ApiError(
-                401, "invalid API key: send it as 'Authorization: Bearer KEY'",
-                "invalid_request_error", "invalid_api_key",
-            )  # fmt: skip
-        return await handler(request)
 
     # --- handlers ---
 
@@ -350,9 +263,8 @@ class ApiServer:
         """The library model a request names, when the user allows switching models."""
         if not self.config.allow_model_switch:
             return None
-        name = wanted.strip().lower()
         for entry in await _library():
-            if name in (model_id(str(entry.path)).lower(), entry.name.lower()):
+            if _as_served(entry).answers_to(wanted):
                 return entry
         return None
 
@@ -402,8 +314,8 @@ class ApiServer:
             self.worker.serve_api(job)
             try:
                 if call.stream:
-                    return await _stream(request, queue, reply)
-                return await _whole(request, queue, reply)
+                    return await write_stream(request, queue, reply)
+                return await write_whole(request, queue, reply)
             finally:
                 job.cancel.cancel()  # a no-op once it ended; frees the sequence if not
 
@@ -435,34 +347,6 @@ class _Admission:
         self._server._publish()
 
 
-class _Outbox:
-    """Events from the worker's thread into the requests' queues on the server's loop.
-
-    The worker sends one event per stream per step; waking the loop for each
-    (a write to its self-pipe) would cost sixteen system calls a step with
-    sixteen clients. Events gather here and the first of a batch schedules one
-    flush, which hands them all over."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Queue[ApiEvent], ApiEvent]] = []
-
-    def put(self, queue: asyncio.Queue[ApiEvent], event: ApiEvent) -> None:
-        with self._lock:
-            self._pending.append((queue, event))
-            if len(self._pending) > 1:
-                return  # a flush is already on its way
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-            self._loop.call_soon_threadsafe(self._flush)
-
-    def _flush(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for queue, event in pending:
-            queue.put_nowait(event)
-
-
 async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     try:
@@ -477,34 +361,6 @@ def _integer(digits: str) -> int | float:
     """An integer too long for Python to read (4300 digits) as a float: infinity, which the
     field's own check then refuses by name, rather than a parse error that names none."""
     return int(digits) if len(digits) <= MAX_INT_DIGITS else float(digits)
-
-
-def _bearer_token(request: web.Request) -> bytes:
-    """The key in `Authorization: Bearer KEY`; the scheme is case-insensitive (RFC 7235), and
-    a bare key is taken as it always was."""
-    header = request.headers.get("Authorization", "").strip()
-    scheme, _, token = header.partition(" ")
-    given = token.strip() if scheme.lower() == "bearer" else header
-    try:
-        return given.encode("utf-8")
-    except UnicodeEncodeError as exc:  # aiohttp keeps bytes that are not UTF-8 as surrogates
-        raise bad_request(
-            "the Authorization header is not UTF-8 text", "Authorization", "invalid_header"
-        ) from exc
-
-
-def _routing_error(request: web.Request, exc: web.HTTPException) -> ApiError:
-    if isinstance(exc, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(exc.allowed_methods))
-        message = f"{request.method} is not allowed on {request.path}; use {allowed}"
-        return ApiError(exc.status, message, code="method_not_allowed")
-    if isinstance(exc, web.HTTPNotFound):
-        message = (
-            f"no such endpoint: {request.method} {request.path} (served: /v1/chat/completions, "
-            "/v1/completions, /v1/models, /health)"
-        )
-        return ApiError(exc.status, message, code="not_found")
-    return ApiError(exc.status, exc.reason, code=None)
 
 
 def _check_fits(call: ApiCall, model: ServedModel, room: int) -> None:
@@ -522,75 +378,6 @@ def _check_fits(call: ApiCall, model: ServedModel, room: int) -> None:
         raise context_exceeded(room, f"at least {at_least}", call.endpoint)
 
 
-async def _whole(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
-) -> web.Response:
-    while True:
-        event = await queue.get()
-        if isinstance(event, ApiDelta):
-            reply.take(event)
-        elif isinstance(event, ApiFailed):
-            raise event.error
-        else:
-            request[USAGE_WORDS] = _usage_words(event)
-            return web.json_response(reply.whole(event))
-
-
-async def _stream(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
-) -> web.StreamResponse:
-    """The reply as server-sent events. Events that wait in the queue together (the loop
-    fell behind the engine) go out in one write: one system call, not one per chunk."""
-    first = await queue.get()  # an error before the first token is still a plain error
-    if isinstance(first, ApiFailed):
-        raise first.error
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    await response.prepare(request)
-    opening = reply.first_chunk()
-    chunks: list[bytes] = [_event(opening)] if opening is not None else []
-    event: ApiEvent = first
-    while True:
-        if isinstance(event, ApiDelta):
-            chunks.append(_event(reply.delta_chunk(event)))
-        elif isinstance(event, ApiFailed):
-            await response.write(b"".join([*chunks, _event(event.error.body())]))
-            return response
-        else:
-            request[USAGE_WORDS] = _usage_words(event)
-            if event.tool_calls:
-                chunks.append(_event(reply.tool_calls_chunk(event.tool_calls)))
-            chunks.append(_event(reply.final_chunk(event)))
-            if reply.include_usage:
-                chunks.append(_event(reply.usage_chunk(event)))
-            await response.write(b"".join([*chunks, b"data: [DONE]\n\n"]))
-            await response.write_eof()
-            return response
-        if queue.empty():
-            await response.write(b"".join(chunks))
-            chunks = []
-            event = await queue.get()
-        else:
-            event = queue.get_nowait()
-
-
-def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
-
-def _usage_words(finished: ApiFinished) -> str:
-    usage = finished.usage
-    return (
-        f"prompt {usage.prompt_tokens} ({usage.cached_tokens} cached) "
-        f"completion {usage.completion_tokens} tokens,"
-    )
-
-
 async def _library() -> list[ModelEntry]:
     """The model library's language models whose files exist (SQLite: off the loop)."""
 
@@ -599,6 +386,19 @@ async def _library() -> list[ModelEntry]:
             return [e for e in library.models() if e.exists]
 
     return await asyncio.get_running_loop().run_in_executor(None, read)
+
+
+def _as_served(entry: ModelEntry) -> ServedModel:
+    """A library model as it would be served, so a request names it as it names the loaded
+    one (ServedModel.answers_to: its id, readable name or file name)."""
+    return ServedModel(
+        id=model_id(str(entry.path)),
+        name=entry.readable_name,
+        path=str(entry.path),
+        context_length=0,
+        vision=entry.mmproj_exists,
+        created=0,
+    )
 
 
 def _library_card(entry: ModelEntry) -> dict[str, Any]:

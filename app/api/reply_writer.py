@@ -1,0 +1,127 @@
+"""A request's events from the engine worker, written to its client: one JSON body or SSE.
+
+The worker's thread hands events to the server's loop through an `Outbox`;
+a route then waits on its queue and writes the reply `ReplyBuilder` shapes,
+either whole (`write_whole`) or as server-sent events (`write_stream`). An
+error before the first token is a plain HTTP error (the route raises it);
+after it, the stream is already 200 and the error goes out as its last chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished
+from app.api.middlewares import USAGE_WORDS
+from app.api.openai_replies import ReplyBuilder
+
+
+class Outbox:
+    """Events from the worker's thread into the requests' queues on the server's loop.
+
+    The worker sends one event per stream per step; waking the loop for each
+    (a write to its self-pipe) would cost sixteen system calls a step with
+    sixteen clients. Events gather here and the first of a batch schedules one
+    flush, which hands them all over."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue[ApiEvent], ApiEvent]] = []
+
+    def put(self, queue: asyncio.Queue[ApiEvent], event: ApiEvent) -> None:
+        with self._lock:
+            self._pending.append((queue, event))
+            if len(self._pending) > 1:
+                return  # a flush is already on its way
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+            self._loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for queue, event in pending:
+            queue.put_nowait(event)
+
+
+async def write_whole(
+    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
+) -> web.Response:
+    """The reply as one JSON body, once the stream has finished; its failure is raised."""
+    while True:
+        event = await queue.get()
+        if isinstance(event, ApiDelta):
+            reply.take(event)
+        elif isinstance(event, ApiFailed):
+            raise event.error
+        else:
+            request[USAGE_WORDS] = _usage_words(event)
+            return web.json_response(reply.whole(event))
+
+
+async def write_stream(
+    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
+) -> web.StreamResponse:
+    """The reply as server-sent events. Events that wait in the queue together (the loop
+    fell behind the engine) go out in one write: one system call, not one per chunk."""
+    first = await queue.get()  # an error before the first token is still a plain error
+    if isinstance(first, ApiFailed):
+        raise first.error
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    opening = reply.first_chunk()
+    chunks: list[bytes] = [_event(opening)] if opening is not None else []
+    event: ApiEvent = first
+    while True:
+        if isinstance(event, ApiDelta):
+            chunks.append(_event(reply.delta_chunk(event)))
+        elif isinstance(event, ApiFailed):
+            await response.write(b"".join([*chunks, _event(event.error.body())]))
+            return response
+        else:
+            request[USAGE_WORDS] = _usage_words(event)
+            await response.write(b"".join([*chunks, *_closing(reply, event)]))
+            await response.write_eof()
+            return response
+        if queue.empty():
+            await response.write(b"".join(chunks))
+            chunks = []
+            event = await queue.get()
+        else:
+            event = queue.get_nowait()
+
+
+def _closing(reply: ReplyBuilder, finished: ApiFinished) -> list[bytes]:
+    """The last chunks of a finished stream: its tool calls, the finish reason, the usage
+    when asked for, and [DONE]."""
+    chunks = []
+    if finished.tool_calls:
+        chunks.append(_event(reply.tool_calls_chunk(finished.tool_calls)))
+    chunks.append(_event(reply.final_chunk(finished)))
+    if reply.include_usage:
+        chunks.append(_event(reply.usage_chunk(finished)))
+    return [*chunks, b"data: [DONE]\n\n"]
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _usage_words(finished: ApiFinished) -> str:
+    usage = finished.usage
+    return (
+        f"prompt {usage.prompt_tokens} ({usage.cached_tokens} cached) "
+        f"completion {usage.completion_tokens} tokens,"
+    )
