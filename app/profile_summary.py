@@ -9,7 +9,7 @@ so each front end lays them out its own way.
 from __future__ import annotations
 
 from app.auto_budget import AutoBudget
-from app.units import format_bytes
+from app.units import format_bytes, format_duration
 from engine.machine.gpu_probe import NO_GPU_FOUND
 from engine.machine.hardware_info import GpuInfo, HardwareInfo
 from engine.machine.profile import KernelShape, Profile, Quietness
@@ -314,14 +314,6 @@ def fastest_threads(profile: Profile) -> int:
 
 
 # -- time ----------------------------------------------------------------------------------------
-
-
-def format_duration(seconds: float) -> str:
-    """45 -> '45 s', 83 -> '1 min 23 s'."""
-    whole = max(0, round(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    return f"{whole // 60} min {whole % 60:02d} s"
 
 
 def expected_duration_text(previous: Profile | None) -> str:

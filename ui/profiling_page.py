@@ -25,11 +25,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
-from app.profile_summary import (
-    format_duration,
-    machine_load_text,
-    time_left_text,
-)
+from app.profile_summary import machine_load_text, time_left_text
 from app.profiling_job import (
     ProfilingCancelled,
     ProfilingEvent,
@@ -39,6 +35,7 @@ from app.profiling_job import (
     ProfilingSaved,
     ProfilingTooBusy,
 )
+from app.units import format_duration
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode, Quietness
 

@@ -15,7 +15,6 @@ import pytest
 from app.profile_summary import (
     backend_text,
     budget_text,
-    format_duration,
     gpu_rows,
     hardware_rows,
     pcie_text,
@@ -24,6 +23,7 @@ from app.profile_summary import (
     suggested_budget_bytes,
     time_left_text,
 )
+from app.units import format_duration
 from engine.machine.calibration import kind_error
 from engine.machine.described_machines import load_described
 from engine.machine.gpu_probe import NO_GPU_FOUND
@@ -108,7 +108,8 @@ def test_how_busy_the_machine_was_is_said_only_as_far_as_it_is_known(rtx5090) ->
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(0.4, "0 s"), (45, "45 s"), (83, "1 min 23 s"), (600, "10 min 00 s")]
+    ("seconds", "text"),
+    [(0.4, "1 s"), (45, "45 s"), (83, "1 min 23 s"), (600, "10 min 00 s"), (4000, "1 h 06 min")],
 )
 def test_durations_read_naturally(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
