@@ -1,39 +1,112 @@
-"""The architecture rule, checked: engine/ and app/ never import Qt; ui/ never imports llama_cpp."""
+"""The architecture rule, checked: import-linter's contracts in pyproject.toml hold here.
+
+The contracts ([tool.importlinter]) say ui > app > engine, engine and app never import Qt,
+ui never imports llama_cpp, the engine's packages stay in their layers, and no sibling
+packages or modules import each other in a cycle; type-only imports count. `make test` and
+`make lint` run `lint-imports`; these tests run it too, and run it on copies of the tree
+with one bad import added, to show that each contract would catch the breach.
+"""
 
 from __future__ import annotations
 
-import ast
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from importlinter.api import read_configuration
 
 ROOT = Path(__file__).resolve().parent.parent
-FORBIDDEN = {"engine": {"PySide6", "qasync"}, "app": {"PySide6", "qasync"}, "ui": {"llama_cpp"}}
+PACKAGES = ("engine", "app", "ui")
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def imported_modules(source: Path) -> set[str]:
-    tree = ast.parse(source.read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+def contract_names() -> dict[str, str]:
+    """Each contract's name by its id, as pyproject.toml declares them."""
+    contracts = read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
+    return {contract["id"]: contract["name"] for contract in contracts}
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_package_sources_do_not_import_forbidden_modules(package: str) -> None:
-    sources = sorted((ROOT / package).rglob("*.py"))
-    assert sources, f"no sources found in {package}/"
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_modules(path) & FORBIDDEN[package])
-        for path in sources
-        if imported_modules(path) & FORBIDDEN[package]
-    }
-    assert offenders == {}
+def broken_contracts(root: Path) -> set[str]:
+    """The ids of the contracts `lint-imports` finds broken in the tree at `root`; every
+    contract must be reported, kept or broken, and the exit status must agree."""
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    verdicts = {}
+    for contract_id, name in contract_names().items():
+        found = re.search(rf"^{re.escape(name)} (KEPT|BROKEN)\b", done.stdout, re.MULTILINE)
+        assert found, f"no verdict for {name!r}:\n{done.stdout}{done.stderr}"
+        verdicts[contract_id] = found.group(1)
+    broken = {contract_id for contract_id, verdict in verdicts.items() if verdict == "BROKEN"}
+    assert (done.returncode != 0) == bool(broken), done.stdout + done.stderr
+    return broken
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    assert broken_contracts(ROOT) == set()
+
+
+# Each breach as a file of a copied tree and the text appended to it (or a new file), with
+# the contracts it breaks.
+BREACHES = {
+    "engine imports app": (
+        "engine/model/gguf_file.py",
+        "from app import paths\n",
+        {"layers"},
+    ),
+    "app imports ui": ("app/units.py", "import ui\n", {"layers"}),
+    "engine imports Qt for types only": (
+        "engine/cancel.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from PySide6 import QtCore\n",
+        {"core-without-qt"},
+    ),
+    "app reaches Qt through ui": (
+        "app/units.py",
+        "from ui import main_window\n",
+        {"layers", "core-without-qt"},
+    ),
+    "ui imports llama_cpp": ("ui/message_html.py", "import llama_cpp\n", {"ui-without-llama"}),
+    "an engine package imports one of its own layer": (
+        "engine/llama/offload_boundary.py",
+        "from engine.model import gguf_file\n",
+        {"engine-layers"},
+    ),
+    "an engine package without a layer": ("engine/extras/__init__.py", "", {"engine-layers"}),
+    "a type-only import cycle": (
+        "ui/main_window.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ui import desktop\n",
+        {"no-cycles"},
+    ),
+}
+
+
+def copy_of_the_tree(destination: Path) -> Path:
+    """Our packages and the contracts, copied: what `lint-imports` reads, nothing else."""
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package, destination / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy2(ROOT / "pyproject.toml", destination / "pyproject.toml")
+    return destination
+
+
+@pytest.mark.parametrize("breach", sorted(BREACHES))
+def test_a_contract_catches_the_breach(breach: str, tmp_path: Path) -> None:
+    relative, added, expected = BREACHES[breach]
+    tree = copy_of_the_tree(tmp_path)
+    target = tree / relative
+    assert target.exists() or not added, f"{relative} is gone: choose another module"
+    target.parent.mkdir(exist_ok=True)
+    with target.open("a", encoding="utf-8") as source:
+        source.write(added)
+    assert broken_contracts(tree) == expected
 
 
 @pytest.mark.parametrize(
@@ -50,6 +123,8 @@ def test_package_sources_do_not_import_forbidden_modules(package: str) -> None:
 def test_importing_a_layer_does_not_load_the_forbidden_library(
     imports: str, forbidden: str
 ) -> None:
+    """At run time too: the launcher's GUI import stays deferred (the contracts name it as
+    their one exception, so only running the imports shows it still is)."""
     script = (
         f"import sys, {imports}\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] == {forbidden!r}))\n"
@@ -57,146 +132,3 @@ def test_importing_a_layer_does_not_load_the_forbidden_library(
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-
-
-def test_module_detector_sees_imports(tmp_path: Path) -> None:
-    probe = tmp_path / "probe.py"
-    probe.write_text("import PySide6.QtCore\nfrom llama_cpp import Llama\nfrom . import x\n")
-    assert imported_modules(probe) == {"PySide6", "llama_cpp"}
-
-
-# --- no import cycles, type-only (TYPE_CHECKING) imports included (issue 14) ---
-
-OURS = ("engine", "app", "ui")
-
-
-def our_imports(source: Path) -> set[str]:
-    """Our modules `source` imports anywhere in it, under TYPE_CHECKING too: a module
-    named by `from package import module` counts as that module."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] in OURS)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] not in OURS:
-                continue
-            found.add(node.module)
-            for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
-                if (ROOT / Path(*submodule.split("."))).with_suffix(".py").exists():
-                    found.add(submodule)
-    return found
-
-
-def module_graph() -> dict[str, set[str]]:
-    graph = {}
-    for package in OURS:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            graph[name.removesuffix(".__init__")] = our_imports(path)
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected group of more than one module (or one importing itself)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for target in sorted(graph.get(node, ())):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            group = []
-            while not group or group[-1] != node:
-                group.append(stack.pop())
-            if len(group) > 1 or node in graph.get(node, ()):
-                found.append(sorted(group))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def test_no_module_imports_itself_through_others() -> None:
-    graph = module_graph()
-    assert "engine.batch.run" in graph["engine.batch.generator"]  # the graph sees imports
-    assert cycles(graph) == []
-
-
-def test_the_cycle_finder_finds_a_type_only_cycle(tmp_path: Path) -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert cycles(graph) == [["a", "b", "c"]]
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from engine.planning.plan import Plan\n"
-        "from engine.llama import offload_boundary\n"
-    )
-    expected = {"engine.planning.plan", "engine.llama", "engine.llama.offload_boundary"}
-    assert our_imports(probe) == expected
-
-
-# --- the engine's packages, in layers (import-linter's "layers" contract) ---
-
-# Bottom first. A package may import the packages of the layers below it, never one of
-# its own layer or above; the modules directly in engine/ (errors, cancel, ...) are the
-# floor everything may use and that uses nothing else.
-ENGINE_LAYERS: list[set[str]] = [
-    {"model", "llama"},  # GGUF files and chat templates; the llama.cpp bindings
-    {"machine"},  # hardware probe, profiles, described machines
-    {"planning"},  # plans, the cost model, and how a plan becomes load parameters
-    {"generation"},  # the scheduler, its streams, sampling: the one token loop
-    {"runtime"},  # the loaded model, its conversation, the step log
-    {"vision", "batch", "profiling", "serving"},  # serving: many clients' streams in slots
-]
-
-
-def engine_package(module: str) -> str | None:
-    """The engine package a module belongs to; "" for the modules directly in engine/."""
-    parts = module.split(".")
-    if parts[0] != "engine":
-        return None
-    is_package = len(parts) > 1 and (ROOT / "engine" / parts[1]).is_dir()
-    return parts[1] if is_package else ""
-
-
-def layer_breaches(graph: dict[str, set[str]], layers: list[set[str]]) -> list[str]:
-    rank = {package: i for i, layer in enumerate(layers) for package in layer}
-    rank[""] = -1
-    breaches = []
-    for module, imports in sorted(graph.items()):
-        source = engine_package(module)
-        if source is None:
-            continue
-        for target in sorted(imports):
-            wanted = engine_package(target)
-            if wanted is None or wanted == source:
-                continue
-            if rank.get(wanted, len(layers)) >= rank.get(source, len(layers)):
-                breaches.append(f"{module} -> {target}")
-    return breaches
-
-
-def test_every_engine_package_has_a_layer() -> None:
-    packages = {p.name for p in (ROOT / "engine").iterdir() if (p / "__init__.py").exists()}
-    assert packages == set().union(*ENGINE_LAYERS)
-
-
-def test_engine_packages_import_only_the_layers_below_them() -> None:
-    assert layer_breaches(module_graph(), ENGINE_LAYERS) == []
-
-
-def test_the_layer_check_sees_an_upward_import() -> None:
-    graph = {"engine.model.inventory": {"engine.planning.plan", "engine.errors"}}
-    assert layer_breaches(graph, ENGINE_LAYERS) == [
-        "engine.model.inventory -> engine.planning.plan"
-    ]
