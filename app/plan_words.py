@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.units import format_bytes
+from app.units import format_bytes, speed_text
 from engine.model.inventory import SubLayerKind
 from engine.planning.execution import executable_plan
 from engine.planning.plan import NEVER_OFFLOAD, FamilyEstimate, Plan, PlanFamily
@@ -129,7 +129,7 @@ def speed_against_plan(
     what the reply's `steps` taught the cost model, and says from what."""
     if not math.isfinite(measured_tps) or measured_tps <= 0:
         return TOO_SHORT
-    measured = f"{measured_tps:.1f} tokens/s"
+    measured = speed_text(measured_tps, "tokens/s")
     correction = decode_correction(plan, steps)
     predicted = predicted_decode_tps(plan, correction)
     if predicted is None:

@@ -32,6 +32,7 @@ def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
     started = time.perf_counter()
     try:
         _log_to_file(verbose)
+        from app.units import speed_text
         from engine.generation.sampling import SamplingSettings
         from engine.llama.backends import start_ggml
         from engine.llama.device_buffers import llama_log_lines, parse_buffer_lines
@@ -70,9 +71,10 @@ def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
     done = time.perf_counter()
     print(f"selftest: prompt: {PROMPT}", file=out)
     print(f"selftest: answer: {answer}", file=out)
+    speed = speed_text(reply.stats.decode_tokens_per_s, "tokens/s")
     print(
         f"selftest ok: load {loaded - started:.2f} s, reply {done - loaded:.2f} s "
-        f"({reply.stats.generated_tokens} tokens, {reply.stats.decode_tokens_per_s:.1f} tokens/s), "
+        f"({reply.stats.generated_tokens} tokens, {speed}), "
         f"total {done - started:.2f} s",
         file=out,
         flush=True,

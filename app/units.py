@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from engine.planning.prediction_range import Sureness
 
@@ -56,9 +57,14 @@ def format_duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def speed_text(tokens_per_s: float) -> str:
-    """12.34 -> '12.3 tok/s'; 11835.2 -> '11,835 tok/s'."""
-    return f"{tokens_per_s:,.0f} tok/s" if tokens_per_s >= 100 else f"{tokens_per_s:.1f} tok/s"
+SpeedUnit = Literal["tok/s", "tokens/s"]  # short where room is (tables, progress), else spelled
+
+
+def speed_text(tokens_per_s: float, unit: SpeedUnit = "tok/s") -> str:
+    """12.34 -> '12.3 tok/s'; 11835.2 -> '11,835 tok/s'; every speed the app shows is said
+    here, so the CLI, the window and the panels give the same figure for the same speed."""
+    figure = f"{tokens_per_s:,.0f}" if tokens_per_s >= 100 else f"{tokens_per_s:.1f}"
+    return f"{figure} {unit}"
 
 
 def speed_range_text(tokens_per_s: float, sureness: Sureness) -> str:

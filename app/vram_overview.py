@@ -13,7 +13,7 @@ from typing import TypeGuard
 
 from app.plan_words import correction_words, plan_details, predicted_decode_tps
 from app.profile_summary import backend_text
-from app.units import format_bytes
+from app.units import format_bytes, speed_text
 from engine.machine.calibration import CPU_KIND, kind_error
 from engine.machine.hardware_info import GpuInfo
 from engine.planning.plan import Plan
@@ -137,7 +137,7 @@ def _spread(plan: Plan | None, gpu: GpuInfo | None) -> str:
 def _prediction(plan: Plan) -> str:
     """Decode speed, time to first token and VRAM used: "30.9 tok/s, 0.39 s, 3.9 GiB"."""
     return (
-        f"{plan.predicted_decode_tokens_per_s:.1f} tok/s, {plan.predicted_ttft_s:.2f} s, "
+        f"{speed_text(plan.predicted_decode_tokens_per_s)}, {plan.predicted_ttft_s:.2f} s, "
         f"{format_bytes(plan.vram.total_bytes)}"
     )
 

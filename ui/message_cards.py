@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QPointF, QRect, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QTextDocument
 
+from app.units import speed_text
 from ui.conversation_model import MessageRow
 from ui.message_html import MessageColours, RenderedMessage, render_message
 from ui.theme import Theme
@@ -258,4 +259,4 @@ def _stats_line(row: MessageRow) -> str:
         return ""
     tokens = stats.get("generated_tokens")
     count = f"{tokens} tokens · " if isinstance(tokens, int) else ""
-    return f"{count}{speed:.1f} tokens/s"
+    return f"{count}{speed_text(speed, 'tokens/s')}"

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.units import format_bytes
+from app.units import format_bytes, speed_text
 from app.vram_overview import BATCH_SEQUENCES, VramOverview
 
 RELEASE_DEBOUNCE_MS = 300
@@ -282,7 +282,7 @@ def _speed(tokens_per_s: float | None, ttft_s: float | None, corrected: str = ""
     """ "24.1 tokens/s predicted (corrected from 31 after 400 steps), 0.39 s to first token"."""
     if tokens_per_s is None:
         return "–"
-    text = f"{tokens_per_s:.1f} tokens/s predicted"
+    text = f"{speed_text(tokens_per_s, 'tokens/s')} predicted"
     text = f"{text} ({corrected})" if corrected else text
     return text if ttft_s is None else f"{text}, {ttft_s:.2f} s to first token"
 

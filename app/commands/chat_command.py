@@ -32,6 +32,7 @@ from app.load_planning import PlannedLoad, planned_load, with_vision
 from app.model_library import projector_for
 from app.stop_signals import on_ctrl_c
 from app.stores.chat_store import ChatStore
+from app.units import speed_text
 from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
 from engine.generation.sampling import SamplingSettings
@@ -248,7 +249,7 @@ def _print_stats(reply: ReplyFinished) -> None:
     stats: GenerationStats = reply.stats
     parts = [
         f"{stats.time_to_first_token_s:.2f} s to first token",
-        f"{stats.decode_tokens_per_s:.1f} tokens/s",
+        speed_text(stats.decode_tokens_per_s, "tokens/s"),
         f"{stats.generated_tokens} tokens ({stats.finish_reason.value})",
         f"context {reply.context_used}/{reply.context_window} tokens",
     ]

@@ -22,7 +22,7 @@ from app.auto_budget import AutoBudget
 from app.commands.arg_types import positive_int, size
 from app.plan_words import plan_details, plan_in_words
 from app.stores.profile_store import ProfileStore
-from app.units import format_bytes
+from app.units import format_bytes, speed_text
 from engine.errors import BadInputError
 from engine.machine.described_machines import described_names, load_described
 from engine.machine.gpu_probe import probe_gpus
@@ -183,7 +183,7 @@ def render_summary(plan: Plan, profile: Profile, budget_source: str) -> str:
         f"{request.n_ctx} tokens{together}",
         f"Where it runs: {plan_in_words(plan)}",
         *(f"  {sentence}" for sentence in plan_details(plan)),
-        f"How fast: {plan.predicted_decode_tokens_per_s:.1f} tokens/s while it writes a "
+        f"How fast: {speed_text(plan.predicted_decode_tokens_per_s, 'tokens/s')} while it writes a "
         f"reply; {plan.predicted_ttft_s:.2f} s to the first token of a reply to a "
         f"{request.prompt_tokens}-token prompt (predicted)",
     ]

@@ -30,6 +30,7 @@ from app.summaries.summary_job import (
     SummarySettings,
 )
 from app.summaries.summary_prompts import DEFAULT_MAX_WORDS
+from app.units import speed_text
 from engine.cancel import CancelToken
 from engine.generation.sampling import SUMMARY_SAMPLING
 from engine.model.default_model import default_model_path
@@ -129,7 +130,7 @@ def _out(args: argparse.Namespace) -> Path | None:
 def _show(bar: tqdm, progress: JobProgress) -> None:
     bar.total = progress.files_total
     bar.n = progress.files_done
-    bar.set_postfix_str(f"{progress.tokens_per_s:.0f} tok/s · {progress.current[-40:]}")
+    bar.set_postfix_str(f"{speed_text(progress.tokens_per_s)} · {progress.current[-40:]}")
     bar.refresh()
 
 

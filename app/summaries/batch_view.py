@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from app.stores.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord
 from app.summaries.document_scan import FolderScan, default_output_folder
 from app.summaries.summary_output import summary_path
+from app.units import speed_text
 from engine.errors import BadInputError
 
 if TYPE_CHECKING:  # app.summaries.summary_job pulls in llama.cpp; the panel must not
@@ -182,14 +183,14 @@ def with_outcome(view: BatchView, outcome: JobOutcome) -> BatchView:
 
 
 def progress_text(view: BatchView) -> str:
-    """'12 of 40 files · 4 at a time · 85 tok/s · about 2 min left' (the parts known)."""
+    """'12 of 40 files · 4 at a time · 85.4 tok/s · about 2 min left' (the parts known)."""
     if view.folder is None:
         return "Choose or drop a folder to summarise"
     parts = [f"{view.files_done} of {view.files_total} files"]
     if view.state == RUNNING and view.parallel > 1:
         parts.append(f"{view.parallel} at a time")
     if view.state == RUNNING and view.tokens_per_s > 0:
-        parts.append(f"{view.tokens_per_s:.0f} tok/s")
+        parts.append(speed_text(view.tokens_per_s))
     if view.state == RUNNING and view.eta_text:
         parts.append(view.eta_text)
     if view.state in (PAUSED, FINISHED):

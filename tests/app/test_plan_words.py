@@ -22,7 +22,7 @@ from app.plan_words import (
     predicted_decode_tps,
     speed_against_plan,
 )
-from app.units import format_bytes
+from app.units import format_bytes, speed_text
 from app.vram_overview import vram_overview
 from engine.llama import offload_boundary
 from engine.machine.described_machines import load_described
@@ -227,7 +227,7 @@ def test_a_replys_speed_is_set_beside_the_plans_prediction(plan_of) -> None:
     assert predicted == plan.predicted_decode_tokens_per_s > 0
     half = predicted / 2
     assert speed_against_plan(half, plan) == (
-        f"{half:.1f} tokens/s (plan predicted {predicted:.1f}, 50%)"
+        f"{speed_text(half, 'tokens/s')} (plan predicted {predicted:.1f}, 50%)"
     )
     assert speed_against_plan(predicted * 1.25, plan).endswith(", 125%)")
     for unmeasured in (0.0, -1.0, math.nan, math.inf):

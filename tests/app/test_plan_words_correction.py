@@ -14,6 +14,7 @@ from app.plan_words import (
     predicted_decode_tps,
     speed_against_plan,
 )
+from app.units import speed_text
 from app.vram_overview import vram_overview
 from engine.machine.calibration import CPU_KIND, kind_error
 from engine.machine.profile import Profile
@@ -48,7 +49,7 @@ def test_a_reply_whose_decode_steps_learned_shows_the_corrected_prediction(cpu_p
     assert predicted_decode_tps(cpu_plan, steps[-1].correction) == pytest.approx(corrected)
     measured = corrected * 0.9
     assert speed_against_plan(measured, cpu_plan, steps) == (
-        f"{measured:.1f} tokens/s (plan predicted {corrected:.1f}, "
+        f"{speed_text(measured, 'tokens/s')} (plan predicted {corrected:.1f}, "
         f"corrected from {model_tps:.0f} after 400 steps: 90%)"
     )
 
@@ -56,7 +57,8 @@ def test_a_reply_whose_decode_steps_learned_shows_the_corrected_prediction(cpu_p
 def test_with_nothing_learned_for_decode_the_words_stay_as_they_were(cpu_plan) -> None:
     model_tps = predicted_decode_tps(cpu_plan)
     assert model_tps is not None
-    as_before = f"{model_tps / 2:.1f} tokens/s (plan predicted {model_tps:.1f}, 50%)"
+    half = speed_text(model_tps / 2, "tokens/s")
+    as_before = f"{half} (plan predicted {model_tps:.1f}, 50%)"
     assert speed_against_plan(model_tps / 2, cpu_plan) == as_before
     other_tier = [step(256, 3.0, 40)]  # a prompt's correction says nothing of decoding
     other_family = [step(1, 3.0, 40, PlanFamily.GPU_ONLY)]  # nor another family's

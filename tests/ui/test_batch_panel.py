@@ -120,10 +120,12 @@ def test_progress_reads_like_a_sentence_and_time_left_is_rounded() -> None:
         folder=Path("/docs"), files_done=12, files_total=40, tokens_per_s=85.4,
         eta_text=eta_text(130), state=RUNNING,
     )  # fmt: skip
-    assert progress_text(view) == "12 of 40 files · 85 tok/s · about 2 min left"
+    assert progress_text(view) == "12 of 40 files · 85.4 tok/s · about 2 min left"
     assert progress_text(replace(view, state=PAUSED)) == "12 of 40 files · paused"
     with_four = with_progress(view, JobProgress(12, 40, "a.txt", 900, 85.4, 130.0, parallel=4))
-    assert progress_text(with_four) == "12 of 40 files · 4 at a time · 85 tok/s · about 2 min left"
+    assert (
+        progress_text(with_four) == "12 of 40 files · 4 at a time · 85.4 tok/s · about 2 min left"
+    )
     assert progress_text(BatchView()) == "Choose or drop a folder to summarise"
     assert [eta_text(s) for s in (None, 20, 3 * 3600 + 600)] == [
         "",
@@ -175,7 +177,7 @@ def test_the_panel_renders_each_state_from_a_plain_view(qtbot, tmp_path: Path) -
     panel.show_batch(running)
     assert enabled(panel) == {"Pause", "Cancel"}
     assert not panel.choose.isEnabled() and not panel.max_words.isEnabled()
-    assert panel.progress.text() == "2 of 3 files · 42 tok/s · under a minute left"
+    assert panel.progress.text() == "2 of 3 files · 42.0 tok/s · under a minute left"
     assert (panel.progress.value(), panel.progress.maximum()) == (2, 3)
 
     panel.show_batch(replace(running, state=PAUSED))

@@ -23,7 +23,7 @@ from app.plan_words import (
     speed_against_plan,
 )
 from app.stores.profile_store import ProfileStore, model_key
-from app.units import format_bytes
+from app.units import format_bytes, speed_text
 from app.vram_overview import vram_overview
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
@@ -300,9 +300,10 @@ def test_the_last_replys_speed_stays_beside_the_prediction_across_refreshes(qtbo
     panel.show_last_speed(speed_against_plan(measured, plan))
     panel.show_overview(view)  # the once-a-second refresh keeps it
     assert panel.last_speed.text() == (
-        f"{measured:.1f} tokens/s (plan predicted {predicted:.1f}, 80%)"
+        f"{speed_text(measured, 'tokens/s')} (plan predicted {predicted:.1f}, 80%)"
     )
-    assert panel.chat.text().startswith(f"{predicted:.1f} tokens/s predicted")  # the row above
+    # the row above
+    assert panel.chat.text().startswith(f"{speed_text(predicted, 'tokens/s')} predicted")
     panel.show_last_speed("")
     assert panel.last_speed.text() == "–"
 
@@ -317,7 +318,8 @@ def test_a_reply_corrects_the_prediction_and_the_next_load_goes_on_from_it(
     plan = load(2 * GIB)
     model_tps = predicted_decode_tps(plan)
     assert model_tps is not None
-    not_yet = rf"{model_tps:.1f} tokens/s predicted \(±\d+% on [\w-]+ machines\), "  # how sure
+    said = re.escape(speed_text(model_tps, "tokens/s"))
+    not_yet = rf"{said} predicted \(±\d+% on [\w-]+ machines\), "  # how sure
     assert re.match(not_yet, panel.chat.text()), panel.chat.text()
     with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
         controller.worker.send_message("Name three colours.", GREEDY.with_changes(max_tokens=12))
@@ -325,7 +327,7 @@ def test_a_reply_corrects_the_prediction_and_the_next_load_goes_on_from_it(
     assert decode is not None and decode.steps >= 5
     corrected = model_tps / decode.factor
     assert panel.chat.text().startswith(
-        f"{corrected:.1f} tokens/s predicted (corrected from {model_tps:.0f} after "
+        f"{speed_text(corrected, 'tokens/s')} predicted (corrected from {model_tps:.0f} after "
         f"{decode.steps} steps), "
     )
     load(2 * GIB)  # the model is closed, what it learned kept, and loaded again
