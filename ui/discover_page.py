@@ -2,38 +2,23 @@
 of its quants would run here, download one and load it.
 
 It renders an `app.hub.discover_model.DiscoverModel` and redraws the part each
-change names; `DiscoverJobs` does the work. What LM Studio's Discover tab shows
-is the bar: results with their downloads and likes, the card's summary and
-licence, every quant with its size and a verdict for this machine (here the
-planner's own prediction: decode speed, time to first token, share in VRAM, or
-that it exceeds RAM), the recommended quant marked, a download with its speed
-and time left that can be paused, and "Load now" at the end.
+change names (the cells through ui.discover_cells); `DiscoverJobs`
+(ui.discover_jobs) does the work on worker threads, the GUI thread only renders.
+What LM Studio's Discover tab shows is the bar: results with their downloads and
+likes, the card's summary and licence, every quant with its size and a verdict
+for this machine (here the planner's own prediction: decode speed, time to first
+token, share in VRAM, or that it exceeds RAM), the recommended quant marked, a
+download with its speed and time left that can be paused, and "Load now" at the
+end. A failure of any kind is one line in the theme's error colour.
 
-Threads: every Hub call (search, listing a repository, reading headers by range,
-downloading) and the planning of a repository's quants runs on a worker of
-`DiscoverJobs`, and the answer comes back through a queued signal; the GUI
-thread only renders. The hub store is opened inside each worker call (one
-SQLite connection per thread). Answers for a search typed over or a repository
-clicked past are dropped by the model's tickets. A failure of any kind is one
-line in the theme's error colour.
-
-Downloads outlive the dialog when the desktop keeps the jobs (ui.desktop);
-a dialog with jobs of its own pauses its downloads when it closes, and they are
+A dialog with jobs of its own pauses its downloads when it closes, and they are
 listed with Resume the next time, like unfinished downloads of an earlier run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from typing import TypeVar
-
-from PySide6.QtCore import QObject, Qt, QTimer, Signal, SignalInstance
-from PySide6.QtGui import QColor, QPalette, QShowEvent
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -45,46 +30,20 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QSlider,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from app.hub.catalogue import Catalogue, Kind, RepoDetails, RepoSummary, Sort
-from app.hub.discover_model import (
-    QUANT_COLUMNS,
-    RESULT_COLUMNS,
-    Change,
-    DiscoverModel,
-    DownloadState,
-    PredictionRequest,
-    QuantRow,
-    SearchQuery,
-    result_cells,
-)
-from app.hub.file_transfer import DEFAULT_POLICY, DownloadStopped, TransferControl, TransferPolicy
-from app.hub.gguf_files import RemoteModel
-from app.hub.hub_errors import HubOfflineError
-from app.hub.hub_settings import models_dir, save_token
-from app.hub.model_download import (
-    DownloadManager,
-    DownloadProgress,
-    discard_download,
-    run_download,
-    start_or_resume,
-)
-from app.hub.remote_plans import Prediction, QuantReading, read_quants
-from app.stores.hub_store import CANCELLED, DONE, PAUSED, QUEUED, UNFINISHED, HubStore
+from app.hub.catalogue import Kind, Sort
+from app.hub.discover_model import QUANT_COLUMNS, RESULT_COLUMNS, Change, DownloadState, SearchQuery
+from app.stores.hub_store import DONE
 from app.units import format_bytes
-from engine.errors import ShardChatError
-from engine.machine.profile import Profile
-from ui.tables import read_only_table
-from ui.theme import DARK, LIGHT, Theme, error_style
+from ui import discover_cells as cells
+from ui.discover_cells import DOWNLOAD_COLUMNS, NOTES, ROW_KEY
+from ui.discover_jobs import DiscoverJobs
 
-log = logging.getLogger(__name__)
+__all__ = ["DOWNLOAD_COLUMNS", "DiscoverJobs", "DiscoverPage"]  # what the manager and tests use
 
-SEARCH_LIMIT = 40
 KINDS: tuple[tuple[str, Kind | None], ...] = (
     ("Any kind", None), ("Text", "text"), ("MoE", "moe"), ("Vision", "vision"),
 )  # fmt: skip
@@ -94,324 +53,11 @@ SORTS: tuple[tuple[str, Sort], ...] = (
 CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 BUDGET_DEBOUNCE_MS = 250  # a dragged slider plans once it rests, not at every step
 MIB = 1 << 20
-ROW_KEY = Qt.ItemDataRole.UserRole  # what a row stands for: repository, quant path, download id
-RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-QUANT, SIZE, SPEED, FIRST_TOKEN, IN_VRAM, NOTES = range(len(QUANT_COLUMNS))
-DOWNLOAD_COLUMNS = ("Download", "Progress")
 TOKEN_PROMPT = (
     "A token lets ShardChat download gated models. Make one (read access is enough) at\n"
     "huggingface.co → Settings → Access Tokens, accept the model's terms on its page, then\n"
     "paste the token here. It is kept in the system keyring (else in a private file)."
 )
-
-T = TypeVar("T")
-
-
-class DiscoverJobs(QObject):
-    """The Discover page's work on worker threads; answers go into the model on the GUI thread.
-
-    Browsing (search, listing, headers) and starting downloads share a small pool;
-    planning has its own worker so a moved slider never waits behind the network;
-    downloads run on a pool of their own. `DownloadManager` keeps one job per
-    model: asking again for a model that is downloading joins it.
-    """
-
-    imported = Signal(str)  # a download finished: this model file is in the model list
-    _searched = Signal(int, object)  # ticket, list[RepoSummary] | str
-    _listed = Signal(int, object)  # ticket, RepoDetails | str
-    _read = Signal(int, object)  # ticket, list[QuantReading] | str
-    _planned = Signal(object, object)  # PredictionRequest, {path: Prediction | None} | str
-    _tracked = Signal(object)  # DownloadState: started, stopped or finished
-    _joined = Signal(object)  # DownloadState of a job already running
-    _progressed = Signal(object)  # DownloadProgress
-    _failed = Signal(int, str)  # download id, why
-    _refused = Signal(str)  # why a download could not start
-    _unfinished = Signal(object)  # list[DownloadState] of earlier runs
-    _token_kept = Signal(str, bool)  # where the token went, or why not; whether it was kept
-
-    def __init__(
-        self,
-        model: DiscoverModel,
-        policy: TransferPolicy = DEFAULT_POLICY,
-        parent: QObject | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self.model = model
-        self.policy = policy
-        self.manager = DownloadManager()
-        self._browser = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hub-browse")
-        self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub-plan")
-        self._transfers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hub-download")
-        self._starting = threading.Lock()  # one start_or_resume at a time: no twin jobs
-        self._wanted_repository = 0  # the listing the model waits for (read by workers)
-        self._resume_when_stopped: set[int] = set()
-        self._download_when_listed: tuple[str, str] | None = None  # repository, quant path
-        self._closed = False
-        queued = Qt.ConnectionType.QueuedConnection
-        self._searched.connect(self._on_searched, queued)
-        self._listed.connect(self._on_listed, queued)
-        self._read.connect(self._on_read, queued)
-        self._planned.connect(self._on_planned, queued)
-        self._tracked.connect(self._on_tracked, queued)
-        self._joined.connect(self._on_joined, queued)
-        self._progressed.connect(self._on_progress, queued)
-        self._failed.connect(self._on_failed, queued)
-        self._refused.connect(self._on_refused, queued)
-        self._unfinished.connect(self._on_unfinished, queued)
-        self._token_kept.connect(self._on_token_kept, queued)
-
-    # -- asked on the GUI thread ---------------------------------------------------------------
-
-    def search(self, query: SearchQuery) -> None:
-        ticket = self.model.begin_search(query)
-        self._submit(self._browser, self._search, ticket, query)
-
-    def open_repository(self, repo_id: str) -> None:
-        ticket = self.model.open_repository(repo_id)
-        if ticket is not None:
-            self._wanted_repository = ticket
-            self._submit(self._browser, self._list, ticket, repo_id)
-
-    def use_machine(self, profile: Profile | None, budget_bytes: int | None, n_ctx: int) -> None:
-        """Plan with this profile, budget (None: the profile's default) and context."""
-        self._plan(self.model.use_machine(profile, budget_bytes, n_ctx))
-
-    def set_budget(self, budget_bytes: int) -> None:
-        self._plan(self.model.set_budget(budget_bytes))
-
-    def set_context(self, n_ctx: int) -> None:
-        self._plan(self.model.set_context(n_ctx))
-
-    def download(self, model: RemoteModel) -> None:
-        """Download a quant of the repository shown (or join its download if it runs)."""
-        details = self.model.details
-        if details is not None:
-            self._submit(self._browser, self._start, details, model)
-
-    def download_listed(self, repo_id: str, model_path: str) -> None:
-        """Show the repository and download this quant of it as soon as it is listed: the
-        wizard's suggestion, one click away from a download that can be paused and loaded."""
-        self._download_when_listed = (repo_id, model_path)
-        self.open_repository(repo_id)
-        self._start_pending_download()  # already shown and listed: at once
-
-    def resume(self, download_id: int) -> None:
-        control, is_new = self.manager.control_for(download_id)
-        if not is_new:  # still stopping after a pause: go on once it has stopped
-            self._resume_when_stopped.add(download_id)
-            return
-        self.model.mark(download_id, QUEUED)
-        self._submit(self._transfers, self._run, download_id, control)
-
-    def pause(self, download_id: int) -> None:
-        self._resume_when_stopped.discard(download_id)
-        if download_id in self.manager.running():
-            self.manager.pause(download_id)
-            self.model.mark(download_id, PAUSED)
-
-    def cancel(self, download_id: int) -> None:
-        """Stop a download and delete what it fetched of the file in progress."""
-        self._resume_when_stopped.discard(download_id)
-        if download_id in self.manager.running():
-            self.manager.cancel(download_id)
-        else:
-            self._submit(self._browser, self._discard, download_id)
-        self.model.mark(download_id, CANCELLED)
-
-    def save_token(self, token: str) -> None:
-        """Keep a token (the keyring may take a while: on a worker), then list the repository
-        shown again with it."""
-        self._submit(self._browser, self._keep_token, token)
-
-    def load_unfinished(self) -> None:
-        """List the downloads an earlier run left unfinished (with Resume)."""
-        self._submit(self._browser, self._list_unfinished)
-
-    def shutdown(self, wait: bool = False) -> None:
-        """Pause every running download (each resumes from its .part files later) and stop
-        taking work. The app never waits for the workers (`wait` is for tests, whose local
-        hub must outlive them)."""
-        self._closed = True
-        for download_id in self.manager.running():
-            self.manager.pause(download_id)
-        for pool in (self._browser, self._planner, self._transfers):
-            pool.shutdown(wait=wait, cancel_futures=True)
-
-    def _submit(self, pool: ThreadPoolExecutor, call: Callable[..., None], *args: object) -> None:
-        if not self._closed:
-            pool.submit(call, *args)
-
-    def _plan(self, request: PredictionRequest | None) -> None:
-        if request is not None:
-            self._submit(self._planner, self._predict, request)
-
-    # -- on worker threads ---------------------------------------------------------------------
-
-    def _search(self, ticket: int, query: SearchQuery) -> None:
-        answer = _attempt(
-            lambda: Catalogue().search(query.text, kind=query.kind, sort=query.sort,
-                                       limit=SEARCH_LIMIT)
-        )  # fmt: skip
-        _emit(self._searched, ticket, answer)
-
-    def _list(self, ticket: int, repo_id: str) -> None:
-        catalogue = Catalogue()
-        details = _attempt(lambda: catalogue.details(repo_id))
-        _emit(self._listed, ticket, details)
-        if isinstance(details, str) or not details.models or self._wanted_repository != ticket:
-            return
-        _emit(self._read, ticket, _attempt(lambda: _read_headers(catalogue, details)))
-
-    def _predict(self, request: PredictionRequest) -> None:
-        _emit(self._planned, request, _attempt(request.run))
-
-    def _start(self, details: RepoDetails, model: RemoteModel) -> None:
-        try:
-            with self._starting, HubStore() as store:
-                download = start_or_resume(store, details, model, models_dir())
-                control, is_new = self.manager.control_for(download.id)
-        except ShardChatError as exc:
-            _emit(self._refused, str(exc))
-            return
-        except Exception as exc:  # the page must say something, whatever went wrong
-            log.exception("starting the download of %s/%s failed", details.repo_id, model.path)
-            _emit(self._refused, _unexpected(exc))
-            return
-        state = DownloadState.of(download)
-        if not is_new:
-            _emit(self._joined, state)
-            return
-        _emit(self._tracked, replace(state, status=QUEUED, error=None))
-        self._submit(self._transfers, self._run, download.id, control)
-
-    def _run(self, download_id: int, control: TransferControl) -> None:
-        outcome: DownloadState | str
-        try:
-            catalogue = Catalogue()
-            with HubStore() as store:
-                try:
-                    done = run_download(
-                        store, download_id, catalogue.endpoint, catalogue.auth_headers(),
-                        lambda progress: _emit(self._progressed, progress), control, self.policy,
-                    )  # fmt: skip
-                    outcome = DownloadState.of(done)
-                except DownloadStopped:
-                    outcome = DownloadState.of(store.download(download_id), running_here=False)
-                except ShardChatError as exc:
-                    outcome = str(exc)
-        except Exception as exc:
-            log.exception("download %d failed", download_id)
-            outcome = _unexpected(exc)
-        finally:
-            self.manager.finished(download_id)  # before the GUI hears: Resume may follow
-        if isinstance(outcome, str):
-            _emit(self._failed, download_id, outcome)
-        else:
-            _emit(self._tracked, outcome)
-
-    def _discard(self, download_id: int) -> None:
-        try:
-            with HubStore() as store:
-                discard_download(store, store.download(download_id))
-        except Exception:
-            log.exception("discarding download %d failed", download_id)
-
-    def _keep_token(self, token: str) -> None:
-        try:
-            _emit(self._token_kept, save_token(token), True)
-        except Exception as exc:  # ValueError for an empty one, an OSError writing the file
-            _emit(self._token_kept, f"the token was not kept: {exc}", False)
-
-    def _list_unfinished(self) -> None:
-        try:
-            with HubStore() as store:
-                found = store.downloads(UNFINISHED)
-        except Exception:
-            log.exception("reading the unfinished downloads failed")
-            return
-        running = set(self.manager.running())
-        _emit(self._unfinished, [DownloadState.of(d, d.id in running) for d in found])
-
-    # -- answers, on the GUI thread ------------------------------------------------------------
-
-    def _on_searched(self, ticket: int, answer: list[RepoSummary] | str) -> None:
-        if isinstance(answer, _OfflineLine):
-            self.model.went_offline(ticket, answer)
-        elif isinstance(answer, str):
-            self.model.search_failed(ticket, answer)
-        else:
-            self.model.show_results(ticket, answer)
-
-    def _on_listed(self, ticket: int, answer: RepoDetails | str) -> None:
-        if isinstance(answer, str):
-            self.model.repository_failed(ticket, answer)
-        elif self.model.show_details(ticket, answer):
-            self._start_pending_download()
-
-    def _start_pending_download(self) -> None:
-        pending, details = self._download_when_listed, self.model.details
-        if pending is None or details is None or details.repo_id != pending[0]:
-            return
-        self._download_when_listed = None
-        model = next((m for m in details.models if m.path == pending[1]), None)
-        if model is None:
-            self.model.refuse(f"{pending[0]} no longer has {pending[1]}")
-            return
-        self.model.select_quant(model.path)
-        self.download(model)
-
-    def _on_read(self, ticket: int, answer: list[QuantReading] | str) -> None:
-        if isinstance(answer, str):
-            self.model.repository_failed(ticket, answer)
-        else:
-            self._plan(self.model.show_readings(ticket, answer))
-
-    def _on_planned(
-        self, request: PredictionRequest, answer: dict[str, Prediction | None] | str
-    ) -> None:
-        if isinstance(answer, str):
-            self.model.planning_failed(request, answer)
-        else:
-            self.model.show_predictions(request, answer)
-
-    def _on_tracked(self, state: DownloadState) -> None:
-        current = self.model.download(state.download_id)
-        cancelled = current is not None and current.status == CANCELLED
-        if cancelled and state.status not in (DONE, CANCELLED):
-            # cancelled while it was stopping after a pause: discard what the pause kept
-            self._submit(self._browser, self._discard, state.download_id)
-            state = replace(state, status=CANCELLED)
-        self.model.track(state)
-        if state.status == DONE and state.model_file is not None:
-            self.imported.emit(str(state.model_file))
-        if state.download_id in self._resume_when_stopped and state.status != QUEUED:
-            self._resume_when_stopped.discard(state.download_id)
-            if state.status == PAUSED:
-                self.resume(state.download_id)
-
-    def _on_failed(self, download_id: int, message: str) -> None:
-        self._resume_when_stopped.discard(download_id)
-        self.model.download_failed(download_id, message)
-
-    def _on_joined(self, state: DownloadState) -> None:
-        self.model.joined(state)
-
-    def _on_progress(self, progress: DownloadProgress) -> None:
-        self.model.show_progress(progress)
-
-    def _on_refused(self, message: str) -> None:
-        self.model.refuse(message)
-
-    def _on_unfinished(self, states: list[DownloadState]) -> None:
-        self.model.add_unfinished(states)
-
-    def _on_token_kept(self, where: str, kept: bool) -> None:
-        if not kept:
-            self.model.refuse(where)
-            return
-        log.info("Hugging Face token kept in %s", where)
-        if self.model.repo_id is not None:
-            self.open_repository(self.model.repo_id)  # listed again, now with the token
 
 
 class DiscoverPage(QWidget):
@@ -428,7 +74,7 @@ class DiscoverPage(QWidget):
         self.sort_box = _combo([label for label, _sort in SORTS])
         self.search_button = QPushButton("Search")
         self.search_status = QLabel(wordWrap=True)
-        self.results = _table(RESULT_COLUMNS, stretch_column=0)
+        self.results = cells.discover_table(RESULT_COLUMNS, stretch_column=0)
         self.title = QLabel("Choose a repository")
         self.meta = QLabel(wordWrap=True)
         self.summary = QLabel(wordWrap=True)
@@ -436,7 +82,7 @@ class DiscoverPage(QWidget):
         self.budget_label = QLabel()
         self.context_box = QComboBox()
         self.note = QLabel(wordWrap=True)
-        self.quants = _table(QUANT_COLUMNS, stretch_column=NOTES)
+        self.quants = cells.discover_table(QUANT_COLUMNS, stretch_column=NOTES)
         self.repo_status = QLabel(wordWrap=True)
         self.token_button = QPushButton("Add a Hugging Face token…")
         self.download_button = QPushButton("Download")
@@ -446,7 +92,7 @@ class DiscoverPage(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.load_button = QPushButton("Load now")
         self.downloads_title = QLabel("<b>Downloads</b>")
-        self.downloads = _table(DOWNLOAD_COLUMNS, stretch_column=1)
+        self.downloads = cells.discover_table(DOWNLOAD_COLUMNS, stretch_column=1)
         self.resume_selected = QPushButton("Resume")
         self.pause_selected = QPushButton("Pause")
         self.cancel_selected = QPushButton("Cancel")
@@ -696,30 +342,22 @@ class DiscoverPage(QWidget):
 
     def _update_results(self) -> None:
         model = self.model
-        _say(self.search_status, model.search_activity.text, model.search_activity.problem)
-        self.results.blockSignals(True)
-        self.results.setRowCount(len(model.results))
-        for row, result in enumerate(model.results):
-            for column, text in enumerate(result_cells(result)):
-                item = QTableWidgetItem(text)
-                item.setData(ROW_KEY, result.repo_id)
-                if column > 1:
-                    item.setTextAlignment(RIGHT)
-                item.setToolTip(_result_tip(result.repo_id, result.license))
-                self.results.setItem(row, column, item)
-        self.results.blockSignals(False)
+        cells.say(self.search_status, model.search_activity.text, model.search_activity.problem)
+        cells.fill_results(self.results, model.results)
         self._select_result(model.repo_id)
 
     def _update_repository(self) -> None:
         model = self.model
         details = model.details
         self.title.setText(model.repo_id or "Choose a repository")
-        self.meta.setText(_meta_text(model) or "Search, then pick a repository to see its quants.")
+        self.meta.setText(
+            cells.meta_text(model) or "Search, then pick a repository to see its quants."
+        )
         text = details.summary if details is not None else ""
         self.summary.setText(text or "No summary in the model card.")
         self.summary.setVisible(details is not None)
         self._update_plan_controls()
-        _say(self.repo_status, model.repo_activity.text, model.repo_activity.problem)
+        cells.say(self.repo_status, model.repo_activity.text, model.repo_activity.problem)
         summary = model.summary
         gated = (details is not None and details.gated) or (summary is not None and summary.gated)
         self.token_button.setVisible(bool(gated))
@@ -757,42 +395,11 @@ class DiscoverPage(QWidget):
         self.context_box.blockSignals(False)
         self.context_box.setEnabled(model.profile is not None)
         self.note.setText(model.prediction_note())
-        self.note.setStyleSheet(_muted_style(self.note))
+        self.note.setStyleSheet(cells.muted_style(self.note))
 
     def _update_quants(self) -> None:
-        rows = self.model.quant_rows()
-        self.quants.blockSignals(True)
-        self.quants.setRowCount(len(rows))
-        for index, row in enumerate(rows):
-            self._draw_quant(index, row)
-        chosen = [i for i, row in enumerate(rows) if row.model.path == self.model.selected_path]
-        if chosen:
-            self.quants.selectRow(chosen[0])
-        else:
-            self.quants.clearSelection()
-        self.quants.blockSignals(False)
+        cells.fill_quants(self.quants, self.model.quant_rows(), self.model.selected_path)
         self._update_download_row()
-
-    def _draw_quant(self, index: int, row: QuantRow) -> None:
-        tip = "\n".join(part.path for part in row.model.parts)
-        if row.model.projector is not None:
-            tip += f"\nvision projector: {row.model.projector.path}"
-        prediction = row.prediction
-        exceeds = prediction is not None and not prediction.fits_ram
-        red = NOTES if row.problem else SPEED if exceeds else None
-        for column, text in enumerate(row.cells()):
-            item = QTableWidgetItem(text)
-            item.setData(ROW_KEY, row.model.path)
-            item.setToolTip(f"{tip}\n{text}" if column == NOTES and text else tip)
-            if row.recommended:
-                font = item.font()
-                font.setBold(True)
-                item.setFont(font)
-            if column in (SIZE, SPEED, FIRST_TOKEN, IN_VRAM):
-                item.setTextAlignment(RIGHT)
-            if column == red:
-                item.setForeground(_danger(self))
-            self.quants.setItem(index, column, item)
 
     def _update_download_row(self) -> None:
         """The selected quant's Download button, or its download: progress, Pause or Resume,
@@ -801,7 +408,7 @@ class DiscoverPage(QWidget):
         state = row.download if row is not None else None
         self.download_button.setVisible(state is None)
         self.download_button.setEnabled(row is not None and not row.problem)
-        self.download_button.setText(_download_text(row.model if row is not None else None))
+        self.download_button.setText(cells.download_text(row.model if row is not None else None))
         running = state is not None and state.status != DONE
         self.progress.setVisible(state is not None)
         self.progress.setRange(0, 1000)
@@ -816,28 +423,11 @@ class DiscoverPage(QWidget):
         self.load_button.setVisible(state is not None)
         text = state.progress_text() if state is not None else ""
         failed = state is not None and state.error and state.can_resume
-        _say(self.download_status, text, f"{text}: {state.error}" if failed and state else "")
+        cells.say(self.download_status, text, f"{text}: {state.error}" if failed and state else "")
 
     def _update_downloads(self) -> None:
         states = self.model.downloads()
-        chosen = self.selected_download()
-        self.downloads.blockSignals(True)
-        self.downloads.setRowCount(len(states))
-        for index, state in enumerate(states):
-            progress = state.progress_text()
-            if state.error and state.can_resume:
-                progress = f"{progress}: {state.error}"
-            for column, text in enumerate((state.name, progress)):
-                item = QTableWidgetItem(text)
-                item.setData(ROW_KEY, state.download_id)
-                item.setToolTip(text)
-                if column == 1 and state.error and state.can_resume:
-                    item.setForeground(_danger(self))
-                self.downloads.setItem(index, column, item)
-        keep = [i for i, s in enumerate(states) if chosen and s.download_id == chosen.download_id]
-        if keep or states:
-            self.downloads.selectRow(keep[0] if keep else 0)
-        self.downloads.blockSignals(False)
+        cells.fill_downloads(self.downloads, states, self.selected_download())
         for widget in (self.downloads_title, self.downloads, self.resume_selected,
                        self.pause_selected, self.cancel_selected, self.load_selected):  # fmt: skip
             widget.setVisible(bool(states))
@@ -852,99 +442,7 @@ class DiscoverPage(QWidget):
         self.load_selected.setEnabled(state is not None and state.can_load)
 
 
-# -- plain helpers ---------------------------------------------------------------------------------
-
-
-def _read_headers(catalogue: Catalogue, details: RepoDetails) -> list[QuantReading]:
-    with HubStore() as store:
-        return read_quants(
-            details.models, catalogue.endpoint, details.repo_id, details.revision,
-            catalogue.auth_headers(), store,
-        )  # fmt: skip
-
-
-class _OfflineLine(str):
-    """Why a Hub call failed, when the reason is that there is no connection at all."""
-
-
-def _attempt(call: Callable[[], T]) -> T | str:
-    """The call's answer, or the one line that says why it failed (never an exception)."""
-    try:
-        return call()
-    except HubOfflineError as exc:
-        return _OfflineLine(exc)
-    except ShardChatError as exc:
-        return str(exc)
-    except Exception as exc:  # a worker's bug must show as a line, not a page that waits
-        log.exception("a Hub call failed")
-        return _unexpected(exc)
-
-
-def _unexpected(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"unexpected error: {type(exc).__name__}" + (f": {text[0]}" if text else "")
-
-
-def _emit(signal: SignalInstance, *args: object) -> None:
-    with contextlib.suppress(RuntimeError):  # the page went away meanwhile
-        signal.emit(*args)
-
-
-def _meta_text(model: DiscoverModel) -> str:
-    """Owner, licence, popularity, update, gating: one line under the repository's name."""
-    details, summary = model.details, model.summary
-    if model.repo_id is None:
-        return ""
-    facts = [f"by {model.repo_id.split('/')[0]}"]
-    licence = (details.license if details else None) or (summary.license if summary else None)
-    facts.append(f"licence {licence}" if licence else "no licence given")
-    if summary is not None:
-        facts.append(
-            f"{_counted(summary.downloads, 'download')} · {_counted(summary.likes, 'like')}"
-        )
-        if summary.last_modified is not None:
-            facts.append(f"updated {summary.last_modified:%Y-%m-%d}")
-    if details is not None:
-        facts.append(f"commit {details.revision[:7]}")
-    if (details is not None and details.gated) or (summary is not None and summary.gated):
-        facts.append("<b>gated</b>: accept its terms on the repository page")
-    return " · ".join(facts)
-
-
-def _download_text(model: RemoteModel | None) -> str:
-    if model is None:
-        return "Download"
-    return f"Download {model.quant or 'file'} · {format_bytes(model.download_size)}"
-
-
-def _counted(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
-
-
-def _result_tip(repo_id: str, licence: str | None) -> str:
-    return f"{repo_id}\nlicence: {licence or 'not given'}"
-
-
-def _say(label: QLabel, text: str, problem: str) -> None:
-    """One line under a part of the page: a problem in the theme's red, else muted words."""
-    label.setStyleSheet(error_style(label) if problem else _muted_style(label))
-    label.setText(problem or text)
-    label.setVisible(bool(problem or text))
-
-
-def _muted_style(widget: QWidget) -> str:
-    """Secondary words in the theme's muted colour (picked as ui.theme.error_style picks
-    its red: a label's own palette follows the last style sheet it was given)."""
-    return f"color: {_theme_on(widget).muted_text};"
-
-
-def _danger(widget: QWidget) -> QColor:
-    return QColor(_theme_on(widget).danger)
-
-
-def _theme_on(widget: QWidget) -> Theme:
-    """The theme whose colours read on the widget's background, light or dark."""
-    return DARK if widget.palette().color(QPalette.ColorRole.Window).lightness() < 128 else LIGHT
+# -- layout helpers --------------------------------------------------------------------------------
 
 
 def _combo(labels: list[str]) -> QComboBox:
@@ -959,11 +457,3 @@ def _row(*buttons: QPushButton) -> QHBoxLayout:
         row.addWidget(button)
     row.addStretch(1)
     return row
-
-
-def _table(headers: tuple[str, ...], stretch_column: int) -> QTableWidget:
-    """The manager's read-only table, drawn without grid lines or wrapped cells."""
-    table = read_only_table(headers, stretch_column)
-    table.setShowGrid(False)
-    table.setWordWrap(False)
-    return table
