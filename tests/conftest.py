@@ -7,11 +7,16 @@ touches a person's real data.
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 from local_hub import LocalHub, TestRepos, publish_test_repos
 
 from engine.llama.backends import start_ggml
@@ -37,6 +42,55 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # flagged; the tests of the refusal itself take this away
     monkeypatch.setenv("SHARDCHAT_PROFILE_KEEP_BUSY", "1")
     return home
+
+
+# ---------------------------------------------------------------- the command line, in process
+
+
+@pytest.fixture
+def shardchat(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CliRun:
+    """`shardchat ARGS` run in this process, as the console script runs it: `main(ARGS)`,
+    SystemExit (argparse's) read as the exit code, stdin piped from a string.
+
+    Why: a separate process re-imports everything and re-reads the default model (~2.3 s a
+    run). Output is captured at the file descriptors, so what llama.cpp wrote to stderr
+    itself is seen as a user would see it. Tests of what only a process shows (a terminal,
+    a signal, a crash, a fresh interpreter's imports) start `shardchat` themselves."""
+    from app.cli import main
+
+    def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        capfd.readouterr()  # what came before this run is not its output
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        root = logging.getLogger()
+        level = root.level
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        finally:
+            _drop_cli_log_handlers(root, level)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["shardchat", *args], code, out, err)
+
+    return run
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What the interpreter would exit with: None is 0, a message is 1 (printed)."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _drop_cli_log_handlers(root: logging.Logger, level: int) -> None:
+    """The log file and --verbose handlers a run added, gone with it: the next test has
+    another home, and a handler on a closed capture would fail every later record."""
+    for handler in list(root.handlers):
+        if getattr(handler, "_shardchat", False):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,6 @@
-"""The `shardchat` console script, run as a user runs it: a separate process."""
+"""The `shardchat` command line: `main` in this process (the `shardchat` fixture), and the
+console script as a separate process where only a process shows it (its exit, what reaches
+the terminal from the first line on)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 
 
-def shardchat(
+def shardchat_process(
     *args: str, stdin: str | None = "", timeout: float = 120
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -37,7 +40,7 @@ def assert_one_line_error(done: subprocess.CompletedProcess, code: int = 2) -> s
 
 
 def test_version() -> None:
-    done = shardchat("--version")
+    done = shardchat_process("--version")
     assert done.returncode == 0
     assert done.stdout.strip().startswith("shardchat 0.")
 
@@ -45,7 +48,7 @@ def test_version() -> None:
 def test_chat_with_a_prompt_prints_a_reply_and_keeps_llama_logs_in_the_log_file(
     isolated_home: Path,
 ) -> None:
-    done = shardchat("chat", "--temperature", "0", "--max-tokens", "24", "Say hello")
+    done = shardchat_process("chat", "--temperature", "0", "--max-tokens", "24", "Say hello")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     assert "llama_model_loader" not in done.stderr + done.stdout
@@ -53,7 +56,7 @@ def test_chat_with_a_prompt_prints_a_reply_and_keeps_llama_logs_in_the_log_file(
     assert "llama_model_loader: loaded meta data" in log_text
 
 
-def test_chat_reads_a_piped_prompt_and_prints_stats_on_request() -> None:
+def test_chat_reads_a_piped_prompt_and_prints_stats_on_request(shardchat: CliRun) -> None:
     done = shardchat("chat", "--temperature", "0", "--max-tokens", "8", "--stats", stdin="Hi!")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
@@ -62,7 +65,9 @@ def test_chat_reads_a_piped_prompt_and_prints_stats_on_request() -> None:
     assert 8 < used < window == 4096
 
 
-def test_sampling_flags_reach_the_reply_and_bad_ones_are_refused_in_one_line() -> None:
+def test_sampling_flags_reach_the_reply_and_bad_ones_are_refused_in_one_line(
+    shardchat: CliRun,
+) -> None:
     args = ("chat", "--temperature", "0", "--max-tokens", "40", "List the days of the week.")
     plain = shardchat(*args, "--repeat-penalty", "1")
     penalised = shardchat(*args, "--repeat-penalty", "1.6", "--dry-multiplier", "1.5")
@@ -76,18 +81,18 @@ def test_sampling_flags_reach_the_reply_and_bad_ones_are_refused_in_one_line() -
         assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
 
 
-def test_greedy_cli_replies_are_reproducible() -> None:
+def test_greedy_cli_replies_are_reproducible(shardchat: CliRun) -> None:
     args = ("chat", "--temperature", "0", "--max-tokens", "16", "Name a fruit.")
     assert shardchat(*args).stdout == shardchat(*args).stdout
 
 
-def test_verbose_shows_llama_cpp_log_on_stderr() -> None:
+def test_verbose_shows_llama_cpp_log_on_stderr(shardchat: CliRun) -> None:
     done = shardchat("--verbose", "chat", "--max-tokens", "2", "Hi")
     assert done.returncode == 0
     assert "llama_model_loader" in done.stderr
 
 
-def test_info_prints_the_sublayer_table_of_the_default_model() -> None:
+def test_info_prints_the_sublayer_table_of_the_default_model(shardchat: CliRun) -> None:
     done = shardchat("info", "default")
     assert done.returncode == 0, done.stderr
     assert "architecture   llama (dense)" in done.stdout
@@ -99,7 +104,7 @@ def test_info_prints_the_sublayer_table_of_the_default_model() -> None:
     assert "output_head" in done.stdout and "(tied)" in done.stdout
 
 
-def test_info_on_a_moe_model_shows_router_and_experts(make_synthetic) -> None:
+def test_info_on_a_moe_model_shows_router_and_experts(make_synthetic, shardchat: CliRun) -> None:
     done = shardchat("info", str(make_synthetic("qwen3moe", "F16")))
     assert done.returncode == 0, done.stderr
     assert "qwen3moe (MoE)" in done.stdout
@@ -107,7 +112,7 @@ def test_info_on_a_moe_model_shows_router_and_experts(make_synthetic) -> None:
     assert "4 routed (2 used per token)" in done.stdout
 
 
-def test_info_json_is_the_inventory(make_synthetic) -> None:
+def test_info_json_is_the_inventory(make_synthetic, shardchat: CliRun) -> None:
     done = shardchat("info", "--json", str(make_synthetic("gemma3", "F16")))
     data = json.loads(done.stdout)
     assert data["architecture"] == "gemma3"
@@ -135,7 +140,7 @@ def bad_files(tmp_path: Path, default_model_file: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("case", ["readme", "missing", "directory", "empty", "truncated"])
 @pytest.mark.parametrize("command", ["info", "chat"])
 def test_bad_model_files_exit_2_with_one_line(
-    case: str, command: str, tmp_path: Path, default_model_file: Path
+    case: str, command: str, tmp_path: Path, default_model_file: Path, shardchat: CliRun
 ) -> None:
     path = bad_files(tmp_path, default_model_file)[case]
     args = ("info", str(path)) if command == "info" else ("chat", "--model", str(path), "hi")
@@ -153,23 +158,23 @@ def test_bad_model_files_exit_2_with_one_line(
         ("frobnicate",),
     ],
 )
-def test_bad_arguments_exit_2_without_traceback(args: tuple[str, ...]) -> None:
+def test_bad_arguments_exit_2_without_traceback(args: tuple[str, ...], shardchat: CliRun) -> None:
     done = shardchat(*args)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
 
 
-def test_an_empty_piped_prompt_is_bad_input() -> None:
+def test_an_empty_piped_prompt_is_bad_input(shardchat: CliRun) -> None:
     line = assert_one_line_error(shardchat("chat", stdin="   \n"))
     assert "prompt is empty" in line
 
 
-def test_a_prompt_longer_than_the_context_is_bad_input() -> None:
+def test_a_prompt_longer_than_the_context_is_bad_input(shardchat: CliRun) -> None:
     line = assert_one_line_error(shardchat("chat", "--ctx", "256", stdin="word " * 2000))
     assert "too long for the context window" in line
 
 
-def test_a_context_below_llama_cpp_minimum_is_bad_input() -> None:
+def test_a_context_below_llama_cpp_minimum_is_bad_input(shardchat: CliRun) -> None:
     line = assert_one_line_error(shardchat("chat", "--ctx", "8", "hi"))
     assert "n_ctx" in line
 
@@ -177,7 +182,9 @@ def test_a_context_below_llama_cpp_minimum_is_bad_input() -> None:
 # --- placement by hand (issue 13) ---
 
 
-def test_chat_cpu_only_needs_no_profile_and_loads_without_any_gpu(isolated_home: Path) -> None:
+def test_chat_cpu_only_needs_no_profile_and_loads_without_any_gpu(
+    isolated_home: Path, shardchat: CliRun
+) -> None:
     done = shardchat("chat", "--cpu-only", "--temperature", "0", "--max-tokens", "4", "Hi")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
@@ -197,6 +204,8 @@ def test_chat_cpu_only_needs_no_profile_and_loads_without_any_gpu(isolated_home:
         (("--placement", "layers:4"), "shardchat profile --fast"),  # no profile stored
     ],
 )
-def test_chat_placements_that_cannot_run_are_bad_input(args: tuple[str, ...], message: str) -> None:
+def test_chat_placements_that_cannot_run_are_bad_input(
+    args: tuple[str, ...], message: str, shardchat: CliRun
+) -> None:
     line = assert_one_line_error(shardchat("chat", *args, "hi"))
     assert message in line
