@@ -15,18 +15,23 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 from cli_run import CliRun
 from local_hub import LocalHub, TestRepos, publish_test_repos
 
 from engine.llama.backends import start_ggml
 from engine.llama.load_params import LoadParams
+from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.loaded_model import LoadedModel, load_model
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+RECORDED_PROFILE = Path(__file__).resolve().parent / "data" / "profile-epyc-2core-fast.json"
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +129,41 @@ def make_synthetic(synthetic_dir: Path):
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def recorded_profile_file() -> Path:
+    """A `--fast` profile measured on a 2-core EPYC without a GPU, as a file (for the CLI's
+    `--hardware` and imports)."""
+    return RECORDED_PROFILE
+
+
+@pytest.fixture(scope="session")
+def recorded_profile(recorded_profile_file: Path) -> Profile:
+    """That profile, read once: it is frozen, and a test that wants it changed makes a
+    changed copy (`dataclasses.replace`), so every test sees the same measured machine."""
+    return Profile.from_json(recorded_profile_file.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def write_projector():
+    """Write a real, tiny CLIP vision projector GGUF at a path, as llama.cpp's mmproj files
+    are (a gemma3 projector of 8x8 zeros): what library imports, pairing and refusals read.
+    A fixture returning a writer, since the tests choose the file's name and folder."""
+
+    def write(path: Path) -> Path:
+        writer = gguf.GGUFWriter(path, "clip")
+        writer.add_string("clip.projector_type", "gemma3")
+        writer.add_bool("clip.has_vision_encoder", True)
+        writer.add_tensor("v.blk.0.attn_q.weight", np.zeros((8, 8), dtype=np.float32))
+        writer.add_tensor("mm.input_projection.weight", np.zeros((8, 8), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path
+
+    return write
 
 
 @pytest.fixture(scope="module")

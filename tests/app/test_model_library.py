@@ -10,8 +10,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from app.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary
@@ -21,20 +19,6 @@ from engine.errors import BadInputError, ModelFileError
 from engine.model.inventory import read_inventory
 
 PROJECTOR_REFUSAL = "is a vision projector (mmproj); pair it with its model instead"
-
-
-def write_projector(path: Path) -> Path:
-    """A real, tiny CLIP vision projector GGUF, as llama.cpp's mmproj files are."""
-    writer = gguf.GGUFWriter(path, "clip")
-    writer.add_string("clip.projector_type", "gemma3")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_tensor("v.blk.0.attn_q.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.add_tensor("mm.input_projection.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture
@@ -145,7 +129,9 @@ def test_a_truncated_gguf_is_refused(library: ModelLibrary, small_llama: Path, t
     assert len(library.models()) == 1
 
 
-def test_a_vision_projector_is_refused_as_a_model(library: ModelLibrary, tmp_path: Path) -> None:
+def test_a_vision_projector_is_refused_as_a_model(
+    library: ModelLibrary, tmp_path: Path, write_projector
+) -> None:
     projector = write_projector(tmp_path / "mmproj-gemma3.gguf")
     with pytest.raises(BadInputError) as refused:
         library.add(projector)
@@ -157,7 +143,7 @@ def test_a_vision_projector_is_refused_as_a_model(library: ModelLibrary, tmp_pat
 
 
 def test_a_projector_is_paired_unpaired_and_the_pairing_persists(
-    place_model, tmp_path: Path
+    place_model, tmp_path: Path, write_projector
 ) -> None:
     model = place_model("models")
     projector = write_projector(tmp_path / "elsewhere-vision.gguf")
@@ -188,7 +174,7 @@ def test_pairing_refuses_a_file_that_is_not_a_projector(
 
 
 def test_pairing_needs_a_listed_model_and_not_the_builtin(
-    library: ModelLibrary, place_model, default_model_file: Path, tmp_path: Path
+    library: ModelLibrary, place_model, default_model_file: Path, tmp_path: Path, write_projector
 ) -> None:
     projector = write_projector(tmp_path / "mmproj.gguf")
     with pytest.raises(BadInputError, match="is not in the model list"):
@@ -199,7 +185,7 @@ def test_pairing_needs_a_listed_model_and_not_the_builtin(
 
 
 def test_a_lone_projector_beside_the_model_is_paired_on_import(
-    library: ModelLibrary, place_model
+    library: ModelLibrary, place_model, write_projector
 ) -> None:
     model = place_model("gemma-vision", "gemma-3-4b-it-Q4_K_M.gguf")
     projector = write_projector(model.parent / "mmproj-gemma-3-4b-it-f16.gguf")
@@ -208,7 +194,7 @@ def test_a_lone_projector_beside_the_model_is_paired_on_import(
 
 
 def test_no_automatic_pairing_with_two_projectors_or_a_fake_one(
-    library: ModelLibrary, place_model
+    library: ModelLibrary, place_model, write_projector
 ) -> None:
     two = place_model("two")
     write_projector(two.parent / "mmproj-f16.gguf")
@@ -286,7 +272,7 @@ def test_a_file_that_cannot_be_deleted_stays_listed(library: ModelLibrary, place
 
 
 def test_a_vanished_model_stays_listed_as_missing_and_the_default_falls_back(
-    library: ModelLibrary, place_model, tmp_path: Path
+    library: ModelLibrary, place_model, tmp_path: Path, write_projector
 ) -> None:
     model = place_model("usb-disk")
     projector = write_projector(tmp_path / "mmproj.gguf")
@@ -333,7 +319,9 @@ def test_summary_of_a_dense_model(default_model_file: Path) -> None:
     assert summary.breakdown[0].percent_text == "52%"
 
 
-def test_summary_names_moe_and_projector_kinds(make_synthetic, tmp_path: Path) -> None:
+def test_summary_names_moe_and_projector_kinds(
+    make_synthetic, tmp_path: Path, write_projector
+) -> None:
     moe = read_inventory(make_synthetic("qwen3moe", "F16", vocab_size=256))
     assert kind_label(moe) == "MoE 4×2"
     moe_parts = [share.label for share in summarize(moe).breakdown]

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 
 from engine.errors import ModelFileError
@@ -104,20 +103,9 @@ def test_inventory_round_trips_through_json_and_ignores_unknown_keys(make_synthe
     assert again.kv_cache_bytes(777) == inv.kv_cache_bytes(777)
 
 
-def write_projector(path: Path) -> Path:
-    writer = gguf.GGUFWriter(path, "clip")
-    writer.add_string("clip.projector_type", "gemma3")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_tensor("v.blk.0.attn_q.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.add_tensor("mm.input_projection.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-def test_vision_projector_is_recognised_and_refused_as_a_chat_model(tmp_path: Path) -> None:
+def test_vision_projector_is_recognised_and_refused_as_a_chat_model(
+    tmp_path: Path, write_projector
+) -> None:
     path = write_projector(tmp_path / "mmproj.gguf")
     inv = read_inventory(path)
     assert inv.is_vision_projector and inv.projector_type == "gemma3"

@@ -12,8 +12,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
@@ -36,20 +34,6 @@ from ui.model_manager import (
 )
 
 READ_MS = 60_000  # the built-in's 49k-token vocabulary takes ~2 s alone, more on a busy machine
-
-
-def write_projector(path: Path) -> Path:
-    """A real, tiny CLIP vision projector GGUF, as llama.cpp's mmproj files are."""
-    writer = gguf.GGUFWriter(path, "clip")
-    writer.add_string("clip.projector_type", "gemma3")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_tensor("v.blk.0.attn_q.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.add_tensor("mm.input_projection.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture
@@ -309,7 +293,7 @@ def test_dropping_a_model_imports_it_and_a_drag_without_files_is_ignored(
 
 
 def test_a_projector_dropped_with_its_model_is_paired(
-    qtbot, dialog: ModelManager, model_file: Path, tmp_path: Path
+    qtbot, dialog: ModelManager, model_file: Path, tmp_path: Path, write_projector
 ) -> None:
     projector = write_projector(tmp_path / "mmproj-tiny.gguf")
     with qtbot.waitSignal(dialog.import_done, timeout=READ_MS):
@@ -320,7 +304,7 @@ def test_a_projector_dropped_with_its_model_is_paired(
 
 
 def test_a_projector_dropped_alone_is_refused_with_the_reason(
-    qtbot, dialog: ModelManager, library: ModelLibrary, tmp_path: Path
+    qtbot, dialog: ModelManager, library: ModelLibrary, tmp_path: Path, write_projector
 ) -> None:
     projector = write_projector(tmp_path / "mmproj-lonely.gguf")
     with qtbot.waitSignal(dialog.import_done, timeout=READ_MS):
@@ -340,6 +324,7 @@ def test_pair_and_unpair_buttons(
     model_file: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    write_projector,
 ) -> None:
     import_now(qtbot, dialog, model_file)
     projector = write_projector(tmp_path / "vision.gguf")
@@ -374,7 +359,7 @@ def test_set_as_default_moves_the_mark_and_says_so(
 
 
 def test_load_now_asks_for_the_model_and_its_projector(
-    qtbot, dialog: ModelManager, model_file: Path
+    qtbot, dialog: ModelManager, model_file: Path, write_projector
 ) -> None:
     write_projector(model_file.parent / "mmproj-tiny.gguf")  # paired on import
     import_now(qtbot, dialog, model_file)

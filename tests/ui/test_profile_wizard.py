@@ -8,8 +8,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import gguf
-import numpy as np
 import psutil
 import pytest
 from PySide6.QtCore import QTimer
@@ -241,17 +239,6 @@ def test_a_too_busy_run_is_shown_but_not_taken(qtbot, hardware) -> None:
     assert stored(hardware) is None
 
 
-def write_projector(path: Path) -> Path:
-    writer = gguf.GGUFWriter(path, "clip")
-    writer.add_string("clip.projector_type", "gemma3")
-    writer.add_tensor("mm.input_projection.weight", np.zeros((8, 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def check_import(qtbot, page: ModelPage, path: Path) -> bool:
     """Import the file on the page and wait for its check (made on the page's worker)."""
     with qtbot.waitSignal(page.checked, timeout=RUN_TIMEOUT_MS) as checked:
@@ -263,7 +250,7 @@ def check_import(qtbot, page: ModelPage, path: Path) -> bool:
 
 
 def test_the_model_page_refuses_bad_files_and_keeps_the_default(
-    qtbot, hardware, tmp_path: Path, make_synthetic
+    qtbot, hardware, tmp_path: Path, make_synthetic, write_projector
 ) -> None:
     wizard = open_wizard(qtbot, hardware, ProfileMode.SMOKE)
     page = wizard.model_page
