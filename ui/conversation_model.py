@@ -10,38 +10,15 @@ and redo only the row that changed (the streaming reply).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
-from app.chat_export import speaker
+from app.conversation.message_row import MessageRow
 
 MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 1
 AnyIndex = QModelIndex | QPersistentModelIndex
-
-
-@dataclass(frozen=True)
-class MessageRow:
-    """One shown message. `message_id` is the chat store's id (None before it is saved)."""
-
-    message_id: int | None
-    role: str
-    text: str
-    thinking: str = ""
-    image_names: tuple[str, ...] = ()
-    stats: dict[str, Any] | None = field(default=None, hash=False, compare=False)
-    streaming: bool = False
-    version: int = 0
-
-    @property
-    def speaker(self) -> str:
-        return speaker(self.role)
-
-    def as_markdown(self) -> str:
-        """The message as a person would paste it: who spoke, then what was said."""
-        images = "".join(f"*[image: {name}]*\n\n" for name in self.image_names)
-        return f"**{self.speaker}**\n\n{images}{self.text}"
 
 
 class ConversationModel(QAbstractListModel):

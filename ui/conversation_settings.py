@@ -21,12 +21,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.chat_state import THINKING_KEY  # the Think toggle, beside sampling
 from engine.generation.sampling import SamplingSettings
 
 MIN_CONTEXT, MAX_CONTEXT = 512, 262144
 NO_SEED = -1  # the seed box's "random" (the model's seed)
 STOP_SEPARATOR = ","
-THINKING_KEY = "thinking"  # the Think toggle, stored beside the sampling settings
 
 
 class ConversationSettings(QWidget):
