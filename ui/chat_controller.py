@@ -21,7 +21,6 @@ from app.conversation.model_status import ModelStatus
 from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
 from app.plan_words import plan_in_words, speed_against_plan
-from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError
@@ -30,9 +29,9 @@ from engine.machine.profile import Profile
 from engine.model.image_input import ImageFile
 from engine.planning.plan import Plan
 from ui.engine_bridge import EngineBridge
-from ui.image_attachments import image_from_bytes
 from ui.image_viewer import ImageViewer
 from ui.main_window import CONVERSATION_ID, MainWindow
+from ui.message_actions import MessageActions
 
 EMPTY_CHAT_TITLE = "What can I help with?"
 EMPTY_CHAT_LINES = (
@@ -67,7 +66,7 @@ class ChatController(QObject):
         self._first_load = load
         self.model = ModelStatus(load)
         self.state = ChatState(store, settings, self.model)
-        self.reply_editor: QInputDialog | None = None  # the open "Edit reply" dialog
+        self.actions = MessageActions(window, worker, self.state, self.send, self._open)
         self._connect()
 
     def _connect(self) -> None:
@@ -262,86 +261,25 @@ class ChatController(QObject):
         self._refresh_list()
         self._open()
 
+    # --- what the message buttons and menus do (ui.message_actions) ---
+
+    @property
+    def reply_editor(self) -> QInputDialog | None:
+        """The open "Edit reply" dialog."""
+        return self.actions.reply_editor
+
     def regenerate(self) -> None:
-        """Ask again: the last reply goes, the last message (and its images) is sent once more."""
-        last = self.state.last_user_message()
-        why = self.state.cannot_send(bool(last and last.images))
-        if last is None or why:
-            if why:
-                self.window.statusBar().showMessage(why, 12000)
-            return
-        self._take_back(last)
-        self.send(last.content, last.images)
+        self.actions.regenerate()
 
     def edit_last(self) -> None:
-        """Put the last message (text and images) back in the input box, with its reply gone."""
-        last = self.state.last_user_message()
-        if last is not None and self.state.can_change_messages():
-            self._put_back(last)
+        self.actions.edit_last()
 
     def edit_message(self, index: int) -> None:
-        """Edit on a message: yours goes back to the input box with what followed it gone
-        (as Edit last does); a reply opens in an editor and is saved as corrected."""
-        row = self.window.chat_view.conversation.row(index)
-        if row.message_id is None or not self.state.can_change_messages():
-            return
-        if row.role == "user":
-            message = self.state.stored(row.message_id)
-            if message is not None:
-                self._put_back(message)
-            return
-        self._open_reply_editor(index, row.message_id, row.text)
+        self.actions.edit_message(index)
 
     def delete_message(self, index: int) -> None:
-        """Delete on a message: it goes from the conversation and from what the model sees."""
-        view = self.window.chat_view
-        row = view.conversation.row(index)
-        if row.message_id is None or self.state.reply is not None:
-            return
-        self.state.delete_message(row.message_id)
-        view.remove_messages(index)
-        if self.model.ready:
-            self.worker.start_conversation(None, self.state.history())
+        self.actions.delete_message(index)
         self._show_empty_state()
-
-    def _put_back(self, last: StoredMessage) -> None:
-        self._take_back(last)
-        self.window.input.setPlainText(last.content)
-        try:
-            attachments = [image_from_bytes(image.data, image.name) for image in last.images]
-        except BadInputError as exc:  # a saved image that no longer decodes: keep the text
-            attachments = []
-            self.window.statusBar().showMessage(str(exc), 8000)
-        self.window.input.add_attachments(attachments)
-        self.window.input.setFocus()
-
-    def _take_back(self, last: StoredMessage) -> None:
-        """Remove a user message and what followed it; the model forgets them too."""
-        self.state.take_back(last)
-        self._open()
-
-    def _open_reply_editor(self, index: int, message_id: int, text: str) -> QInputDialog:
-        editor = QInputDialog(self.window)
-        editor.setWindowTitle("Edit reply")
-        editor.setLabelText("The model will see this text as its reply from now on:")
-        editor.setOption(QInputDialog.InputDialogOption.UsePlainTextEditForTextInput)
-        editor.setTextValue(text)
-        editor.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        editor.textValueSelected.connect(
-            lambda edited: self._save_edited_reply(index, message_id, edited)
-        )
-        editor.open()
-        self.reply_editor = editor
-        return editor
-
-    def _save_edited_reply(self, index: int, message_id: int, text: str) -> None:
-        row = self.state.edit_reply(message_id, text)
-        view = self.window.chat_view
-        if index < view.conversation.rowCount() and view.conversation.row(index).message_id == (
-            message_id
-        ):
-            view.replace_message(index, row)
-        self.worker.start_conversation(None, self.state.history())
 
     # --- the side panel and the conversation list ---
 

@@ -22,19 +22,14 @@ newest message back and new text no longer pulls the view down.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
+from collections.abc import Sequence
 from itertools import accumulate
 
-from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
-    QColor,
     QContextMenuEvent,
     QDesktopServices,
-    QFont,
     QGuiApplication,
-    QImage,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -42,18 +37,17 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QMenu, QToolButton
 
-from engine.model.image_input import ImageFile
 from ui.conversation_model import ConversationModel, MessageRow
+from ui.empty_state import paint_empty_state
 from ui.message_cards import MessageCards
+from ui.message_hits import hit_in_card
 from ui.message_html import COPY_SCHEME, THINK_SCHEME
 from ui.theme import LIGHT, Theme
+from ui.thumbnails import ImageSource, Thumbnails
 
 RENDER_INTERVAL_MS = 50
-THUMBNAIL_PX = 240  # decoded at twice the drawn size, for high-DPI screens
-THUMBNAILS_KEPT = 256
 BOTTOM_SLACK_PX = 8
 WARM_SCREENS = 3  # how far above and below the screen rows are laid out ahead, when idle
-ImageSource = Callable[[int, int], ImageFile]  # (message id, image index) -> the image
 
 
 class ChatView(QAbstractScrollArea):
@@ -62,25 +56,20 @@ class ChatView(QAbstractScrollArea):
     image_opened = Signal(object)  # the ImageFile whose thumbnail was clicked
     edit_requested = Signal(int)  # the row whose Edit was clicked
     delete_requested = Signal(int)  # the row whose Delete was clicked
-    _thumbnail_ready = Signal(object, object)  # (message id, index), QImage; from the decoder
 
     def __init__(self, theme: Theme = LIGHT) -> None:
         super().__init__()
         self.setAccessibleName("Conversation")
         self.conversation = ConversationModel()
         self.cards = MessageCards(theme)
-        self.cards.thumbnail = self._thumbnail
+        self.thumbnails = Thumbnails(self.viewport().update, parent=self)
+        self.cards.thumbnail = lambda row, index: self.thumbnails.get(row.message_id, index)
+        self.images_read = self.thumbnails.images_read  # what was fetched from the store
         self._heights: list[int] = []  # per row: exact once drawn, else estimated
         self._exact: list[bool] = []
         self._tops: list[int] = [0]  # running sums of _heights: row i spans tops[i]..tops[i+1]
         self._width = 0  # the width the heights were measured at
         self._first_shown = 0  # the first row drawn last time (rows above it anchor the view)
-        self._image_source: ImageSource | None = None
-        self._thumbnails: dict[tuple[int, int], QImage] = {}
-        self._decoding: set[tuple[int, int]] = set()
-        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="thumbnails")
-        self._thumbnail_ready.connect(self._on_thumbnail, Qt.ConnectionType.QueuedConnection)
-        self.images_read: list[tuple[int, int]] = []  # what was fetched from the store, in order
         self._empty: tuple[str, list[str]] = ("", [])
         self._pending: tuple[str, str] | None = None  # the streaming text not drawn yet
         self._timer = QTimer(self, singleShot=True, interval=RENDER_INTERVAL_MS)
@@ -115,8 +104,7 @@ class ChatView(QAbstractScrollArea):
 
     def set_image_source(self, source: ImageSource | None) -> None:
         """Where a row's images are read from when it is first drawn (the chat store)."""
-        self._image_source = source
-        self._thumbnails.clear()
+        self.thumbnails.set_source(source)
 
     def set_empty_state(self, title: str, lines: Sequence[str] = ()) -> None:
         """What the view says while it has no messages (first chat, or no model)."""
@@ -200,9 +188,10 @@ class ChatView(QAbstractScrollArea):
         self._settle()
 
     def open_image(self, index: int, image: int) -> None:
-        row = self.conversation.row(index)
-        if self._image_source is not None and row.message_id is not None:
-            self.image_opened.emit(self._image_source(row.message_id, image))
+        message_id = self.conversation.row(index).message_id
+        opened = self.thumbnails.image(message_id, image) if message_id is not None else None
+        if opened is not None:
+            self.image_opened.emit(opened)
 
     def jump_to_latest(self) -> None:
         self._follow = True
@@ -221,7 +210,7 @@ class ChatView(QAbstractScrollArea):
         self.verticalScrollBar().setValue(self._tops[index])
 
     def shutdown(self) -> None:
-        self._decoder.shutdown(wait=False, cancel_futures=True)
+        self.thumbnails.shutdown()
 
     # -- heights and scrolling -----------------------------------------------------------------
 
@@ -384,40 +373,9 @@ class ChatView(QAbstractScrollArea):
             index += 1
         painter.end()
 
-    # -- images --------------------------------------------------------------------------
-
-    def _thumbnail(self, row: MessageRow, index: int) -> QImage | None:
-        """Drawn now: the thumbnail if decoded, else None and the image is read and decoded."""
-        if row.message_id is None or self._image_source is None:
-            return None
-        key = (row.message_id, index)
-        if key in self._thumbnails:
-            return self._thumbnails[key]
-        if key not in self._decoding:
-            self._decoding.add(key)
-            self.images_read.append(key)
-            try:
-                image = self._image_source(*key)
-            except Exception:  # noqa: BLE001 - a deleted or unreadable image: a grey box
-                image = ImageFile("", b"")
-            future = self._decoder.submit(_decode_thumbnail, image.data)
-            future.add_done_callback(partial(self._emit_thumbnail, key))
-        return None
-
-    def _emit_thumbnail(self, key: tuple[int, int], done: Future[QImage]) -> None:
-        if not done.cancelled():
-            self._thumbnail_ready.emit(key, done.result())
-
-    def _on_thumbnail(self, key: tuple[int, int], image: QImage) -> None:
-        self._decoding.discard(key)
-        if len(self._thumbnails) >= THUMBNAILS_KEPT:
-            self._thumbnails.pop(next(iter(self._thumbnails)))
-        self._thumbnails[key] = image
-        self.viewport().update()
-
     def thumbnails_shown(self) -> list[tuple[int, int]]:
         """(message id, image index) of the thumbnails decoded so far."""
-        return list(self._thumbnails)
+        return self.thumbnails.shown()
 
     # -- the mouse -------------------------------------------------------------------------------
 
@@ -426,20 +384,9 @@ class ChatView(QAbstractScrollArea):
         if not self._heights:
             return None
         index = self._row_at(self.verticalScrollBar().value() + pos.y())
-        row = self.conversation.row(index)
-        layout = self.cards.layout(row, self.row_rect(index))
-        if not layout.bubble.contains(pos):
-            return None
-        for name, rect in layout.actions.items():
-            if rect.adjusted(-4, -4, 4, 4).contains(pos) and not row.streaming:
-                return index, "action", name
-        for i, rect in enumerate(layout.thumbs):
-            if rect.contains(pos):
-                return index, "image", i
-        document = self.cards.document(row, self._width)
-        point = QPointF(pos) - layout.text_origin
-        href = document.documentLayout().anchorAt(point)
-        return (index, "link", href) if href else None
+        row, rect = self.conversation.row(index), self.row_rect(index)
+        hit = hit_in_card(self.cards, row, rect, pos, self._width)
+        return (index, *hit) if hit else None
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt's name
         hit = self._hit(event.position().toPoint())
@@ -509,34 +456,9 @@ class ChatView(QAbstractScrollArea):
 
     def _paint_empty(self, painter: QPainter) -> None:
         title, lines = self._empty
-        if not title:
-            return
-        colours = self.cards.colours
-        area = self.viewport().rect().adjusted(40, 0, -40, 0)
-        big = QFont(self.font())
-        big.setPointSizeF(self.font().pointSizeF() * 1.6)
-        big.setBold(True)
-        painter.setFont(big)
-        painter.setPen(QColor(colours.text))
-        top = area.center().y() - 26 * (2 + len(lines)) // 2
-        centre = Qt.AlignmentFlag.AlignCenter
-        painter.drawText(QRect(area.left(), top, area.width(), 40), centre, title)
-        painter.setFont(self.font())
-        painter.setPen(QColor(colours.muted_text))
-        for i, line in enumerate(lines):
-            painter.drawText(QRect(area.left(), top + 48 + i * 26, area.width(), 24), centre, line)
+        if title:
+            area = self.viewport().rect().adjusted(40, 0, -40, 0)
+            paint_empty_state(painter, area, self.font(), self.cards.colours, title, lines)
 
     def empty_state(self) -> tuple[str, list[str]]:
         return self._empty[0], list(self._empty[1])
-
-
-def _decode_thumbnail(data: bytes) -> QImage:
-    """Off the GUI thread (QImage, unlike QPixmap, may be made on any thread)."""
-    image = QImage.fromData(data)
-    if image.isNull():
-        image = QImage(THUMBNAIL_PX, THUMBNAIL_PX, QImage.Format.Format_RGB32)
-        image.fill(0x808080)
-    return image.scaled(
-        THUMBNAIL_PX, THUMBNAIL_PX, Qt.AspectRatioMode.KeepAspectRatio,
-        Qt.TransformationMode.SmoothTransformation,
-    )  # fmt: skip
