@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
+from app.machine_profile import this_machine_profile
 from app.stores.profile_store import ProfileSaved, ProfileStore
 from engine.cancel import CancelToken
 from engine.child_process import Cancelled
@@ -102,7 +103,7 @@ def needs_profiling(hardware: HardwareInfo | None = None, store_path: Path | Non
     """True when no profile is stored for this machine's fingerprint and llama.cpp build."""
     hardware = hardware or probe_hardware()
     with ProfileStore(store_path) as store:
-        return store.latest(hardware.fingerprint(), hardware.llama_build) is None
+        return this_machine_profile(hardware, store) is None
 
 
 class ProfilingJob:

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+from app.machine_profile import this_machine_profile
 from app.profile_summary import (
     Row,
     expected_duration_text,
@@ -321,7 +322,7 @@ class ProfileWizard(QWizard):
         self.model_page = ModelPage()
         self.done_page = DonePage(self.profiling_page, self.model_page)
         with ProfileStore(store_path) as store:
-            previous = store.latest(self.hardware.fingerprint())
+            previous = this_machine_profile(self.hardware, store, any_build=True)
         self.welcome_page = WelcomePage(previous)
         pages = (
             self.welcome_page, self.hardware_page, self.profiling_page, self.results_page,

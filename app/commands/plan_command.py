@@ -20,13 +20,12 @@ from pathlib import Path
 
 from app.auto_budget import AutoBudget
 from app.commands.arg_types import positive_int, size
+from app.machine_profile import this_machine_profile
 from app.plan_words import plan_details, plan_in_words
-from app.stores.profile_store import ProfileStore
 from app.units import format_bytes, speed_text
 from engine.errors import BadInputError
 from engine.machine.described_machines import described_names, load_described
 from engine.machine.gpu_probe import probe_gpus
-from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
@@ -239,9 +238,7 @@ def load_profile_for_planning(hardware: str | None) -> Profile:
             return Profile.from_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BadInputError(f"{path}: not a readable profile ({exc})") from exc
-    machine = probe_hardware()
-    with ProfileStore() as store:
-        stored = store.latest(machine.fingerprint(), machine.llama_build)
+    stored = this_machine_profile()
     if stored is None:
         raise BadInputError(
             "no profile is stored for this machine; run `shardchat profile --fast` first "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from app.machine_profile import this_machine_profile
 from app.profile_summary import render_profile
 from app.profiling_job import too_busy_message
 from app.stores.profile_store import ProfileStore
@@ -55,7 +56,7 @@ def run_profile(args: argparse.Namespace) -> int:
             return _print(store.import_json(Path(args.import_file)), args.json, "imported")
         hardware = probe_hardware()
         if args.show or args.export:
-            stored = store.latest(hardware.fingerprint(), hardware.llama_build)
+            stored = this_machine_profile(hardware, store)
             if stored is None:
                 raise BadInputError("no profile is stored for this machine; run shardchat profile")
             if args.export:
