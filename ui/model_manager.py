@@ -7,34 +7,19 @@ the library and the dialog then redraws from it, so the window never holds
 state of its own. Refusals (a text file named .gguf, a projector given as a
 model) are shown as their one-line reason under the list and change nothing.
 
-Threads: reading a model's inventory takes about 2 s for a 49k-token vocabulary
-(more for 256k), so it never runs on the GUI thread. The details pane says
-"reading the model…" while a worker reads, and the result comes back through a
-queued signal; a result for an entry no longer shown is kept in the cache but
-not drawn. Readings are cached per file version (path, size, modification
-time), so selecting a model again redraws at once. An import reads each file on
-the same worker first and only then lets the library check and list it on the
-GUI thread, where the library's read finds the file in
-`engine.model.inventory.read_inventory`'s cache (16 files; a bigger drop reads
-the oldest again); its readings join the cache, so the imported model's details
-show at once. The library itself stays on the GUI thread: its SQLite
-connection belongs to the thread that opened it.
+The details pane (ui.model_details) reads each file off the GUI thread; an
+import (ui.model_import) reads the files on the same worker, then lists them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -43,7 +28,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
@@ -51,20 +35,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.discover_model import DiscoverModel
-from app.model_library import (
-    ModelEntry,
-    ModelLibrary,
-    check_loadable,
-    is_projector_name,
-    lone_projector_beside,
-)
-from app.model_summary import ModelSummary, summarize
-from app.prompt_format_setting import chosen_format_text, prompt_format_choices
+from app.model_library import ModelEntry, ModelLibrary
 from app.units import format_bytes
-from engine.errors import BadInputError
-from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.inventory import read_inventory
 from ui.discover_page import DiscoverJobs, DiscoverPage
+from ui.model_details import READING_PENDING as READING_PENDING  # what the pane says, kept
+from ui.model_details import READING_ROW as READING_ROW  # where the tests look for it
+from ui.model_details import FileKey, InventoryReader, ModelDetails, Reading
 from ui.model_drop import GgufDropFilter
+from ui.model_import import attempt, check_files, import_checked
 from ui.tables import read_only_table
 from ui.theme import error_style
 
@@ -73,16 +52,7 @@ NAME, SIZE, KIND, DEFAULT, STATUS = range(len(COLUMNS))
 MODEL_PATH = Qt.ItemDataRole.UserRole
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 PROJECTOR_FILTER = "GGUF vision projectors (*.gguf);;All files (*)"
-FORMAT_ROW, FORMAT_PENDING = "Prompt format", "reading the vocabulary…"
-READING_ROW, READING_PENDING = "Status", "reading the model…"
-
-T = TypeVar("T")
-InventoryReader = Callable[[Path], ModelInventory]
 MY_MODELS_TAB, DISCOVER_TAB = 0, 1
-FileKey = tuple[Path, int, int]  # path, size, mtime (ns): one version of one file
-Reading = ModelSummary | str  # what the file holds, or why it cannot be read
-
-log = logging.getLogger(__name__)
 
 
 class ModelManager(QDialog):
@@ -92,9 +62,6 @@ class ModelManager(QDialog):
     load_requested = Signal(str, object)  # model path, projector path or None
     prompt_format_changed = Signal(str, str)  # model path, its new prompt-format setting
     import_done = Signal()  # an import finished: the list is redrawn and the outcome shown
-    _format_described = Signal(object, str)  # the entry described, what its prompts are written in
-    _inventory_read = Signal(object, object, object)  # entry, its FileKey, its Reading
-    _files_checked = Signal(object, object)  # the paths to import, {FileKey: Reading} of them
 
     def __init__(
         self,
@@ -110,29 +77,17 @@ class ModelManager(QDialog):
         super().__init__(parent)
         self.library = library
         self._read_inventory = read_inventory
+        self.pane = ModelDetails(read_inventory)
+        self.details, self.breakdown = self.pane.details, self.pane.breakdown
+        self.prompt_format = self.pane.prompt_format
+        self._inventory_read = self.pane.inventory_read  # a reading came back (GUI thread)
         self._owns_jobs = discover is None
         self.jobs = discover or DiscoverJobs(DiscoverModel(), parent=self)
         self.setWindowTitle("Models")
         self.resize(1120, 700)
         self.tabs = QTabWidget()
         self.table = read_only_table(COLUMNS, stretch_column=NAME)
-        self.details = read_only_table(("Property", "Value"), stretch_column=1)
-        self.breakdown = read_only_table(("Part", "Size", "Share"), stretch_column=0)
         self.message = QLabel(wordWrap=True)
-        self.prompt_format = QComboBox()
-        self.prompt_format.addItems(prompt_format_choices())
-        # a model's prompt format takes a vocabulary read (0.1 s for 49k tokens, more for
-        # 256k-token vocabularies): off the GUI thread, its row filled in when known
-        self._describer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-format")
-        self._format_described.connect(self._show_format)
-        # inventories (details, import checks) on one worker, in the order asked
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-reader")
-        queued = Qt.ConnectionType.QueuedConnection
-        self._inventory_read.connect(self._show_reading, queued)
-        self._files_checked.connect(self._import_checked, queued)
-        self._readings: dict[FileKey, Reading] = {}  # touched on the GUI thread only
-        self._shown: ModelEntry | None = None  # the entry the details pane describes
-        self._wanted: FileKey | None = None  # the file version it waits for (read by the worker)
         self._loaded: tuple[Path | None, Path | None] = (None, None)  # model, projector
         self.import_button = QPushButton("Import GGUF…")
         self.pair_button = QPushButton("Pair vision projector…")
@@ -157,19 +112,9 @@ class ModelManager(QDialog):
         left_column = QVBoxLayout(left)
         left_column.addWidget(self.table, stretch=1)
         left_column.addWidget(self.message)
-        right = QWidget()
-        right_column = QVBoxLayout(right)
-        format_row = QHBoxLayout()
-        format_row.addWidget(QLabel("Prompt format"))
-        format_row.addWidget(self.prompt_format, stretch=1)
-        right_column.addLayout(format_row)
-        right_column.addWidget(QLabel("Details"))
-        right_column.addWidget(self.details, stretch=3)
-        right_column.addWidget(QLabel("Size by part"))
-        right_column.addWidget(self.breakdown, stretch=2)
         splitter = QSplitter()
         splitter.addWidget(left)
-        splitter.addWidget(right)
+        splitter.addWidget(self.pane)
         splitter.setSizes([520, 380])
         buttons = QHBoxLayout()
         for button in self._action_buttons():
@@ -197,11 +142,7 @@ class ModelManager(QDialog):
 
     def _name_for_screen_readers(self) -> None:
         self.table.setAccessibleName("Models")
-        self.details.setAccessibleName("Model details")
-        self.breakdown.setAccessibleName("Model size by part")
         self.message.setAccessibleName("Model manager message")
-        self.prompt_format.setAccessibleName("Prompt format of the selected model")
-        self.prompt_format.view().setAccessibleName("Prompt formats")
         self.close_buttons.setAccessibleName("Close the model manager")
         for button in self._action_buttons():
             button.setAccessibleName(button.text().rstrip("…"))
@@ -270,87 +211,8 @@ class ModelManager(QDialog):
 
     def _show_selected(self) -> None:
         entry = self.selected()
-        self._show_details(entry)
+        self.pane.show_entry(entry)
         self._enable_buttons(entry)
-        self.prompt_format.blockSignals(True)
-        self.prompt_format.setCurrentText(entry.prompt_format if entry else "auto")
-        self.prompt_format.blockSignals(False)
-
-    def _show_details(self, entry: ModelEntry | None) -> None:
-        """Draw what is known of the entry now; a file not read yet is read on the worker."""
-        self._shown = entry
-        key = _file_key(entry.path) if entry is not None and entry.exists else None
-        self._wanted = key
-        if entry is None or key is None:
-            self._draw_details(entry, None)
-            return
-        reading = self._readings.get(key)
-        if reading is None:
-            self._draw_details(entry, None)
-            self._reader.submit(self._read, entry, key)
-        else:
-            self._draw_details(entry, reading)
-
-    def _draw_details(self, entry: ModelEntry | None, reading: Reading | None) -> None:
-        """Facts and breakdown of the entry; `reading` None while its file is being read."""
-        facts: list[tuple[str, str]] = []
-        parts: list[tuple[str, str, str]] = []
-        if entry is not None:
-            facts = [("File", str(entry.path))]
-            if entry.mmproj_path is not None:
-                facts.append(("Vision projector", _projector_text(entry)))
-            if self._wanted is None:  # no version of the file to read: it is gone
-                facts.append(("Status", "the file is missing"))
-            elif reading is None:
-                facts.insert(0, (READING_ROW, READING_PENDING))
-            elif isinstance(reading, str):
-                facts.append(("Problem", reading))
-            else:
-                facts = reading.facts() + [(FORMAT_ROW, FORMAT_PENDING)] + facts
-                self._describer.submit(self._describe_format, entry)
-                parts = [(s.label, s.size_text, s.percent_text) for s in reading.breakdown]
-        _fill(self.details, facts)
-        _fill(self.breakdown, parts)
-
-    def _read(self, entry: ModelEntry, key: FileKey) -> None:
-        """On the reader's thread: the entry's summary, or why not, to the GUI thread.
-
-        A read asked for an entry the user has already moved past is skipped, so
-        scrolling through the list does not queue a read per model passed.
-        """
-        if self._wanted != key:
-            return
-        reading: Reading
-        try:
-            reading = summarize(self._read_inventory(entry.path))
-        except BadInputError as exc:
-            reading = str(exc)
-        except Exception as exc:  # the pane must not wait forever on a reader's bug
-            log.exception("reading %s failed", entry.path)
-            reading = f"{entry.path.name}: cannot be read ({type(exc).__name__}: {exc})"
-        with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
-            self._inventory_read.emit(entry, key, reading)
-
-    def _show_reading(self, entry: ModelEntry, key: FileKey, reading: Reading) -> None:
-        """On the GUI thread: keep the reading, and draw it if that entry is still shown."""
-        self._readings[key] = reading
-        if self._shown == entry and self._wanted == key:
-            self._draw_details(entry, reading)
-
-    def _describe_format(self, entry: ModelEntry) -> None:
-        """On the describer's thread: what the entry's prompts are written in, to the GUI."""
-        text = chosen_format_text(entry)
-        with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
-            self._format_described.emit(entry, text)
-
-    def _show_format(self, entry: ModelEntry, text: str) -> None:
-        """Fill the prompt-format row if the entry (with that setting) is still shown."""
-        if self._shown != entry:
-            return
-        for row in range(self.details.rowCount()):
-            label = self.details.item(row, 0)
-            if label is not None and label.text() == FORMAT_ROW:
-                self.details.setItem(row, 1, QTableWidgetItem(text))
 
     def _enable_buttons(self, entry: ModelEntry | None) -> None:
         stored = entry is not None and not entry.builtin
@@ -403,66 +265,19 @@ class ModelManager(QDialog):
             return
         self._last_folder = paths[0].parent
         self.show_message(f"Checking {_files_text(len(paths))}…")
-        self._reader.submit(self._check_files, list(paths))
+        paths = list(paths)
+        self.pane.reader.run(
+            lambda: check_files(paths, self._read_inventory),
+            lambda readings: self._import_checked(paths, readings),
+        )
 
-    def _check_files(self, paths: list[Path]) -> None:
-        """On the reader's thread: read each file (and a lone projector beside a model) once,
-        so the library's own check on the GUI thread finds it in the inventory cache; the
-        readings go back too, so the details of what was imported show at once."""
-        readings: dict[FileKey, Reading] = {}
-        for path in paths:
-            resolved = path.expanduser().resolve()
-            key = _file_key(resolved)
-            try:
-                reading: Reading = summarize(self._read_inventory(resolved))
-                if not is_projector_name(resolved):
-                    check_loadable(resolved)  # llama.cpp's own reading, in a child process
-                    lone_projector_beside(resolved)
-            except BadInputError:
-                continue  # the library refuses it again on the GUI thread, with the reason
-            except Exception:  # likewise: the import must still finish
-                log.exception("checking %s failed", path)
-                continue
-            if key is not None:
-                readings[key] = reading
-        with contextlib.suppress(RuntimeError):  # the dialog went away meanwhile
-            self._files_checked.emit(paths, readings)
-
-    def _import_checked(self, paths: list[Path], readings: dict[FileKey, Reading]) -> None:
-        """On the GUI thread, once the files were read: list them, then say how it went."""
-        self._readings.update(readings)
-        projectors = [p for p in paths if is_projector_name(p)]
-        models = [p for p in paths if p not in projectors]
-        lines: list[str] = []
-        problems: list[str] = []
-        added = [entry for path in models if (entry := self._import_one(path, lines, problems))]
-        if len(added) == 1 and len(projectors) == 1:
-            self._pair_dropped(added[0], projectors[0], lines, problems)
-        else:
-            for path in projectors:  # refused by the library, with the reason
-                self._attempt(partial(self.library.add, path), problems)
-        self.refresh(select=added[-1].path if added else None)
-        self.show_message("\n".join(problems + lines), problem=bool(problems))
+    def _import_checked(self, paths: list[Path], readings: Mapping[FileKey, Reading]) -> None:
+        """Once the files were read: list them, then say how it went."""
+        self.pane.keep(readings)
+        outcome = import_checked(self.library, paths)
+        self.refresh(select=outcome.added[-1].path if outcome.added else None)
+        self.show_message(outcome.message(), problem=bool(outcome.problems))
         self.import_done.emit()
-
-    def _import_one(self, path: Path, lines: list[str], problems: list[str]) -> ModelEntry | None:
-        """Add one model file, noting what happened in `lines` or why not in `problems`."""
-        known = self.library.find(path)
-        entry = self._attempt(partial(self.library.add, path), problems)
-        if entry is not None:
-            note = "is already in the list" if known is not None else "imported"
-            lines.append(f"{entry.name} {note}{_paired_note(entry) if known is None else ''}")
-        return entry
-
-    def _pair_dropped(
-        self, model: ModelEntry, projector: Path, lines: list[str], problems: list[str]
-    ) -> None:
-        """Pair a projector dropped together with one model (unless import already did)."""
-        if model.mmproj_path == projector.resolve():
-            return
-        pair = partial(self.library.pair_projector, model.path, projector)
-        if self._attempt(pair, problems) is not None:
-            lines.append(f"Paired {projector.name} with {model.name}")
 
     def choose_projector(self) -> None:
         """The "Pair vision projector…" button, for the selected model."""
@@ -477,7 +292,7 @@ class ModelManager(QDialog):
 
     def pair_projector(self, entry: ModelEntry, projector: Path) -> None:
         problems: list[str] = []
-        paired = self._attempt(lambda: self.library.pair_projector(entry.path, projector), problems)
+        paired = attempt(lambda: self.library.pair_projector(entry.path, projector), problems)
         self.refresh()
         if paired is None:
             self.show_message(problems[0], problem=True)
@@ -525,7 +340,7 @@ class ModelManager(QDialog):
         if delete_file is None:
             return
         problems: list[str] = []
-        removed = self._attempt(lambda: self.library.remove(entry.path, delete_file), problems)
+        removed = attempt(lambda: self.library.remove(entry.path, delete_file), problems)
         self.refresh()
         if removed is None:
             self.show_message(problems[0], problem=True)
@@ -557,18 +372,10 @@ class ModelManager(QDialog):
     def _act(self, change: Callable[[], ModelEntry], done: str) -> bool:
         """Run a library change, redraw, and say how it went; False when it was refused."""
         problems: list[str] = []
-        result = self._attempt(change, problems)
+        result = attempt(change, problems)
         self.refresh()
         self.show_message(problems[0] if problems else done, problem=bool(problems))
         return result is not None
-
-    @staticmethod
-    def _attempt(change: Callable[[], T], problems: list[str]) -> T | None:
-        try:
-            return change()
-        except BadInputError as exc:
-            problems.append(str(exc))
-            return None
 
 
 # -- plain helpers -----------------------------------------------------------------------------
@@ -593,32 +400,5 @@ def _status(entry: ModelEntry) -> str:
     return ""
 
 
-def _file_key(path: Path) -> FileKey | None:
-    """This version of the file (None if it cannot be looked at): what a reading is kept by."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return path, stat.st_size, stat.st_mtime_ns
-
-
 def _files_text(count: int) -> str:
     return "1 file" if count == 1 else f"{count} files"
-
-
-def _projector_text(entry: ModelEntry) -> str:
-    text = str(entry.mmproj_path)
-    return text if entry.mmproj_exists else f"{text} (missing)"
-
-
-def _paired_note(entry: ModelEntry) -> str:
-    if entry.mmproj_path is None:
-        return ""
-    return f", paired with {entry.mmproj_path.name}"
-
-
-def _fill(table: QTableWidget, rows: Sequence[tuple[str, ...]]) -> None:
-    table.setRowCount(len(rows))
-    for row, texts in enumerate(rows):
-        for column, text in enumerate(texts):
-            table.setItem(row, column, QTableWidgetItem(text))
