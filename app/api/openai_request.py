@@ -18,11 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
-
 from app.api.api_errors import ApiError, bad_request
 from engine.generation.logprobs import MAX_TOP_LOGPROBS
 from engine.generation.sampling import SamplingSettings
+from engine.llama.schema_grammar import SchemaNotExpressible, schema_grammar
 from engine.model.image_input import ImageFile
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit
@@ -30,12 +29,6 @@ _ROLES = {"system", "developer", "user", "assistant", "tool"}
 # what an API reply samples with where the request is silent: ShardChat's defaults, without
 # the repetition penalty and loop guard the chat window adds (clients set their own penalties)
 API_DEFAULTS = SamplingSettings(repeat_penalty=1.0, stop_loops=False)
-# what llama-cpp-python's schema converter raises on a schema it cannot read (it assumes
-# well-formed schemas: a number where a list belongs fails anywhere inside it)
-_SCHEMA_CONVERTER_ERRORS = (
-    AssertionError, AttributeError, IndexError, KeyError, NotImplementedError, OverflowError,
-    RecursionError, TypeError, ValueError,
-)  # fmt: skip
 # deeper than any real request nests; past it, the converter and the template recurse too far
 MAX_NESTING = 64
 
@@ -335,11 +328,10 @@ def _grammar(value: Any) -> str | None:
 
 def _schema_grammar(schema: dict[str, Any]) -> str:
     try:
-        return str(json_schema_to_gbnf(json.dumps(schema)))
-    except _SCHEMA_CONVERTER_ERRORS as exc:
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return schema_grammar(schema)
+    except SchemaNotExpressible as exc:
         raise bad_request(
-            f"response_format: the schema uses something the grammar cannot express ({reason})",
+            f"response_format: the schema uses something the grammar cannot express ({exc})",
             "response_format",
             "unsupported_schema",
         ) from exc

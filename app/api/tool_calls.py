@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
+from engine.llama.schema_grammar import SchemaNotExpressible, schema_grammar
 
 
 class ToolCallFormat(str, Enum):
@@ -297,8 +297,6 @@ _ROOT_RULE = {
     ToolCallFormat.MISTRAL: rf'"[TOOL_CALLS][" {_CALL_RULE} "]"',
 }
 _DEFINITION_KEYS = ("$defs", "definitions")
-# what llama-cpp-python's converter raises on a schema it cannot express
-_CONVERTER_ERRORS = (AssertionError, AttributeError, KeyError, NotImplementedError, TypeError)
 
 
 def tool_call_grammar(
@@ -313,12 +311,9 @@ def tool_call_grammar(
     """
     schema = _one_call_schema(_chosen_functions(tools, required_name), _ARGUMENTS_KEY[fmt])
     try:
-        call_grammar = json_schema_to_gbnf(json.dumps(schema))
-    except (*_CONVERTER_ERRORS, ValueError) as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ValueError(
-            f"the tools' parameters cannot be enforced by a grammar: {reason}"
-        ) from exc
+        call_grammar = schema_grammar(schema)
+    except SchemaNotExpressible as exc:
+        raise ValueError(f"the tools' parameters cannot be enforced by a grammar: {exc}") from exc
     return f"root ::= {_ROOT_RULE[fmt]}\n{_renamed_root(call_grammar, _CALL_RULE)}\n"
 
 
