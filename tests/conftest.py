@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -23,6 +24,7 @@ from local_hub import LocalHub, TestRepos, publish_test_repos
 
 from engine.llama.backends import start_ggml
 from engine.llama.load_params import LoadParams
+from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_synthetic_model
@@ -143,6 +145,13 @@ def recorded_profile(recorded_profile_file: Path) -> Profile:
     """That profile, read once: it is frozen, and a test that wants it changed makes a
     changed copy (`dataclasses.replace`), so every test sees the same measured machine."""
     return Profile.from_json(recorded_profile_file.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def recorded_profile_here(recorded_profile: Profile) -> Profile:
+    """The recorded profile as if measured on this machine (it was, on one like it): its
+    fingerprint this machine's, so the app takes it as this machine's own."""
+    return replace(recorded_profile, fingerprint=probe_hardware().fingerprint())
 
 
 @pytest.fixture(scope="session")

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from cli_run import CliRun
 
 from engine.model.chat_template import CHATML_TEMPLATE
-
-SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 
 # ChatML whose generation prompt opens the thinking, as DeepSeek-R1 distills' does
 OPENS_THINKING_TEMPLATE = CHATML_TEMPLATE.replace(
@@ -17,14 +12,9 @@ OPENS_THINKING_TEMPLATE = CHATML_TEMPLATE.replace(
 )
 
 
-def shardchat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SHARDCHAT, *args], input="", capture_output=True, text=True, timeout=120,
-        env=os.environ.copy(),
-    )  # fmt: skip
-
-
-def test_show_thinking_puts_the_thinking_on_stderr_and_never_on_stdout(make_synthetic) -> None:
+def test_show_thinking_puts_the_thinking_on_stderr_and_never_on_stdout(
+    make_synthetic, shardchat: CliRun
+) -> None:
     model = str(make_synthetic("llama", "F16", chat_template=OPENS_THINKING_TEMPLATE))
     args = ("chat", "--model", model, "--temperature", "0", "--max-tokens", "12", "Hi")
     hidden = shardchat(*args)
@@ -37,7 +27,7 @@ def test_show_thinking_puts_the_thinking_on_stderr_and_never_on_stdout(make_synt
     assert len(thinking.strip()) > 5 and "\033[" not in thinking  # not dimmed into a pipe
 
 
-def test_think_switch_on_a_template_without_one_is_said_once() -> None:
+def test_think_switch_on_a_template_without_one_is_said_once(shardchat: CliRun) -> None:
     done = shardchat("chat", "--no-think", "--max-tokens", "4", "--temperature", "0", "Hi")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("no think switch") == 1

@@ -227,18 +227,18 @@ def test_an_answer_for_an_older_budget_or_repository_is_dropped(
     assert not model.show_details(listing - 1, details)
 
 
-def test_the_budget_stays_within_the_profiled_gpu(laptop: Profile) -> None:
+def test_the_budget_stays_within_the_profiled_gpu(laptop: Profile, recorded_profile) -> None:
     model = DiscoverModel(laptop, 64 * GIB, 4096)
     assert laptop.gpu is not None
     assert model.budget_bytes == model.vram_total_bytes == laptop.gpu.vram_total_bytes
-    cpu_only = Profile.from_json(Path("tests/data/profile-epyc-2core-fast.json").read_text())
+    cpu_only = recorded_profile
     model.use_machine(cpu_only, None, 4096)
     assert model.budget_bytes == 0 and model.vram_total_bytes == 0
     assert "the CPU (no GPU in the profile)" in model.prediction_note()
 
 
-def test_a_quant_too_big_for_ram_says_so(hub: LocalHub) -> None:
-    epyc = Profile.from_json(Path("tests/data/profile-epyc-2core-fast.json").read_text())
+def test_a_quant_too_big_for_ram_says_so(hub: LocalHub, recorded_profile) -> None:
+    epyc = recorded_profile
     model = shown(DiscoverModel(epyc, None, 4096), QWEN3)
     q8 = next(row for row in model.quant_rows() if row.model.quant == "Q8_0")
     assert q8.prediction is not None and not q8.prediction.fits_ram

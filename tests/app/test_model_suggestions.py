@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from local_hub import LocalHub
@@ -22,13 +21,11 @@ from app.hub.remote_plans import READABLE_TOKENS_PER_S, default_budget
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 GIB = 1 << 30
 
 
-def small_machine() -> Profile:
+def small_machine(profile: Profile) -> Profile:
     """The recorded 2-core profile, no GPU, with 4 GiB of RAM: no 30B model fits it."""
-    profile = Profile.from_json(RECORDED.read_text())
     hardware = dict(profile.hardware or {})
     hardware["memory"] = {**(hardware.get("memory") or {}), "total_bytes": 4 * GIB}
     return replace(profile, hardware=hardware)
@@ -53,19 +50,23 @@ def test_a_laptop_gets_the_two_most_downloaded_models_that_run_well_on_it(
 
 
 def test_a_small_machine_is_offered_small_models_and_never_a_gated_or_broken_one(
-    local_hub: LocalHub, hub_repos: TestRepos
+    local_hub: LocalHub, hub_repos: TestRepos, recorded_profile
 ) -> None:
-    found = suggest_models(small_machine(), 0, limit=5, catalogue=Catalogue(local_hub.url))
+    found = suggest_models(
+        small_machine(recorded_profile), 0, limit=5, catalogue=Catalogue(local_hub.url)
+    )
     ids = [s.repo_id for s in found]
     assert hub_repos.qwen3_moe not in ids and ids[0] == hub_repos.tiny_llama
     assert hub_repos.gated not in ids and "shardtest/Broken-GGUF" not in ids
     assert not any("Qwen3" in r.path for r in local_hub.requests if "/cdn/" in r.path)
 
 
-def test_offline_there_are_no_suggestions_but_one_line_at_once() -> None:
+def test_offline_there_are_no_suggestions_but_one_line_at_once(recorded_profile) -> None:
     started = time.monotonic()
     with pytest.raises(HubOfflineError, match="no connection to the Hub"):
-        suggest_models(small_machine(), 0, catalogue=Catalogue("http://127.0.0.1:9"))
+        suggest_models(
+            small_machine(recorded_profile), 0, catalogue=Catalogue("http://127.0.0.1:9")
+        )
     assert time.monotonic() - started < 3
 
 

@@ -6,12 +6,12 @@ import importlib
 import json
 import random
 import string
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 
 from app.cli import main
 from app.commands.plan_command import load_profile_for_planning
@@ -23,18 +23,12 @@ from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
 
-SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def shardchat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SHARDCHAT, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
-    )
-
-
-def test_plan_on_a_described_laptop_prints_every_tier_and_the_llama_parameters() -> None:
+def test_plan_on_a_described_laptop_prints_every_tier_and_the_llama_parameters(
+    shardchat: CliRun,
+) -> None:
     done = shardchat(
         "plan", "--vram", "1GiB", "--hardware", "laptop-8gb", "--ctx", "2048", "--details"
     )
@@ -68,15 +62,16 @@ def test_the_plan_says_what_runs_where_and_how_fast_in_plain_words(
 
 def test_without_vram_the_plan_takes_the_described_machines_whole_gpu(
     capsys: pytest.CaptureFixture[str],
+    recorded_profile_file,
 ) -> None:
     assert main(["plan", "--hardware", "laptop-8gb"]) == 0
     budget = "VRAM budget 8.0 GiB (all of the NVIDIA GeForce RTX 4060 Laptop GPU's; --vram sets"
     assert capsys.readouterr().out.splitlines()[1].startswith(budget)
-    assert main(["plan", "--hardware", str(RECORDED)]) == 0
+    assert main(["plan", "--hardware", str(recorded_profile_file)]) == 0
     assert "VRAM budget 0 B (no GPU)" in capsys.readouterr().out
 
 
-def test_plan_json_has_the_resident_set_and_fits_the_budget() -> None:
+def test_plan_json_has_the_resident_set_and_fits_the_budget(shardchat: CliRun) -> None:
     done = shardchat("plan", "--vram", "300MiB", "--hardware", "rtx5090-desktop", "--json")
     plan = json.loads(done.stdout)
     assert plan["vram"]["budget_bytes"] == 300 << 20
@@ -86,8 +81,10 @@ def test_plan_json_has_the_resident_set_and_fits_the_budget() -> None:
     assert plan["n_threads"] >= 1 and plan["tiers"][0]["tier"] == 1
 
 
-def test_plan_with_a_recorded_profile_file_of_a_cpu_machine() -> None:
-    done = shardchat("plan", "--vram", "0", "--hardware", str(RECORDED), "--details")
+def test_plan_with_a_recorded_profile_file_of_a_cpu_machine(
+    shardchat: CliRun, recorded_profile_file
+) -> None:
+    done = shardchat("plan", "--vram", "0", "--hardware", str(recorded_profile_file), "--details")
     assert done.returncode == 0, done.stderr
     assert "CPU-only plan" in done.stdout and "cpu_only" in done.stdout
 
@@ -107,13 +104,15 @@ def test_plan_with_a_recorded_profile_file_of_a_cpu_machine() -> None:
         (("--vram", "1G", "--hardware", "laptop-8gb", "--model", "README.md"), "not a GGUF"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], message: str) -> None:
+def test_bad_input_exits_2_with_one_line(
+    args: tuple[str, ...], message: str, shardchat: CliRun
+) -> None:
     done = shardchat("plan", *args)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
-def test_plan_without_a_stored_profile_says_how_to_make_one() -> None:
+def test_plan_without_a_stored_profile_says_how_to_make_one(shardchat: CliRun) -> None:
     done = shardchat("plan", "--vram", "0")
     assert done.returncode == 2
     assert "shardchat profile --fast" in done.stderr
@@ -135,7 +134,7 @@ def test_bad_sizes(text: str) -> None:
 
 
 def test_a_bench_measures_the_profile_it_needs_and_chat_runs_under_its_plan(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], shardchat: CliRun
 ) -> None:
     """`make bench` on a fresh machine (no profile stored): bench/runtime_overhead.py's
     planned side measures this machine first (smoke here, to be quick) and stores it, and
@@ -143,7 +142,7 @@ def test_a_bench_measures_the_profile_it_needs_and_chat_runs_under_its_plan(
     monkeypatch.syspath_prepend(str(BENCH))
     runtime_overhead = importlib.import_module("runtime_overhead")
     params = runtime_overhead.planned_params(str(default_model_path()), "smoke")
-    assert "no profile is stored for this machine: measuring a smoke one" in capsys.readouterr().err
+    assert "no profile is stored for this machine: measuring a smoke one" in capfd.readouterr().err
     assert params.n_gpu_layers == 0  # this machine has no GPU
     assert stored_profile() is not None  # stored, as `shardchat profile` stores it
     done = shardchat("chat", "--vram", "0", "--temperature", "0", "--max-tokens", "8", "--stats",
@@ -155,7 +154,7 @@ def test_a_bench_measures_the_profile_it_needs_and_chat_runs_under_its_plan(
     assert all("predicted" in line and "measured" in line for line in steps)
 
 
-def test_chat_with_a_bad_vram_size_exits_2() -> None:
+def test_chat_with_a_bad_vram_size_exits_2(shardchat: CliRun) -> None:
     done = shardchat("chat", "--vram", "plenty", "hi")
     assert done.returncode == 2 and "not a size" in done.stderr
 
@@ -178,7 +177,9 @@ def _row(out: str, label: str) -> list[str]:
     return line[len(label) :].split()
 
 
-def test_a_manual_placement_is_shown_beside_the_planners_choice(dense_model: str) -> None:
+def test_a_manual_placement_is_shown_beside_the_planners_choice(
+    dense_model: str, shardchat: CliRun
+) -> None:
     args = ("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model)
     done = shardchat(*args, "--placement", "layers:8", "--details")
     assert done.returncode == 0, done.stderr
@@ -206,7 +207,7 @@ def test_a_manual_placement_is_shown_beside_the_planners_choice(dense_model: str
     assert manual["extras"]["placement"] == "layers:8"
 
 
-def test_cpu_only_plans_nothing_in_vram(dense_model: str) -> None:
+def test_cpu_only_plans_nothing_in_vram(dense_model: str, shardchat: CliRun) -> None:
     done = shardchat("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model",
                      dense_model, "--placement", "cpu", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -228,7 +229,7 @@ def test_cpu_only_plans_nothing_in_vram(dense_model: str) -> None:
     ],
 )
 def test_bad_placements_and_gpus_exit_2_with_one_line(
-    dense_model: str, args: tuple[str, ...], message: str
+    dense_model: str, args: tuple[str, ...], message: str, shardchat: CliRun
 ) -> None:
     done = shardchat("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model",
                      dense_model, *args)  # fmt: skip
@@ -238,7 +239,7 @@ def test_bad_placements_and_gpus_exit_2_with_one_line(
     assert message in lines[0]
 
 
-def test_gpu_0_is_the_default_gpu(dense_model: str) -> None:
+def test_gpu_0_is_the_default_gpu(dense_model: str, shardchat: CliRun) -> None:
     args = ("plan", "--hardware", "laptop-8gb", "--vram", "4GiB", "--model", dense_model, "--json")
     assert json.loads(shardchat(*args).stdout) == json.loads(shardchat(*args, "--gpu", "0").stdout)
 

@@ -17,21 +17,19 @@ from app.plan_words import (
 from app.units import speed_text
 from app.vram_overview import vram_overview
 from engine.machine.calibration import CPU_KIND, kind_error
-from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.plan import Plan, PlanFamily, PlanRequest
 from engine.planning.planner import make_plan
 from engine.planning.step_correction import Correction
 from engine.runtime.step_log import StepRecord
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-
 
 @pytest.fixture(scope="module")
-def cpu_plan(default_model_file: Path) -> Plan:
+def cpu_plan(default_model_file: Path, recorded_profile) -> Plan:
     """The default model on the recorded 2-core machine: every step runs on the CPU."""
-    profile = Profile.from_json(RECORDED.read_text())
-    return make_plan(read_inventory(default_model_file), profile, PlanRequest(0, n_ctx=1024))
+    return make_plan(
+        read_inventory(default_model_file), recorded_profile, PlanRequest(0, n_ctx=1024)
+    )
 
 
 def step(tier: int, factor: float, steps: int, family: PlanFamily = PlanFamily.CPU_ONLY):

@@ -6,9 +6,7 @@ probe would report it, since these machines have none the CPU build can see.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -31,8 +29,6 @@ from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import GpuInfo, HardwareInfo
 from engine.machine.profile import Profile, StepLoad
 from engine.profiling.machine_load import machine_load
-
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +80,8 @@ def test_this_machine_has_no_gpu_and_a_cpu_plan() -> None:
     assert "CPU plan" in budget_text(0)
 
 
-def test_a_recorded_measured_profile_lists_threads_and_the_fastest() -> None:
-    profile = Profile.from_dict(json.loads(RECORDED.read_text()))
+def test_a_recorded_measured_profile_lists_threads_and_the_fastest(recorded_profile) -> None:
+    profile = recorded_profile
     rows = dict(result_rows(profile, 0))
     assert rows["Threads"].startswith("measured 1, 2; fastest with ")
     reason = profile.hardware["gpu_reason"]  # stored before ggml was asked too
@@ -95,8 +91,10 @@ def test_a_recorded_measured_profile_lists_threads_and_the_fastest() -> None:
     assert f"DRAM read      {profile.dram_read_gbps:.1f} GB/s" in text
 
 
-def test_how_busy_the_machine_was_is_said_only_as_far_as_it_is_known(rtx5090) -> None:
-    older = Profile.from_dict(json.loads(RECORDED.read_text()))
+def test_how_busy_the_machine_was_is_said_only_as_far_as_it_is_known(
+    rtx5090, recorded_profile
+) -> None:
+    older = recorded_profile
     assert "machine load   not recorded" in render_profile(older)
     assert "Machine while measured" not in dict(result_rows(older, 0))
     assert "machine load   described, not measured" in render_profile(rtx5090)

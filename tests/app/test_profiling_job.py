@@ -21,13 +21,12 @@ from app.profiling_job import (
 )
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile, ProfileMode, Quietness
+from engine.machine.profile import ProfileMode, Quietness
 from engine.profiling.machine_load import QUIET_SHARE, LoadWatch
 from engine.profiling.profiler import AGAIN_SUFFIX, plan_for
 from tests.engine.competing_load import competing_load
 
 RUN_TIMEOUT_S = 120
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +168,14 @@ def test_a_job_that_never_started_counts_as_ended() -> None:
 
 def test_a_profile_measured_beside_a_busy_loop_on_every_core_is_refused_in_one_line(
     monkeypatch,
+    recorded_profile,
 ) -> None:
     """The job and `shardchat profile` store nothing when this says why (issue 29)."""
     monkeypatch.delenv(KEEP_BUSY_VARIABLE, raising=False)
     watch = LoadWatch(max_repeats=0)
     with competing_load():
         watch.run("dense Q4_0", lambda: sum(range(100_000)), lambda _value: True)
-    measured = replace(Profile.from_json(RECORDED.read_text()), machine_load=watch.verdict())
+    measured = replace(recorded_profile, machine_load=watch.verdict())
     message = too_busy_message(measured)
     assert message is not None and "\n" not in message
     assert "too busy" in message and "not stored" in message and "dense Q4_0" in message

@@ -1,4 +1,5 @@
-"""`shardchat --selftest`, run as installers and support run it: a separate process."""
+"""`shardchat --selftest`, run as installers and support run it: a separate process (its
+refusal of a command runs in this process: argparse's exit is the same there)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 
 from app import selftest
 
@@ -70,7 +72,7 @@ def test_a_broken_installation_fails_in_one_line_with_exit_1(
     assert lines[0].startswith("selftest FAILED: ModelFileError: the default model package")
 
 
-def test_selftest_takes_no_command() -> None:
-    done = run_selftest("--selftest", "info", "default")
+def test_selftest_takes_no_command(shardchat: CliRun) -> None:
+    done = shardchat("--selftest", "info", "default")
     assert done.returncode == 2
     assert "--selftest takes no command" in done.stderr

@@ -17,8 +17,6 @@ from engine.vision.projector import QWEN25_VL_7B
 from engine.vision.shape_only_projector import write_shape_only_projector
 from engine.vision.synthetic import write_synthetic_vlm
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-
 
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -32,8 +30,10 @@ def test_without_a_profile_the_encoder_runs_on_the_cpu(vlm: tuple[Path, Path]) -
     assert "not profiled" in load.vision.summary
 
 
-def test_a_cpu_only_profile_keeps_the_encoder_on_the_cpu(vlm: tuple[Path, Path]) -> None:
-    profile = load_profile_for_planning(str(RECORDED))
+def test_a_cpu_only_profile_keeps_the_encoder_on_the_cpu(
+    vlm: tuple[Path, Path], recorded_profile_file
+) -> None:
+    profile = load_profile_for_planning(str(recorded_profile_file))
     load = LoadRequest(str(vlm[0]), 1024, profile, mmproj_path=str(vlm[1])).planned()
     assert load.plan is not None and load.vision is not None
     assert not load.vision.options.encoder_on_gpu and "images up to" in load.vision.summary

@@ -2,7 +2,8 @@
 
 Each case that chooses how ggml starts (a forced CPU variant, a hidden Vulkan driver)
 runs `shardchat info --devices --json` in a process of its own, since ggml loads its
-modules once per process; the case about this process reads what it loaded.
+modules once per process; the cases about this process read what it loaded (`info
+--devices` in process).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 
 from engine.llama import backends
 from engine.llama.ggml_devices import DeviceType, GgmlDevice, list_devices, offload_devices
@@ -130,10 +132,8 @@ def test_without_a_vulkan_driver_the_cpu_answers_and_the_reason_is_one_line() ->
     assert [d["name"] for d in shown["devices"]] == ["CPU"]
 
 
-def test_info_devices_prints_the_modules_devices_and_the_gpu_used() -> None:
-    done = subprocess.run(
-        [SHARDCHAT, "info", "--devices"], capture_output=True, text=True, timeout=120
-    )
+def test_info_devices_prints_the_modules_devices_and_the_gpu_used(shardchat: CliRun) -> None:
+    done = shardchat("info", "--devices")  # in this process: ggml as it started here
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     variant = backends.start_ggml().cpu_variant
@@ -144,9 +144,9 @@ def test_info_devices_prints_the_modules_devices_and_the_gpu_used() -> None:
     assert lines[-1].startswith("GPU used ")
 
 
-def test_info_wants_a_model_or_devices_not_both() -> None:
+def test_info_wants_a_model_or_devices_not_both(shardchat: CliRun) -> None:
     for args in (["info"], ["info", "default", "--devices"]):
-        done = subprocess.run([SHARDCHAT, *args], capture_output=True, text=True, timeout=60)
+        done = shardchat(*args)
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
 

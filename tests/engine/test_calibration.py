@@ -33,7 +33,6 @@ from engine.planning.cost_model import CostModel, Placement, Where
 
 MEDIAN_BOUND, WORST_BOUND = 0.15, 0.35
 SIZE_TOLERANCE = 0.03
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 ROWS = measurements()
 ALL_GPU = Placement(Where.GPU)
 
@@ -112,8 +111,8 @@ def test_expected_error_is_the_80th_percentile_of_the_machine_kind() -> None:
     assert expected_error(cpu_only) == pytest.approx(p80("CPU"))
 
 
-def test_a_measured_profile_has_no_calibration_error() -> None:
-    assert expected_error(Profile.from_json(RECORDED.read_text())) is None
+def test_a_measured_profile_has_no_calibration_error(recorded_profile) -> None:
+    assert expected_error(recorded_profile) is None
 
 
 # --- the fixed costs the roofline misses ---

@@ -12,12 +12,10 @@ from engine.machine.profile import Device, KernelShape, Profile
 from engine.model.inventory import SubLayerKind, read_inventory
 from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-
 
 @pytest.fixture(scope="module")
-def profile() -> Profile:
-    return Profile.from_json(RECORDED.read_text())
+def profile(recorded_profile: Profile) -> Profile:
+    return recorded_profile
 
 
 @pytest.fixture(scope="module")

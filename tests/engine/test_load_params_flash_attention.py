@@ -17,13 +17,11 @@ from engine.planning.execution import load_params_for
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-
 
 @pytest.fixture(scope="module")
-def cpu_profile() -> Profile:
+def cpu_profile(recorded_profile: Profile) -> Profile:
     """The recorded 2-core profile: no GPU."""
-    return Profile.from_json(RECORDED.read_text())
+    return recorded_profile
 
 
 def test_llama_cpp_is_asked_for_the_flash_attention_the_parameters_carry() -> None:

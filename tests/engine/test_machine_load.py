@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import psutil
 import pytest
@@ -31,7 +30,6 @@ from tests.engine.competing_load import competing_load
 
 WINDOW_S = 0.4  # the window being measured; samples count 10 ms ticks
 TICKS_S = 0.05  # what tick rounding can cost a share's CPU seconds across both samples
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:
@@ -108,8 +106,8 @@ def test_a_short_disturbed_step_makes_a_long_run_busy_not_too_busy() -> None:
     assert machine_load([(quiet, 9.0), (busy_gpu, 1.0)], 0).verdict is Quietness.TOO_BUSY
 
 
-def test_the_record_round_trips_and_older_profiles_load_without_it() -> None:
-    older = Profile.from_json(RECORDED.read_text())
+def test_the_record_round_trips_and_older_profiles_load_without_it(recorded_profile) -> None:
+    older = recorded_profile
     assert older.machine_load is None
     steps = (StepLoad("fixed costs", 0.31, 2), StepLoad("gpu dense Q4_0", 0.05, 1, 12.0))
     load = MachineLoad(Quietness.BUSY, 0.2, "fixed costs", 0.31, 1, steps)

@@ -20,14 +20,11 @@ from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import load_model
 from engine.runtime.step_log import StepLog
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-
 
 @pytest.fixture(scope="module")
-def cpu_profile() -> Profile:
+def cpu_profile(recorded_profile_here: Profile) -> Profile:
     """The recorded 2-core profile, relabelled as this machine's (the figures stay real)."""
-    recorded = Profile.from_json(RECORDED.read_text())
-    return replace(recorded, fingerprint=probe_hardware().fingerprint())
+    return recorded_profile_here
 
 
 def test_a_cpu_plan_loads_with_its_threads_and_nothing_on_a_gpu(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +21,6 @@ from engine.planning.plan import (
 )
 from engine.planning.planner import make_plan
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 GIB = 1 << 30
 MOE_30B = SyntheticSpec(
     "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
@@ -105,8 +102,10 @@ def test_a_budget_below_the_working_memory_gives_a_cpu_plan_with_a_reason(models
     assert "CPU-only" in plan.reason and "working memory" in plan.reason
 
 
-def test_a_machine_without_gpu_plans_cpu_only_with_its_best_threads(models) -> None:
-    profile = Profile.from_json(RECORDED.read_text())
+def test_a_machine_without_gpu_plans_cpu_only_with_its_best_threads(
+    models, recorded_profile
+) -> None:
+    profile = recorded_profile
     plan = make_plan(models["dense"], profile, PlanRequest(0))
     assert plan.reason.startswith("no GPU in the profile")
     assert plan.n_threads == 2 and plan.op_offload_min_batch == NEVER_OFFLOAD

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from engine.generation.sampling import GREEDY
 from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.execution import load_params_for
 from engine.planning.plan import PlanRequest
@@ -19,8 +18,6 @@ from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import load_model
 from engine.runtime.step_log import StepLog, StepRecord, latest_correction
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-
 
 def error(predicted_ms: float, record: StepRecord) -> float:
     return abs(predicted_ms - record.measured_ms) / record.measured_ms
@@ -28,11 +25,12 @@ def error(predicted_ms: float, record: StepRecord) -> float:
 
 def test_a_few_dozen_real_steps_leave_a_correction_that_predicts_better(
     default_model_file: Path,
+    recorded_profile,
 ) -> None:
     """The recorded 2-core profile (another machine's figures, relabelled as this one's)
     predicts this machine's one-thread steps several-fold off; what the steps teach closes
     most of that."""
-    recorded = Profile.from_json(RECORDED.read_text())
+    recorded = recorded_profile
     profile = replace(recorded, fingerprint=probe_hardware().fingerprint())
     inventory = read_inventory(default_model_file)
     plan = make_plan(inventory, profile, PlanRequest(0, n_ctx=256))

@@ -10,13 +10,12 @@ llama.cpp's own mtmd/clip on this build, with projectors written by
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import gguf
 import pytest
+from cli_run import CliRun
 
 from engine.errors import ModelFileError
 from engine.machine.described_machines import load_described
@@ -35,8 +34,6 @@ from engine.vision.plan_choice import ResidentSet
 from engine.vision.projector import QWEN25_VL_7B, ProjectorFacts, Resolution, projector_facts
 from engine.vision.shape_only_projector import write_shape_only_projector
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 GIB, MIB = 1 << 30, 1 << 20
 QWEN25_VL_7B_TEXT = SyntheticSpec(
     "llama", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, vocab_size=152064,
@@ -161,8 +158,8 @@ def test_flash_attention_never_needs_more(patches: int) -> None:
 # --- the choices ---
 
 
-def test_without_a_gpu_everything_runs_on_the_cpu(inventory) -> None:
-    profile = Profile.from_json(RECORDED.read_text(encoding="utf-8"))
+def test_without_a_gpu_everything_runs_on_the_cpu(inventory, recorded_profile) -> None:
+    profile = recorded_profile
     vision = planned(inventory, profile, 0)
     assert not vision.options.encoder_on_gpu and not vision.options.free_after_encode
     assert not vision.options.language_steps_aside
@@ -257,13 +254,7 @@ def test_a_projector_of_another_width_is_refused(files, laptop) -> None:
 # --- the plan command ---
 
 
-def shardchat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SHARDCHAT, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
-    )
-
-
-def test_the_plan_command_prints_the_vlmopt_choices(files) -> None:
+def test_the_plan_command_prints_the_vlmopt_choices(files, shardchat: CliRun) -> None:
     common = ("plan", "--vram", "2GiB", "--hardware", "laptop-8gb", "--ctx", "8192",
               "--model", str(files["model"]))  # fmt: skip
     done = shardchat(*common, "--mmproj", str(files["mmproj"]), "--image-px", "2560")
