@@ -37,18 +37,16 @@ from engine.errors import BadInputError
 from ui.engine_bridge import EngineBridge
 from ui.server_panel import ServerPanel
 from ui.server_settings import ServerSettingsStore
+from ui.thread_bridge import GuiRelay
 
 log = logging.getLogger(__name__)
 
 QUIT_WAIT_S = SHUTDOWN_SECONDS + 10  # what stop() itself allows its loop, and a margin
+SWITCH_THREAD = "shardchat-api-switch"
 
 
 class ServerController(QObject):
     view_changed = Signal(object)  # ServerView: the status bar, the VRAM panel's slot count
-    _state_arrived = Signal(object)  # ServerState, from the server's thread
-    _start_done = Signal(object, str)  # ApiServer, its address; from the starting thread
-    _start_failed = Signal(object, str)  # ApiServer, why in one line
-    _stop_done = Signal()
 
     def __init__(
         self,
@@ -64,12 +62,10 @@ class ServerController(QObject):
         self._start_when_loaded = self.view.settings.enabled
         self._server: ApiServer | None = None  # listening, or on its way up or down
         self._job: threading.Thread | None = None  # the start or stop under way
+        self._switches = GuiRelay(self)  # starts and stops end here, on the GUI thread
+        self._reports = GuiRelay(self)  # the server's state reports, from its thread
         panel.switched.connect(self.switch)
         panel.settings_edited.connect(self._edit)
-        self._state_arrived.connect(self._on_state)
-        self._start_done.connect(self._on_started)
-        self._start_failed.connect(self._on_start_failed)
-        self._stop_done.connect(self._on_stopped)
         bridge.model_loaded.connect(self._on_model_loaded)
         self._show(self.view)
 
@@ -84,21 +80,21 @@ class ServerController(QObject):
 
     def report_state(self, state: ServerState) -> None:
         """The server's `on_state`, called from any thread: the view follows on the GUI's."""
-        self._state_arrived.emit(state)
+        self._reports.post(self._on_state, state)
 
     def shutdown(self) -> None:
         """Before the worker goes (the app is closing): remember the settings, stop serving.
 
         The one place that waits for the network, boundedly, since the window is closing."""
         self.bridge.model_loaded.disconnect(self._on_model_loaded)
-        self._state_arrived.disconnect(self._on_state)  # reports of the stop below go nowhere
+        self._reports.close()  # reports of the stop below go nowhere
         wanted = self.view.switched_on or self._start_when_loaded
         self._remember(wanted)
         if self._job is not None:
             self._job.join(QUIT_WAIT_S)
         server, self._server = self._server, None
         if server is not None and server.address is not None:
-            self._in_background(server.stop, lambda: None).join(QUIT_WAIT_S)
+            self._in_background(server.stop, lambda _none: None).join(QUIT_WAIT_S)
 
     # --- what the person did ---
 
@@ -115,17 +111,12 @@ class ServerController(QObject):
         server = ApiServer(self.worker, config, self.report_state)
         self._server = server
         self._show(starting(self.view))
-
-        def start() -> None:
-            try:
-                self._start_done.emit(server, server.start())
-            except BadInputError as exc:  # ServerStartError: a taken port, a foreign address
-                self._start_failed.emit(server, str(exc))
-            except Exception as exc:  # the panel says it; the log keeps the traceback
-                log.exception("the API server did not start")
-                self._start_failed.emit(server, f"the server did not start: {exc}")
-
-        self._in_background(start, lambda: None)
+        self._job = self._switches.in_daemon_thread(
+            SWITCH_THREAD,
+            server.start,
+            lambda address: self._on_started(server, address),
+            lambda error: self._on_start_failed(server, error),
+        )
 
     def _stop(self) -> None:
         server, self._server = self._server, None
@@ -134,7 +125,7 @@ class ServerController(QObject):
         if server is None:
             self._on_stopped()
             return
-        self._in_background(server.stop, self._stop_done.emit)
+        self._in_background(server.stop, lambda _none: self._on_stopped())
 
     # --- reports, on the GUI thread ---
 
@@ -143,7 +134,13 @@ class ServerController(QObject):
             self._show(started(self.view, address))
             self._remember(True)
 
-    def _on_start_failed(self, server: ApiServer, message: str) -> None:
+    def _on_start_failed(self, server: ApiServer, error: BaseException) -> None:
+        """A taken port or a foreign address says why (ServerStartError); anything else the
+        panel says too, and the log keeps its traceback."""
+        message = str(error)
+        if not isinstance(error, BadInputError):
+            log.error("the API server did not start", exc_info=error)
+            message = f"the server did not start: {error}"
         if server is self._server:
             self._server = None
             self._show(refused(self.view, message))
@@ -174,15 +171,14 @@ class ServerController(QObject):
         self.store.save(replace(self.view.settings, enabled=enabled))
 
     def _in_background(
-        self, work: Callable[[], None], then: Callable[[], None]
+        self, work: Callable[[], None], then: Callable[[None], None]
     ) -> threading.Thread:
-        def run() -> None:
-            try:
-                work()
-            except Exception:
-                log.exception("the API server's %s failed", work.__name__)
-            then()
+        """A stop, on a daemon thread (closing must never wait on it past QUIT_WAIT_S); `then`
+        follows on the GUI thread, even when it failed (the log keeps why)."""
 
-        self._job = threading.Thread(target=run, name="shardchat-api-switch", daemon=True)
-        self._job.start()
+        def failed(error: BaseException) -> None:
+            log.error("the API server's %s failed", work.__name__, exc_info=error)
+            then(None)
+
+        self._job = self._switches.in_daemon_thread(SWITCH_THREAD, work, then, failed)
         return self._job

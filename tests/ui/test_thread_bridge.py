@@ -7,7 +7,7 @@ import threading
 import pytest
 from PySide6.QtCore import QCoreApplication
 
-from ui.thread_bridge import Background
+from ui.thread_bridge import Background, GuiRelay
 
 
 @pytest.fixture
@@ -63,3 +63,22 @@ def test_nothing_is_delivered_after_shutdown(qtbot, background) -> None:
     background.post(answers.append, 2)
     QCoreApplication.processEvents()  # a queued delivery would run now
     assert answers == []
+
+
+def test_a_daemon_threads_answer_or_failure_arrives_on_the_gui_thread(qtbot) -> None:
+    relay = GuiRelay()
+    answers: list[tuple[object, threading.Thread]] = []
+
+    def note(value: object) -> None:
+        answers.append((value, threading.current_thread()))
+
+    worked = relay.in_daemon_thread("bridge-daemon", lambda: "up", note)
+    assert worked.daemon and worked.name == "bridge-daemon"
+
+    def refuse() -> str:
+        raise OSError("port taken")
+
+    relay.in_daemon_thread("bridge-daemon", refuse, note, failed=note)
+    qtbot.waitUntil(lambda: len(answers) == 2, timeout=5000)
+    assert {str(value) for value, _thread in answers} == {"up", "port taken"}
+    assert all(thread is threading.current_thread() for _value, thread in answers)
