@@ -11,6 +11,10 @@ has its handler cancelled by aiohttp, which cancels its sequence at once.
 
 Bound to 127.0.0.1 unless told otherwise; any other address needs an API key.
 CORS answers only the origins the user lists.
+
+This module keeps the routes; what every request passes through first (errors,
+CORS, the key) is `app.api.middlewares`, and writing a reply, whole or as
+server-sent events, is `app.api.reply_writer`.
 """
 
 from __future__ import annotations
