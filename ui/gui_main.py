@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import qasync
-from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app.load_planning import stored_profile
@@ -37,6 +37,7 @@ from engine.model.inventory import read_inventory
 from ui.desktop import Desktop, remember_default_model
 from ui.profile_wizard import ProfileWizard
 from ui.theme import ThemeManager
+from ui.thread_bridge import GuiRelay
 
 EXIT_WHEN_READY_ENV = "SHARDCHAT_EXIT_WHEN_READY"  # see _quit_when_loaded
 OUR_THREADS = ("shardchat-engine", "shardchat-profiling")  # the threads that run llama.cpp
@@ -116,21 +117,16 @@ def leave_if_llama_still_runs(exit_code: int) -> None:
         exit_now(exit_code)
 
 
-class _Relay(QObject):
-    done = Signal()
-
-
 def wait_spinning(future: Future[T]) -> T:
     """The future's result (or its exception), with a Qt event loop running on this thread
     until it is known, so the app keeps answering the system and repainting meanwhile.
 
-    The worker's "done" reaches the loop through a queued signal: posted as an event, it
-    is seen by the loop even when the work ends before the loop has started.
+    The worker's "done" reaches the loop through a relay (ui.thread_bridge): posted as an
+    event, it is seen by the loop even when the work ends before the loop has started.
     """
     if not future.done():
-        relay, loop = _Relay(), QEventLoop()
-        relay.done.connect(loop.quit, Qt.ConnectionType.QueuedConnection)
-        future.add_done_callback(lambda _future: relay.done.emit())
+        relay, loop = GuiRelay(), QEventLoop()
+        future.add_done_callback(lambda _future: relay.post(lambda _none: loop.quit()))
         loop.exec()
     return future.result()
 
