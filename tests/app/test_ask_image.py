@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 from PIL import Image
-from test_cli import assert_one_line_error, shardchat  # the CLI test helpers, same folder
+from test_cli import assert_one_line_error  # the CLI test helpers, same folder
 
 from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
@@ -23,7 +24,7 @@ def picture(folder: Path, name: str, size: tuple[int, int] = (64, 48), kind: str
 
 
 def test_answers_about_two_images_and_reports_the_vlmopt_choices(
-    vlm: tuple[Path, Path], tmp_path: Path
+    vlm: tuple[Path, Path], tmp_path: Path, shardchat: CliRun
 ) -> None:
     model, mmproj = vlm
     first, second = picture(tmp_path, "a.png"), picture(tmp_path, "b.jpg", (300, 20), "JPEG")
@@ -53,26 +54,30 @@ def test_answers_about_two_images_and_reports_the_vlmopt_choices(
     ids=["missing", "zero-bytes", "not-an-image", "tiff", "webp-cut-in-half", "tiff-cut-short"],
 )
 def test_bad_images_are_one_line_errors(
-    vlm: tuple[Path, Path], tmp_path: Path, make, message: str
+    vlm: tuple[Path, Path], tmp_path: Path, make, message: str, shardchat: CliRun
 ) -> None:
     done = shardchat("ask-image", "--model", str(vlm[0]), str(make(tmp_path)), "What is it?")
     assert message in assert_one_line_error(done)
 
 
-def test_a_model_without_a_projector_says_how_to_add_one(tmp_path: Path) -> None:
+def test_a_model_without_a_projector_says_how_to_add_one(tmp_path: Path, shardchat: CliRun) -> None:
     done = shardchat("ask-image", str(picture(tmp_path, "a.png")), "What is it?")
     line = assert_one_line_error(done)
     assert "has no vision projector: pass --mmproj" in line
 
 
-def test_a_projector_for_another_model_is_refused(vlm: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_projector_for_another_model_is_refused(
+    vlm: tuple[Path, Path], tmp_path: Path, shardchat: CliRun
+) -> None:
     wrong = write_synthetic_projector(tmp_path / "wrong.gguf", ProjectorSpec(96))
     done = shardchat("ask-image", "--model", str(vlm[0]), "--mmproj", str(wrong),
                      str(picture(tmp_path, "a.png")), "What is it?")  # fmt: skip
     assert "made for another model" in assert_one_line_error(done)
 
 
-def test_an_image_without_a_question_is_refused(vlm: tuple[Path, Path], tmp_path: Path) -> None:
+def test_an_image_without_a_question_is_refused(
+    vlm: tuple[Path, Path], tmp_path: Path, shardchat: CliRun
+) -> None:
     done = shardchat("ask-image", "--model", str(vlm[0]), str(picture(tmp_path, "a.png")))
     assert "at least one IMAGE and then the QUESTION" in assert_one_line_error(done)
 

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cli_run import CliRun
 
 from app.events import (
     FINAL_EVENTS,
@@ -25,7 +26,7 @@ from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
 from engine.model.prompt_format import family_named
-from tests.app.test_cli import assert_one_line_error, shardchat
+from tests.app.test_cli import assert_one_line_error
 from tests.synthetic_vocab import marker_vocabulary
 
 GEMMA_MARKERS = ("<start_of_turn>", "<end_of_turn>")
@@ -38,7 +39,7 @@ def gemma_vocab_model(make_synthetic) -> Path:
     return make_synthetic("llama", **marker_vocabulary(GEMMA_MARKERS))
 
 
-def test_info_says_which_format_and_why(gemma_vocab_model: Path) -> None:
+def test_info_says_which_format_and_why(gemma_vocab_model: Path, shardchat: CliRun) -> None:
     done = shardchat("info", str(gemma_vocab_model))
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("prompt format"))
@@ -51,12 +52,14 @@ def test_info_says_which_format_and_why(gemma_vocab_model: Path) -> None:
     assert as_json["prompt_format"]["kind"] == "builtin"
 
 
-def test_info_follows_the_flag(gemma_vocab_model: Path) -> None:
+def test_info_follows_the_flag(gemma_vocab_model: Path, shardchat: CliRun) -> None:
     done = shardchat("info", "--prompt-format", "completion", str(gemma_vocab_model))
     assert "prompt format  completion (plain text completion, as set)" in done.stdout
 
 
-def test_an_unknown_format_is_refused_by_every_command(gemma_vocab_model: Path) -> None:
+def test_an_unknown_format_is_refused_by_every_command(
+    gemma_vocab_model: Path, shardchat: CliRun
+) -> None:
     for command in ("info", "chat", "summarize", "ask-image"):
         done = shardchat(command, "--prompt-format", "gemma9", "x")
         assert done.returncode == 2
@@ -66,12 +69,15 @@ def test_an_unknown_format_is_refused_by_every_command(gemma_vocab_model: Path) 
 
 def test_the_template_format_for_a_model_without_one_is_one_line_bad_input(
     gemma_vocab_model: Path,
+    shardchat: CliRun,
 ) -> None:
     done = shardchat("info", "--prompt-format", "template", str(gemma_vocab_model))
     assert "has no chat template of its own" in assert_one_line_error(done)
 
 
-def test_chat_verbose_prints_the_format_to_stderr(gemma_vocab_model: Path) -> None:
+def test_chat_verbose_prints_the_format_to_stderr(
+    gemma_vocab_model: Path, shardchat: CliRun
+) -> None:
     args = ("--model", str(gemma_vocab_model), "--temperature", "0", "--max-tokens", "2")
     done = shardchat("chat", "--verbose", *args, "Hi")
     assert done.returncode == 0, done.stderr
@@ -154,6 +160,6 @@ def test_the_worker_loads_with_the_stored_setting_and_switches_on_request(
         worker.shutdown()
 
 
-def test_help_lists_the_flag_on_every_model_command() -> None:
+def test_help_lists_the_flag_on_every_model_command(shardchat: CliRun) -> None:
     for command in ("info", "chat", "summarize", "ask-image"):
         assert "--prompt-format NAME" in shardchat(command, "--help").stdout
