@@ -1,4 +1,7 @@
-"""`shardchat profile`: measure and store, show without measuring, export/import, interruptions."""
+"""`shardchat profile`: measure and store, show without measuring, export/import, interruptions.
+
+The command runs in this process (the `shardchat` fixture) except where a signal to it or to
+its measurement child is what is tested: then it is a process of its own."""
 
 from __future__ import annotations
 
@@ -13,12 +16,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_run import CliRun
 
 from app.profiling_job import KEEP_BUSY_VARIABLE
 from app.stores.profile_store import ProfileStore
 from engine.llama.ggml_devices import CHILD_LABEL
 from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile, StepLoad
+from engine.machine.profile import StepLoad
 from engine.profiling.machine_load import machine_load
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
@@ -31,22 +35,12 @@ def keep_busy_profiles(monkeypatch) -> None:
     monkeypatch.setenv(KEEP_BUSY_VARIABLE, "1")
 
 
-def shardchat(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SHARDCHAT, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def stored_profiles() -> list:
     with ProfileStore() as store:
         return store.list()
 
 
-def test_smoke_profile_is_stored_and_shown_without_measuring() -> None:
+def test_smoke_profile_is_stored_and_shown_without_measuring(shardchat: CliRun) -> None:
     done = shardchat("profile", "--smoke")
     assert done.returncode == 0, done.stderr
     assert "GFLOP/s" in done.stdout and "DRAM read" in done.stdout and "stored in" in done.stdout
@@ -61,14 +55,16 @@ def test_smoke_profile_is_stored_and_shown_without_measuring() -> None:
     assert len(stored_profiles()) == 1  # showing measured nothing new
 
 
-def test_show_without_a_profile_is_bad_input() -> None:
+def test_show_without_a_profile_is_bad_input(shardchat: CliRun) -> None:
     done = shardchat("profile", "--show")
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "no profile is stored" in done.stderr
 
 
-def test_a_profile_of_another_machine_imports_and_exports(tmp_path: Path) -> None:
-    recorded = DATA / "profile-epyc-2core-fast.json"
+def test_a_profile_of_another_machine_imports_and_exports(
+    tmp_path: Path, shardchat: CliRun, recorded_profile_file
+) -> None:
+    recorded = recorded_profile_file
     done = shardchat("profile", "--import", str(recorded))
     assert done.returncode == 0, done.stderr
     assert "imported" in done.stdout
@@ -76,8 +72,10 @@ def test_a_profile_of_another_machine_imports_and_exports(tmp_path: Path) -> Non
     assert summary.fingerprint == json.loads(recorded.read_text())["fingerprint"]
 
 
-def test_show_flags_a_profile_measured_on_a_busy_machine() -> None:
-    recorded = Profile.from_json((DATA / "profile-epyc-2core-fast.json").read_text())
+def test_show_flags_a_profile_measured_on_a_busy_machine(
+    shardchat: CliRun, recorded_profile
+) -> None:
+    recorded = recorded_profile
     hardware = probe_hardware()
     steps = (StepLoad("fixed costs", 0.05, 1), StepLoad("dense Q4_0", 0.62, 3))
     load = machine_load([(steps[0], 4.0), (steps[1], 2.0)], steps_repeated=2)
@@ -94,7 +92,7 @@ def test_show_flags_a_profile_measured_on_a_busy_machine() -> None:
     assert "62% during dense Q4_0" in line and "profile again when the machine is quiet" in line
 
 
-def test_export_writes_the_stored_profile(tmp_path: Path) -> None:
+def test_export_writes_the_stored_profile(tmp_path: Path, shardchat: CliRun) -> None:
     assert shardchat("profile", "--smoke").returncode == 0
     target = tmp_path / "mine.json"
     done = shardchat("profile", "--export", str(target))
@@ -105,7 +103,9 @@ def test_export_writes_the_stored_profile(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"mode": "fast"}'])
-def test_importing_a_bad_file_exits_2_with_one_line(tmp_path: Path, content: str) -> None:
+def test_importing_a_bad_file_exits_2_with_one_line(
+    tmp_path: Path, content: str, shardchat: CliRun
+) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     done = shardchat("profile", "--import", str(bad))
@@ -135,7 +135,7 @@ def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:
     raise AssertionError("no measurement child appeared")
 
 
-def test_a_killed_measurement_child_is_recorded_and_the_run_completes() -> None:
+def test_a_killed_measurement_child_is_recorded_and_the_run_completes(shardchat: CliRun) -> None:
     assert shardchat("profile", "--smoke").returncode == 0
     process, child = start_profiling()
     child.send_signal(signal.SIGKILL)
@@ -148,7 +148,7 @@ def test_a_killed_measurement_child_is_recorded_and_the_run_completes() -> None:
     assert [u.reason.split(":")[0] for u in latest.unusable] == ["crashed (signal 9, SIGKILL)"]
 
 
-def test_ctrl_c_leaves_the_previous_complete_profile_and_no_child_behind() -> None:
+def test_ctrl_c_leaves_the_previous_complete_profile_and_no_child_behind(shardchat: CliRun) -> None:
     assert shardchat("profile", "--smoke").returncode == 0
     [before] = stored_profiles()
     process, child = start_profiling()

@@ -11,7 +11,7 @@ from PySide6.QtGui import QImage
 from app.model_library import ModelLibrary
 from app.stores.chat_store import ChatStore
 from engine.model.image_input import ImageFile
-from tests.ui.test_desktop import TIMEOUT_MS, open_desktop, send
+from tests.ui.test_desktop import TIMEOUT_MS, send
 from ui.desktop import Desktop
 from ui.theme import DARK, LIGHT, ThemeChoice, ThemeManager
 
@@ -40,10 +40,10 @@ def seed(exchanges: int, first_image: bool = False, last_image: bool = False) ->
 
 
 def test_a_reply_streams_into_a_long_conversation_without_redrawing_it(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
     seed(300)
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     view = desktop.window.chat_view
     assert view.conversation.rowCount() == 600
@@ -59,10 +59,10 @@ def test_a_reply_streams_into_a_long_conversation_without_redrawing_it(
 
 
 def test_images_are_read_from_the_history_only_when_their_message_is_drawn(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
     conversation = seed(150, first_image=True, last_image=True)
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     view = desktop.window.chat_view
     messages = desktop.store.messages(conversation, with_images=False)
@@ -97,12 +97,12 @@ def test_the_theme_follows_the_system_until_the_person_chooses(
 
 
 def test_the_model_picker_lists_the_models_and_switches_to_one(
-    qtbot, desktops, default_model_file, make_synthetic
+    qtbot, desktops, default_model_file, make_synthetic, open_desktop
 ) -> None:
     other = make_synthetic("llama", "F16")
     with ModelLibrary() as library:
         library.add(other)
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     picker = desktop.window.model_picker
     paths = [Path(entry.path).resolve() for entry in picker.entries()]
@@ -117,9 +117,9 @@ def test_the_model_picker_lists_the_models_and_switches_to_one(
 
 
 def test_a_conversation_exports_to_markdown(
-    qtbot, desktops, default_model_file, tmp_path: Path
+    qtbot, desktops, default_model_file, tmp_path: Path, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     finished = send(qtbot, desktop, "Name a colour.")
     written = desktop.chat.export_to(tmp_path / "chat.md")
@@ -130,8 +130,10 @@ def test_a_conversation_exports_to_markdown(
     assert "does not exist" in desktop.window.statusBar().currentMessage()
 
 
-def test_any_message_can_be_deleted_or_edited(qtbot, desktops, default_model_file) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+def test_any_message_can_be_deleted_or_edited(
+    qtbot, desktops, default_model_file, open_desktop
+) -> None:
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     send(qtbot, desktop, "First question.")
     send(qtbot, desktop, "Second question.")

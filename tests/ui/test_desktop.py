@@ -13,8 +13,6 @@ from app.stores.chat_store import ChatStore, default_store_path
 from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware
-from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile
 from engine.vision.synthetic import write_synthetic_vlm
 from tests.synthetic_vocab import marker_vocabulary
 from ui.desktop import Desktop
@@ -24,14 +22,7 @@ from ui.model_manager import ModelManager
 from ui.profile_wizard import ProfileWizard
 
 TIMEOUT_MS = 60_000
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=12)
-
-
-def this_machine() -> Profile:
-    """The recorded 2-core profile, as if measured here (it was, on a machine like this)."""
-    profile = Profile.from_json(RECORDED.read_text())
-    return replace(profile, fingerprint=probe_hardware().fingerprint())
 
 
 def laptop_gpu():
@@ -44,14 +35,6 @@ def no_gpu():
     return None, "no GPU found by NVML or ggml (NVML: NVIDIA driver not found; ggml: only CPU)"
 
 
-def open_desktop(qtbot, model: Path, read_gpu=no_gpu, n_ctx: int = 1024) -> Desktop:
-    desktop = Desktop(str(model), this_machine(), n_ctx, SHORT, read_gpu)
-    qtbot.addWidget(desktop.window)
-    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):
-        desktop.start()
-    return desktop
-
-
 def send(qtbot, desktop: Desktop, text: str):
     with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
         qtbot.keyClicks(desktop.window.input, text)
@@ -60,9 +43,9 @@ def send(qtbot, desktop: Desktop, text: str):
 
 
 def test_releasing_the_slider_replans_and_the_conversation_survives(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file, laptop_gpu)
+    desktop = open_desktop(default_model_file, laptop_gpu)
     desktops.append(desktop)
     panel = desktop.window.vram_panel
     assert panel.slider.isEnabled() and panel.slider.maximum() == 8 << 10  # MiB
@@ -83,9 +66,9 @@ def test_releasing_the_slider_replans_and_the_conversation_survives(
 
 
 def test_without_a_gpu_the_slider_is_off_and_the_cpu_plan_is_shown(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     panel = desktop.window.vram_panel
     assert not panel.slider.isEnabled() and not panel.auto.isEnabled()
@@ -96,8 +79,8 @@ def test_without_a_gpu_the_slider_is_off_and_the_cpu_plan_is_shown(
     assert panel.family.text() == "cpu only" and "tokens/s predicted" in panel.chat.text()
 
 
-def test_auto_follows_free_vram(qtbot, desktops, default_model_file) -> None:
-    desktop = open_desktop(qtbot, default_model_file, laptop_gpu)
+def test_auto_follows_free_vram(qtbot, desktops, default_model_file, open_desktop) -> None:
+    desktop = open_desktop(default_model_file, laptop_gpu)
     desktops.append(desktop)
     with qtbot.waitSignal(desktop.bridge.plan_changed, timeout=TIMEOUT_MS) as changed:
         desktop.window.vram_panel.auto.setChecked(True)
@@ -106,9 +89,9 @@ def test_auto_follows_free_vram(qtbot, desktops, default_model_file) -> None:
 
 
 def test_a_restart_reopens_the_last_conversation_where_the_window_was(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     send(qtbot, desktop, "Remember the word apple.")
     remembered = desktop.chat.conversation_id
     qtbot.mouseClick(desktop.window.new_chat, Qt.MouseButton.LeftButton)
@@ -117,7 +100,7 @@ def test_a_restart_reopens_the_last_conversation_where_the_window_was(
     desktop.window.resize(1200, 700)
     desktop.window.vram_dock.hide()
     desktop.close()
-    again = open_desktop(qtbot, default_model_file)
+    again = open_desktop(default_model_file)
     desktops.append(again)
     assert again.chat.conversation_id == remembered
     assert "Remember the word apple." in again.window.chat_view.shown_text()
@@ -126,9 +109,9 @@ def test_a_restart_reopens_the_last_conversation_where_the_window_was(
 
 
 def test_a_new_context_length_reloads_the_model_and_keeps_the_chat(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     send(qtbot, desktop, "My name is Ada.")
     with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS) as loaded:
@@ -142,12 +125,12 @@ def test_a_new_context_length_reloads_the_model_and_keeps_the_chat(
 
 
 def test_a_corrupt_history_is_moved_aside_with_a_message(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
     path = default_store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"this is not a database" * 100)
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     assert "moved to" in desktop.window.statusBar().currentMessage()
     assert desktop.store.recovered_from is not None and desktop.store.recovered_from.exists()
@@ -155,9 +138,9 @@ def test_a_corrupt_history_is_moved_aside_with_a_message(
 
 
 def test_images_sent_to_a_model_without_vision_are_kept_with_a_message(
-    qtbot, desktops, default_model_file, tmp_path
+    qtbot, desktops, default_model_file, tmp_path, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     picture = QImage(32, 24, QImage.Format.Format_RGB32)
     picture.fill(QColor("red"))
@@ -175,9 +158,9 @@ def test_images_sent_to_a_model_without_vision_are_kept_with_a_message(
 
 
 def test_the_tools_menu_reopens_the_profiling_wizard_and_skipping_changes_nothing(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     plan_before = desktop.window.plan_label.text()
     desktop.window.profile_action.trigger()
@@ -194,9 +177,9 @@ def file_drop(*paths: Path) -> QMimeData:
 
 
 def test_dropping_a_file_that_is_neither_model_nor_image_says_why_and_changes_nothing(
-    qtbot, desktops, default_model_file, tmp_path
+    qtbot, desktops, default_model_file, tmp_path, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list")
@@ -210,8 +193,10 @@ def test_dropping_a_file_that_is_neither_model_nor_image_says_why_and_changes_no
     )
 
 
-def test_a_dropped_image_becomes_an_attachment(qtbot, desktops, default_model_file, tmp_path):
-    desktop = open_desktop(qtbot, default_model_file)
+def test_a_dropped_image_becomes_an_attachment(
+    qtbot, desktops, default_model_file, tmp_path, open_desktop
+):
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     picture = QImage(16, 16, QImage.Format.Format_RGB32)
     picture.fill(QColor("blue"))
@@ -221,9 +206,9 @@ def test_a_dropped_image_becomes_an_attachment(qtbot, desktops, default_model_fi
 
 
 def test_a_dropped_gguf_is_imported_and_load_now_switches_the_chat_to_it(
-    qtbot, desktops, default_model_file, make_synthetic
+    qtbot, desktops, default_model_file, make_synthetic, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     send(qtbot, desktop, "Hello.")
     synthetic = make_synthetic("llama", "Q8_0")
@@ -244,9 +229,15 @@ def test_a_dropped_gguf_is_imported_and_load_now_switches_the_chat_to_it(
     ]
 
 
-def test_closing_while_a_reply_streams_keeps_what_it_said(qtbot, default_model_file) -> None:
+def test_closing_while_a_reply_streams_keeps_what_it_said(
+    qtbot, default_model_file, recorded_profile_here
+) -> None:
     desktop = Desktop(
-        str(default_model_file), this_machine(), 1024, GREEDY.with_changes(max_tokens=400), no_gpu
+        str(default_model_file),
+        recorded_profile_here,
+        1024,
+        GREEDY.with_changes(max_tokens=400),
+        no_gpu,
     )
     qtbot.addWidget(desktop.window)
     with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):
@@ -264,13 +255,13 @@ def test_closing_while_a_reply_streams_keeps_what_it_said(qtbot, default_model_f
 
 
 def test_a_vision_model_answers_about_a_dropped_image_and_shows_it(
-    qtbot, desktops, tmp_path
+    qtbot, desktops, tmp_path, open_desktop
 ) -> None:
     """A model paired with its projector in the model list sees images; the thumbnail opens."""
     model_file, mmproj = write_synthetic_vlm(tmp_path / "vlm")
     with ModelLibrary() as library:
         assert library.add(model_file).mmproj_path == mmproj.resolve()  # paired from the folder
-    desktop = open_desktop(qtbot, model_file)
+    desktop = open_desktop(model_file)
     desktops.append(desktop)
     window, chat = desktop.window, desktop.chat
     assert "sees images" in window.model_label.text() and chat.vision is not None
@@ -304,13 +295,13 @@ def test_a_vision_model_answers_about_a_dropped_image_and_shows_it(
 
 
 def test_the_model_line_says_the_prompt_format_and_follows_a_new_setting(
-    qtbot, desktops, make_synthetic
+    qtbot, desktops, make_synthetic, open_desktop
 ) -> None:
     gemma_like = make_synthetic("llama", **marker_vocabulary(("<start_of_turn>", "<end_of_turn>")))
     with ModelLibrary() as library:
         library.add(gemma_like)
         library.set_prompt_format(gemma_like, "chatml")  # stored: used by the first load
-    desktop = open_desktop(qtbot, gemma_like)
+    desktop = open_desktop(gemma_like)
     desktops.append(desktop)
     assert desktop.window.model_label.toolTip() == (
         "Prompt format: chatml (llama.cpp's built-in 'chatml', as set)"

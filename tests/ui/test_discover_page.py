@@ -256,8 +256,10 @@ def test_without_a_profile_the_quants_show_with_a_line_saying_to_profile(
     assert not page.budget_slider.isEnabled() and not page.context_box.isEnabled()
 
 
-def test_a_quant_beyond_this_machines_ram_is_marked(qtbot, open_discover: Opener) -> None:
-    epyc = Profile.from_json(Path("tests/data/profile-epyc-2core-fast.json").read_text())
+def test_a_quant_beyond_this_machines_ram_is_marked(
+    qtbot, open_discover: Opener, recorded_profile
+) -> None:
+    epyc = recorded_profile
     _manager, page = open_discover(epyc)
     pick_result(qtbot, page, QWEN3)
     cells = {row[QUANT].lstrip("★ "): row for row in wait_for_figures(qtbot, page)}

@@ -21,7 +21,6 @@ from app.model_library import ModelLibrary
 from app.paths import app_paths
 from app.stores.chat_store import ChatStore
 from engine.generation.stats import FinishReason, GenerationStats
-from tests.ui.test_desktop import open_desktop
 from ui.conversation_settings import ConversationSettings
 from ui.help_dialogs import AboutDialog, ShortcutsDialog
 from ui.main_window import MainWindow
@@ -46,7 +45,7 @@ def test_think_is_unticked_whenever_it_is_disabled(qtbot) -> None:
 
 
 def test_a_restored_conversation_shows_its_context_and_the_loaded_model_cannot_be_loaded_again(
-    qtbot, desktops, default_model_file: Path, make_synthetic, tmp_path: Path
+    qtbot, desktops, default_model_file: Path, make_synthetic, tmp_path: Path, open_desktop
 ) -> None:
     with ChatStore() as store:
         conversation = store.create_conversation("Yesterday").conversation_id
@@ -56,7 +55,7 @@ def test_a_restored_conversation_shows_its_context_and_the_loaded_model_cannot_b
     other.write_bytes(make_synthetic("llama", "F16", vocab_size=256).read_bytes())
     with ModelLibrary() as library:
         library.add(other)
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     window = desktop.window
     used = LAST_REPLY.prompt_tokens + LAST_REPLY.generated_tokens

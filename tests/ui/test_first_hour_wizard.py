@@ -20,12 +20,10 @@ from app.profile_summary import time_left_text
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
-from tests.ui.test_desktop import open_desktop
 from ui.discover_page import DiscoverJobs
 from ui.model_suggestions_box import SuggestionsBox
 from ui.profile_wizard import DONE_PAGE, MODEL_PAGE, ProfileWizard
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 WAIT_MS = 60_000
 QUICK_RETRIES = TransferPolicy(read_timeout_s=10.0, first_wait_s=0.05, max_wait_s=0.2)
 
@@ -41,10 +39,9 @@ def hardware():
     return probe_hardware()
 
 
-def recorded_here(hardware, duration_s: float) -> Profile:
+def recorded_here(profile_here: Profile, duration_s: float) -> Profile:
     """The recorded 2-core profile as if measured on this machine, taking `duration_s`."""
-    profile = Profile.from_json(RECORDED.read_text())
-    return replace(profile, fingerprint=hardware.fingerprint(), duration_s=duration_s)
+    return replace(profile_here, duration_s=duration_s)
 
 
 def welcome_text(qtbot, hardware) -> str:
@@ -53,12 +50,14 @@ def welcome_text(qtbot, hardware) -> str:
     return wizard.welcome_page.text.text()
 
 
-def test_the_welcome_page_says_how_long_profiling_took_here_not_a_constant(qtbot, hardware) -> None:
+def test_the_welcome_page_says_how_long_profiling_took_here_not_a_constant(
+    qtbot, hardware, recorded_profile_here
+) -> None:
     first = welcome_text(qtbot, hardware)
     assert "about a minute" not in first
     assert "from one to a few minutes" in first and "as the steps are measured" in first
     with ProfileStore() as store:
-        store.save(recorded_here(hardware, 202.4))  # the busy machine of the report
+        store.save(recorded_here(recorded_profile_here, 202.4))  # the busy machine of the report
     again = welcome_text(qtbot, hardware)
     assert "the last profile here took 3 min 22 s" in again and "about a minute" not in again
 
@@ -72,12 +71,14 @@ def test_a_step_that_outlasts_the_estimate_does_not_say_a_few_seconds_left() -> 
 
 
 def test_after_profiling_the_model_page_suggests_models_and_one_click_chooses_a_download(
-    qtbot, hardware, hub: LocalHub, hub_repos: TestRepos, tmp_path: Path
+    qtbot, hardware, hub: LocalHub, hub_repos: TestRepos, tmp_path: Path, recorded_profile_here
 ) -> None:
     wizard = ProfileWizard(hardware)
     qtbot.addWidget(wizard)
     wizard.show()
-    wizard.profiling_page.profile = recorded_here(hardware, 56.0)  # as if just measured
+    wizard.profiling_page.profile = recorded_here(
+        recorded_profile_here, 56.0
+    )  # as if just measured
     while wizard.currentId() != MODEL_PAGE:
         wizard.next()
     box = wizard.model_page.suggestions
@@ -101,10 +102,10 @@ def test_after_profiling_the_model_page_suggests_models_and_one_click_chooses_a_
     assert wizard.download_choice == (hub_repos.tiny_llama, "tiny-llama-Q4_0.gguf")
 
 
-def test_offline_the_suggestions_say_so(qtbot) -> None:
+def test_offline_the_suggestions_say_so(qtbot, recorded_profile) -> None:
     box = SuggestionsBox()  # HF_ENDPOINT is a closed port in every test
     qtbot.addWidget(box)
-    box.look_for(Profile.from_json(RECORDED.read_text()), 0)
+    box.look_for(recorded_profile, 0)
     qtbot.waitUntil(lambda: box.status.text().startswith("Offline:"), timeout=WAIT_MS)
     assert "no connection to the Hub" in box.status.text() and box.rows == []
     box.shutdown()
@@ -126,9 +127,9 @@ def test_a_suggested_download_starts_in_discover_once_its_repository_is_listed(
 
 
 def test_the_desktop_starts_the_wizards_download_in_discover(
-    qtbot, desktops, default_model_file: Path, hub: LocalHub, hub_repos: TestRepos
+    qtbot, desktops, default_model_file: Path, hub: LocalHub, hub_repos: TestRepos, open_desktop
 ) -> None:
-    desktop = open_desktop(qtbot, default_model_file)
+    desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     with qtbot.waitSignal(desktop.discover.imported, timeout=WAIT_MS) as imported:
         manager = desktop.download_suggested(hub_repos.tiny_llama, "tiny-llama-Q4_0.gguf")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ from app.plan_words import NOT_PROFILED_WORDS, plan_in_words
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
-from engine.machine.hardware import probe_hardware
-from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.planning.execution import load_params_for
 from engine.planning.plan import PlanRequest
@@ -143,12 +140,9 @@ def test_each_conversation_keeps_its_own_system_prompt_and_sampling(qtbot, app_p
 
 
 def test_the_status_bar_shows_the_plan_the_model_runs_under(
-    qtbot, default_model_file: Path, tmp_path: Path
+    qtbot, default_model_file: Path, tmp_path: Path, recorded_profile_here
 ) -> None:
-    recorded = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
-    profile = replace(
-        Profile.from_json(recorded.read_text()), fingerprint=probe_hardware().fingerprint()
-    )
+    profile = recorded_profile_here
     inventory = read_inventory(default_model_file)
     plan = make_plan(inventory, profile, PlanRequest(0, n_ctx=1024))
     params = load_params_for(plan, inventory, str(default_model_file))

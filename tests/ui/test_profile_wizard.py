@@ -32,7 +32,6 @@ from ui.profile_wizard import (
 )
 from ui.profiling_page import ProfilingPage
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 RUN_TIMEOUT_MS = 600_000  # a fast profile: 45 s alone, 280 s with others loading the box
 NEXT = QWizard.WizardButton.NextButton
 # an estimate from the steps measured: seconds, minutes, or a step outlasting it
@@ -186,16 +185,17 @@ def test_back_mid_run_cancels_and_next_starts_afresh(qtbot, hardware) -> None:
     assert stored(hardware) == wizard.profile()
 
 
-def measured_with_load(hardware, heavy_share: float) -> Profile:
+def measured_with_load(recorded: Profile, hardware, heavy_share: float) -> Profile:
     """The recorded 2-core profile as if measured here, its DRAM step beside other programs."""
     steps = (StepLoad("dense Q4_0", 0.03, 1), StepLoad("dram bandwidth", heavy_share, 3))
     load = machine_load([(steps[0], 6.0), (steps[1], 4.0)], steps_repeated=2)
-    recorded = Profile.from_json(RECORDED.read_text())
     return replace(recorded, fingerprint=hardware.fingerprint(), machine_load=load)
 
 
-def test_a_busy_profile_is_flagged_with_an_offer_to_measure_again(qtbot, hardware) -> None:
-    busy = measured_with_load(hardware, 0.5)  # 22% of the run: busy, usable
+def test_a_busy_profile_is_flagged_with_an_offer_to_measure_again(
+    qtbot, hardware, recorded_profile
+) -> None:
+    busy = measured_with_load(recorded_profile, hardware, 0.5)  # 22% of the run: busy, usable
     with ProfileStore() as store:
         saved = store.save(busy)
     wizard = open_wizard(qtbot, hardware, ProfileMode.FAST)
@@ -220,11 +220,11 @@ def test_a_busy_profile_is_flagged_with_an_offer_to_measure_again(qtbot, hardwar
     )
 
 
-def test_a_too_busy_run_is_shown_but_not_taken(qtbot, hardware) -> None:
+def test_a_too_busy_run_is_shown_but_not_taken(qtbot, hardware, recorded_profile) -> None:
     page = ProfilingPage(ProfileMode.FAST, hardware, None)
     qtbot.addWidget(page)
     page.show()
-    too_busy = measured_with_load(hardware, 1.0)  # 42% of the run
+    too_busy = measured_with_load(recorded_profile, hardware, 1.0)  # 42% of the run
     assert too_busy.machine_load is not None
     assert too_busy.machine_load.verdict is Quietness.TOO_BUSY
     page.show_outcome(ProfilingTooBusy(too_busy, "the machine was too busy to measure"))

@@ -34,7 +34,7 @@ from app.server_view import (
     with_state,
 )
 from engine.errors import BadInputError
-from tests.ui.test_desktop import TIMEOUT_MS, open_desktop, send
+from tests.ui.test_desktop import TIMEOUT_MS, send
 from ui.desktop import Desktop
 from ui.server_settings import FILE_NAME
 
@@ -78,9 +78,9 @@ def test_a_network_host_needs_a_key() -> None:
 # ---------------------------------------------------------------- the panel on the real app
 
 
-def open_with_panel(qtbot, model: Path) -> Desktop:
+def open_with_panel(qtbot, model: Path, open_desktop) -> Desktop:
     """The desktop app with the API server tab in front (Tools → Local API server…)."""
-    desktop = open_desktop(qtbot, model)
+    desktop = open_desktop(model)
     desktop.window.server_action.trigger()
     assert desktop.window.server_dock.isVisible()
     return desktop
@@ -125,9 +125,9 @@ def port_of(base_url: str) -> int:
 
 
 def test_switching_on_serves_the_loaded_model_at_the_address_in_the_status_bar(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     panel, window = desktop.window.server_panel, desktop.window
     assert not panel.switch.isChecked() and window.api_label.text() == "API off"  # off by default
@@ -143,8 +143,10 @@ def test_switching_on_serves_the_loaded_model_at_the_address_in_the_status_bar(
     assert [card["id"] for card in listed["data"]] == [model_id(str(default_model_file))]
 
 
-def test_copy_puts_the_v1_address_on_the_clipboard(qtbot, desktops, default_model_file) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+def test_copy_puts_the_v1_address_on_the_clipboard(
+    qtbot, desktops, default_model_file, open_desktop
+) -> None:
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     base_url = switch_on(qtbot, desktop)
     QGuiApplication.clipboard().setText("something else")
@@ -154,10 +156,10 @@ def test_copy_puts_the_v1_address_on_the_clipboard(qtbot, desktops, default_mode
 
 
 def test_clients_coming_and_going_show_in_the_status_bar(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
     """The server reports on its own thread; the label follows on the GUI thread."""
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     base_url = switch_on(qtbot, desktop)
     address = base_url.removesuffix("/v1")
@@ -172,9 +174,9 @@ def test_clients_coming_and_going_show_in_the_status_bar(
 
 
 def test_a_taken_port_is_said_in_the_panel_and_the_switch_goes_back_off(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     panel = desktop.window.server_panel
     with socket.socket() as taken:
@@ -193,9 +195,9 @@ def test_a_taken_port_is_said_in_the_panel_and_the_switch_goes_back_off(
 
 
 def test_a_network_host_without_a_key_is_refused_and_does_not_start(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     panel = desktop.window.server_panel
     panel.port.setValue(0)
@@ -212,9 +214,9 @@ def test_a_network_host_without_a_key_is_refused_and_does_not_start(
 
 
 def test_switching_off_stops_the_server_and_frees_the_port(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     base_url = switch_on(qtbot, desktop)
     assert isinstance(fetch_json(qtbot, f"{base_url}/models"), dict)
@@ -230,9 +232,9 @@ def test_switching_off_stops_the_server_and_frees_the_port(
 
 
 def test_the_vram_panels_batch_row_predicts_the_servers_slots_while_it_serves(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     desktops.append(desktop)
     vram = desktop.window.vram_panel
     plan = desktop.vram.plan
@@ -252,15 +254,15 @@ def test_the_vram_panels_batch_row_predicts_the_servers_slots_while_it_serves(
 
 
 def test_on_when_the_app_closed_it_is_on_again_at_the_next_start(
-    qtbot, desktops, default_model_file
+    qtbot, desktops, default_model_file, open_desktop
 ) -> None:
-    desktop = open_with_panel(qtbot, default_model_file)
+    desktop = open_with_panel(qtbot, default_model_file, open_desktop)
     panel = desktop.window.server_panel
     panel.slots.setValue(3)
     qtbot.keyClicks(panel.api_key, "s3cret")
     switch_on(qtbot, desktop)
     desktop.close()  # stops it: the port is free for the next start
-    again = open_desktop(qtbot, default_model_file)  # the model loaded: the server starts
+    again = open_desktop(default_model_file)  # the model loaded: the server starts
     desktops.append(again)
     qtbot.waitUntil(lambda: again.server.view.phase is ServerPhase.ON, timeout=TIMEOUT_MS)
     shown = again.window.server_panel
@@ -271,6 +273,6 @@ def test_on_when_the_app_closed_it_is_on_again_at_the_next_start(
     assert "slots=3" in ini and "s3cret" not in ini  # the key is kept apart, 0600
     click_switch(qtbot, again, ServerPhase.OFF)
     again.close()
-    third = open_desktop(qtbot, default_model_file)
+    third = open_desktop(default_model_file)
     desktops.append(third)
     assert third.server.view.phase is ServerPhase.OFF  # off when it closed: off again

@@ -40,7 +40,6 @@ from ui.vram_panel import VramPanel
 
 GIB = 1 << 30
 TIMEOUT_MS = 60_000
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 
 
 def nvidia_laptop():
@@ -109,15 +108,15 @@ def test_without_a_gpu_the_panel_says_so(qtbot) -> None:
 # --- the placement row (issue 13) ---
 
 
-def laptop_profile() -> Profile:
-    recorded = Profile.from_json(RECORDED.read_text())
+def laptop_profile(recorded: Profile) -> Profile:
+    """The recorded 2-core profile with the described 8 GB laptop's GPU."""
     return replace(recorded, gpu=load_described("laptop-8gb").gpu)
 
 
 @pytest.fixture(scope="module")
-def plan_at(default_model_file: Path):
+def plan_at(default_model_file: Path, recorded_profile):
     """The default model's plan at a budget under a placement, as the worker makes it."""
-    inventory, profile = read_inventory(default_model_file), laptop_profile()
+    inventory, profile = read_inventory(default_model_file), laptop_profile(recorded_profile)
 
     def plan_at(budget: int, placement: str = "auto") -> Plan:
         choice = PlacementChoice.parse(placement)
@@ -181,7 +180,7 @@ def test_without_a_gpu_the_placement_row_is_off_and_says_why(qtbot, plan_at) -> 
 
 
 @pytest.fixture
-def vram_desk(qtbot, default_model_file: Path, monkeypatch):
+def vram_desk(qtbot, default_model_file: Path, monkeypatch, recorded_profile):
     """The panel and its controller on the real worker, with the default model loaded at
     `budget` under the planner's choice; GPU plans load on this CPU build."""
     monkeypatch.setattr(plan_execution, "_gpu_buffer_type", lambda: "CPU")
@@ -195,7 +194,7 @@ def vram_desk(qtbot, default_model_file: Path, monkeypatch):
     controller = VramController(panel, worker, bridge, None, lambda: (nvidia_laptop(), ""))
     messages: list[str] = []
     controller.message.connect(messages.append)
-    inventory, profile = read_inventory(default_model_file), laptop_profile()
+    inventory, profile = read_inventory(default_model_file), laptop_profile(recorded_profile)
 
     def load(budget: int) -> Plan:
         plan = plan_for_choice(inventory, profile, PlanRequest(budget, n_ctx=1024))
@@ -312,7 +311,7 @@ def test_the_last_replys_speed_stays_beside_the_prediction_across_refreshes(qtbo
 
 
 def test_a_reply_corrects_the_prediction_and_the_next_load_goes_on_from_it(
-    qtbot, vram_desk, default_model_file: Path
+    qtbot, vram_desk, default_model_file: Path, recorded_profile
 ) -> None:
     panel, controller, bridge, load, _asked, _messages = vram_desk
     plan = load(2 * GIB)
@@ -334,7 +333,7 @@ def test_a_reply_corrects_the_prediction_and_the_next_load_goes_on_from_it(
     assert "corrected" not in panel.chat.text()  # a load starts the panel afresh
     key = CorrectionKey(plan_execution.executable_plan(plan).family_for(1), plan.tier_for(1))
     with ProfileStore() as store:
-        kept = store.corrections(laptop_profile(), model_key(default_model_file))
+        kept = store.corrections(laptop_profile(recorded_profile), model_key(default_model_file))
     assert kept[key] == decode
     with qtbot.waitSignal(bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
         controller.worker.send_message("And three more.", GREEDY.with_changes(max_tokens=4))
