@@ -16,10 +16,8 @@ worker and its outcome comes back through a queued signal.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -57,6 +55,7 @@ from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
 from ui.model_suggestions_box import SuggestionsBox
 from ui.profiling_page import ProfilingPage
+from ui.thread_bridge import Background
 
 if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
     pass
@@ -140,14 +139,12 @@ class ModelPage(QWizardPage):
     """The embedded default model, preselected, or a GGUF file the user imports."""
 
     checked = Signal(bool)  # an imported file was checked: True when it is now the choice
-    _file_read = Signal(str, object)  # the path, its ModelInventory or why it is refused
 
     def __init__(self, read_inventory: Callable[[str], ModelInventory] = read_inventory) -> None:
         """`read_inventory` is the engine's reader; a test wraps it to see its thread."""
         super().__init__()
         self._read_inventory = read_inventory
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wizard-model")
-        self._file_read.connect(self._show_checked, Qt.ConnectionType.QueuedConnection)
+        self._reader = Background("wizard-model", parent=self)
         self._checking = 0  # imports being read: no Next or Finish meanwhile
         self.setTitle("Choose a model")
         self.setSubTitle("The small embedded model works at once; import a bigger GGUF any time.")
@@ -212,20 +209,17 @@ class ModelPage(QWizardPage):
         self.import_button.setEnabled(False)
         self.reason_label.setText(f"Reading {Path(path).name}…")
         self.completeChanged.emit()
-        self._reader.submit(self._check, path)
+        self._reader.run(lambda: self._check(path), lambda read: self._show_checked(path, read))
 
-    def _check(self, path: str) -> None:
-        """On the worker: the file's inventory, or why it is no model, to the GUI thread."""
-        outcome: ModelInventory | str
+    def _check(self, path: str) -> ModelInventory | str:
+        """On the worker: the file's inventory, or why it is no model."""
         try:
-            outcome = self._read_inventory(path)
+            return self._read_inventory(path)
         except BadInputError as exc:
-            outcome = str(exc)
+            return str(exc)
         except Exception as exc:  # the page must not wait forever on a reader's bug
             log.exception("checking %s failed", path)
-            outcome = f"{path}: cannot be read ({type(exc).__name__}: {exc})"
-        with contextlib.suppress(RuntimeError):  # the wizard went away meanwhile
-            self._file_read.emit(path, outcome)
+            return f"{path}: cannot be read ({type(exc).__name__}: {exc})"
 
     def _show_checked(self, path: str, outcome: ModelInventory | str) -> None:
         self._checking -= 1

@@ -1,6 +1,6 @@
 """The wizard's measuring page: a profiling job on its own thread, its progress as it comes.
 
-A bridge turns the job's reports into queued signals, so the page updates on
+The job's reports reach the page through a relay (ui.thread_bridge), so it updates on
 the GUI thread and the window stays responsive for the minutes a fast profile
 takes. Cancelling, going back, or closing the wizard stops the job and
 stores nothing. A run that other programs disturbed is flagged with an offer
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -38,6 +38,7 @@ from app.profiling_job import (
 from app.units import format_duration
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode, Quietness
+from ui.thread_bridge import GuiRelay
 
 if TYPE_CHECKING:  # engine.profiling.profiler loads llama.cpp; only its type is needed here
     from engine.profiling.profiler import ProfileProgress
@@ -46,21 +47,6 @@ log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 5.0  # a cancel kills the child at its next 50 ms poll; this is ample
 CLOCK_INTERVAL_MS = 250
-
-
-class ProfilingBridge(QObject):
-    """Callable from the job's thread; re-emits each report as a signal queued to the GUI."""
-
-    progress = Signal(object)  # engine.profiling.profiler.ProfileProgress
-    finished = Signal(object)  # the one ProfilingOutcome
-
-    def __call__(self, event: ProfilingEvent) -> None:
-        if isinstance(
-            event, ProfilingSaved | ProfilingTooBusy | ProfilingCancelled | ProfilingFailed
-        ):
-            self.finished.emit(event)
-        else:
-            self.progress.emit(event)
 
 
 class ProfilingPage(QWizardPage):
@@ -75,7 +61,7 @@ class ProfilingPage(QWizardPage):
         self.profile: Profile | None = None
         self.job: ProfilingJob | None = None
         self._mode, self._hardware, self._store_path = mode, hardware, store_path
-        self._bridge: ProfilingBridge | None = None
+        self._reports: GuiRelay | None = None  # the current job's; an earlier one's is closed
         self._started_at = 0.0
         self._eta: tuple[float, float] | None = None  # (seconds left, when that was said)
         self._build_widgets()
@@ -136,8 +122,14 @@ class ProfilingPage(QWizardPage):
 
     def start(self) -> None:
         """Start a fresh job; events of an earlier one that are still queued are ignored."""
-        self._bridge = self._connected_bridge()
-        self.job = ProfilingJob(self._bridge, self._mode, self._hardware, self._store_path)
+        if self._reports is not None:
+            self._reports.close()
+        reports = self._reports = GuiRelay(self)
+
+        def report(event: ProfilingEvent) -> None:  # on the job's thread
+            reports.post(self._on_event, event)
+
+        self.job = ProfilingJob(report, self._mode, self._hardware, self._store_path)
         self._started_at, self._eta = time.monotonic(), None
         self.bar.setRange(0, 0)  # busy until the first step reports
         self.step_label.setText("Starting…")
@@ -165,15 +157,14 @@ class ProfilingPage(QWizardPage):
         if not self.job.wait(STOP_WAIT_S):
             log.warning("the profiling thread did not end within %.0f s", STOP_WAIT_S)
 
-    def _connected_bridge(self) -> ProfilingBridge:
-        bridge = ProfilingBridge(self)
-        bridge.progress.connect(self._show_progress)
-        bridge.finished.connect(self._on_finished)
-        return bridge
-
-    def _on_finished(self, outcome: ProfilingOutcome) -> None:
-        if self._from_current_job():
-            self.show_outcome(outcome)
+    def _on_event(self, event: ProfilingEvent) -> None:
+        """The current job's report, on the GUI thread: its progress, or how it ended."""
+        if isinstance(
+            event, ProfilingSaved | ProfilingTooBusy | ProfilingCancelled | ProfilingFailed
+        ):
+            self.show_outcome(event)
+        else:
+            self._show_progress(event)
 
     def show_outcome(self, outcome: ProfilingOutcome) -> None:
         """Render how a run ended: stored (flagged if the machine was busy), refused as too
@@ -188,14 +179,9 @@ class ProfilingPage(QWizardPage):
         else:
             self._show_failed(outcome.message)
 
-    def _from_current_job(self) -> bool:
-        return self.sender() is self._bridge
-
     # -- rendering --------------------------------------------------------------------------
 
     def _show_progress(self, progress: ProfileProgress) -> None:
-        if not self._from_current_job():
-            return
         self.bar.setRange(0, progress.total)
         self.bar.setValue(progress.step)
         if progress.step < progress.total:
