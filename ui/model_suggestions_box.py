@@ -1,8 +1,8 @@
 """The wizard's "Suggested for this machine": one or two Hub models that fit the measured budget.
 
 Looking takes a search, a listing and a header read per candidate (a few seconds
-online), so it runs on a worker and the answer comes back through a queued
-signal; the wizard's pages stay usable meanwhile. Each suggestion says its
+online), so it runs on a worker and the answer comes back on the GUI thread (ui.thread_bridge);
+the wizard's pages stay usable meanwhile. Each suggestion says its
 predicted speed here and its download size, and its button asks for the
 download in Discover (`download_requested`); the window starts it there, where
 it can be paused, resumed and loaded like any other. Offline, the box says so
@@ -11,13 +11,11 @@ and suggests nothing.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.hub.hub_errors import HubOfflineError
@@ -25,6 +23,7 @@ from app.hub.model_suggestions import ModelSuggestion, suggest_models
 from app.units import format_bytes, speed_range_text
 from engine.errors import ShardChatError
 from engine.machine.profile import Profile
+from ui.thread_bridge import Background
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +41,11 @@ Suggest = Callable[[Profile, int], list[ModelSuggestion]]
 
 class SuggestionsBox(QWidget):
     download_requested = Signal(str, str)  # repository, the quant's path in it
-    _answered = Signal(object)  # list[ModelSuggestion], or the line that says why none
 
     def __init__(self, suggest: Suggest = suggest_models, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._suggest = suggest
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suggestions")
-        self._answered.connect(self._show, Qt.ConnectionType.QueuedConnection)
+        self._worker = Background("suggestions", parent=self)
         self.suggestions: list[ModelSuggestion] = []
         self.title = QLabel("<b>Suggested for this machine</b>")
         self.status = QLabel(wordWrap=True)
@@ -66,24 +63,22 @@ class SuggestionsBox(QWidget):
         """Find suggestions for this profile and budget, on the worker."""
         self.show()
         self.status.setText(LOOKING)
-        self._worker.submit(self._look, profile, budget_bytes)
+        self._worker.run(lambda: self._look(profile, budget_bytes), self._show)
 
     def shutdown(self) -> None:
-        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._worker.shutdown()
 
-    def _look(self, profile: Profile, budget_bytes: int) -> None:
-        answer: list[ModelSuggestion] | str
+    def _look(self, profile: Profile, budget_bytes: int) -> list[ModelSuggestion] | str:
+        """On the worker: the suggestions, or the line that says why there are none."""
         try:
-            answer = self._suggest(profile, budget_bytes)
+            return self._suggest(profile, budget_bytes)
         except HubOfflineError as exc:
-            answer = OFFLINE.format(reason=exc)
+            return OFFLINE.format(reason=exc)
         except ShardChatError as exc:
-            answer = f"No suggestions: {exc}"
+            return f"No suggestions: {exc}"
         except Exception as exc:  # the page must say something, never wait forever
             log.exception("model suggestions failed")
-            answer = f"No suggestions: {type(exc).__name__}: {exc}"
-        with contextlib.suppress(RuntimeError):  # the wizard went away meanwhile
-            self._answered.emit(answer)
+            return f"No suggestions: {type(exc).__name__}: {exc}"
 
     def _show(self, answer: list[ModelSuggestion] | str) -> None:
         if isinstance(answer, str):
