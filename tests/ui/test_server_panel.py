@@ -33,6 +33,7 @@ from app.server_view import (
     stopped,
     with_state,
 )
+from app.units import speed_text
 from engine.errors import BadInputError
 from tests.ui.test_desktop import TIMEOUT_MS, send
 from ui.desktop import Desktop
@@ -243,7 +244,7 @@ def test_the_vram_panels_batch_row_predicts_the_servers_slots_while_it_serves(
     def predicted(n_sequences: int) -> str:
         tier = plan.tier_for(n_sequences)
         tokens_per_s = next(t.tokens_per_s for t in plan.tiers if t.tier == tier)
-        return f"{tokens_per_s:.1f} tokens/s predicted"
+        return f"{speed_text(tokens_per_s, 'tokens/s')} predicted"
 
     assert vram.batch_label.text() == "Batch (16)" and vram.batch.text() == predicted(16)
     desktop.window.server_panel.slots.setValue(2)

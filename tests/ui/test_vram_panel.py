@@ -129,7 +129,7 @@ def plan_at(default_model_file: Path, recorded_profile):
 
 def predicted(plan: Plan) -> str:
     return (
-        f"{plan.predicted_decode_tokens_per_s:.1f} tok/s, {plan.predicted_ttft_s:.2f} s, "
+        f"{speed_text(plan.predicted_decode_tokens_per_s)}, {plan.predicted_ttft_s:.2f} s, "
         f"{format_bytes(plan.vram.total_bytes)}"
     )
 
