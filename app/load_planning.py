@@ -14,12 +14,11 @@ import logging
 from dataclasses import dataclass, replace
 
 from app.auto_budget import AutoBudget, first_gpu
-from app.stores.profile_store import ProfileStore
+from app.machine_profile import this_machine_profile
 from app.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
 from engine.llama.load_params import LoadParams
 from engine.machine.gpu_probe import probe_gpus
-from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
@@ -109,9 +108,7 @@ def with_vision(
 
 def stored_profile() -> Profile | None:
     """This machine's newest profile for this llama.cpp build, if it was ever profiled."""
-    hardware = probe_hardware()
-    with ProfileStore() as profiles:
-        return profiles.latest(hardware.fingerprint(), hardware.llama_build)
+    return this_machine_profile()
 
 
 def planned_load(

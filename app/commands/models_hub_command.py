@@ -31,7 +31,7 @@ from app.hub.remote_plans import (
     predict_quants,
     recommended,
 )
-from app.units import format_bytes, format_count
+from app.units import format_bytes, format_count, speed_text
 from engine.errors import BadInputError
 from engine.machine.profile import Profile
 
@@ -158,7 +158,7 @@ def _show_text(
 def _prediction_text(prediction: Prediction | None) -> str:
     if prediction is None:
         return f"{'-':>11} {'-':>8} {'-':>8}"
-    speed = f"{prediction.decode_tokens_per_s:.1f} tok/s"
+    speed = speed_text(prediction.decode_tokens_per_s)
     if not prediction.fits_ram:
         speed = "exceeds RAM"
     return f"{speed:>11} {prediction.ttft_s:>7.1f}s {prediction.resident_share:>8.0%}"
