@@ -17,7 +17,7 @@ from app.auto_budget import AutoBudget, first_gpu
 from app.machine_profile import this_machine_profile
 from app.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
-from engine.llama.load_params import LoadParams
+from engine.llama.load_params import DEFAULT_PARALLEL, DEFAULT_SHARED_CELLS, LoadParams
 from engine.machine.gpu_probe import probe_gpus
 from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Profile
@@ -47,6 +47,15 @@ class PlannedLoad:
 
 
 @dataclass(frozen=True)
+class ContextShape:
+    """The loaded model's context beside the conversation: how many other sequences (API
+    clients, a summary job's documents) and the KV cells they share."""
+
+    n_parallel: int = DEFAULT_PARALLEL
+    shared_cells: int = DEFAULT_SHARED_CELLS
+
+
+@dataclass(frozen=True)
 class LoadRequest:
     """A model to load under a plan made where it loads (reading a GGUF takes seconds)."""
 
@@ -59,12 +68,13 @@ class LoadRequest:
     gpu: int | None = None  # which GPU (llama.cpp's index); None: the first
     prompt_format: str | None = None  # None: the model's setting in the model library
     n_threads: int | None = None  # None: the physical cores
+    shape: ContextShape = ContextShape()  # the sequences beside the conversation
 
     def planned(self) -> PlannedLoad:
         inventory = read_inventory(self.model_path) if self.profile is not None else None
         load = planned_load(
             self.model_path, self.n_ctx, self.profile, self.budget_bytes, inventory,
-            self.choice, self.gpu,
+            self.choice, self.gpu, shape=self.shape,
         )  # fmt: skip
         if self.n_threads is not None:
             threads = {"n_threads": self.n_threads, "n_threads_batch": self.n_threads}
@@ -120,6 +130,7 @@ def planned_load(
     choice: PlacementChoice = AUTO,
     gpu: int | None = None,
     exact_budget: bool = False,
+    shape: ContextShape = ContextShape(),
 ) -> PlannedLoad:
     """Plan for `budget_bytes` (default: what other programs leave free on the chosen GPU)
     within the GPU, under `choice`; `inventory`: the model's, when the caller has read it.
@@ -127,18 +138,22 @@ def planned_load(
 
     CPU only needs no profile: without one the model loads with no GPU device at all.
     A placement by hand does (it is costed beside the planner's), and one that does not
-    fit the budget is refused rather than shrunk.
+    fit the budget is refused rather than shrunk. `shape`: the context's other
+    sequences (API clients, a job's documents), which the plan's account covers.
     """
+    sequences = {"n_parallel": shape.n_parallel, "n_ctx_shared": shape.shared_cells}
     if profile is None:
         if choice.kind is PlacementKind.CPU:
-            params = LoadParams(model_path, n_ctx=n_ctx, op_offload=False, main_gpu=NO_GPU)
+            params = LoadParams(
+                model_path, n_ctx=n_ctx, op_offload=False, main_gpu=NO_GPU, **sequences
+            )
             return PlannedLoad(params, None, None)
         if choice.is_manual:
             raise BadInputError(
                 f"placement {choice} needs this machine's profile; run `shardchat profile "
                 "--fast` first"
             )
-        return PlannedLoad(LoadParams(model_path, n_ctx=n_ctx), None, None)
+        return PlannedLoad(LoadParams(model_path, n_ctx=n_ctx, **sequences), None, None)
     inventory = inventory or read_inventory(model_path)
     selection = select_gpu(profile, gpu)
     profile = selection.profile
@@ -151,7 +166,9 @@ def planned_load(
         if budget_bytes is None:
             budget_bytes = AutoBudget(lambda _budget: None).budget_for(_gpu_info(selection.index))
         budget = min(budget_bytes, profile.gpu.vram_total_bytes)
-    request = PlanRequest(budget, n_ctx=n_ctx)
+    request = PlanRequest(
+        budget, n_ctx=n_ctx, parallel_sequences=shape.n_parallel, shared_cells=shape.shared_cells
+    )
     plan = plan_for_choice(inventory, profile, request, choice, selection.index)
     return PlannedLoad(load_params_for_plan(plan, inventory, model_path), plan, profile)
 

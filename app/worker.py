@@ -1,10 +1,16 @@
-"""The engine worker: one thread that owns the one resident model.
+"""The engine worker: one thread, one loop, owning the one resident model.
 
-Every other thread talks to the model through this worker's request queue and
-hears back through a single event callback, so the GUI thread never blocks on
-llama.cpp and two requests can never use the model at once. Cancelling is the
-one thing that bypasses the queue: it flips the running request's flag at
-once, which the generation loop and llama.cpp's abort callback watch.
+Every other thread talks to the model through this worker's one request
+queue and hears back through a single event callback, so the GUI thread
+never blocks on llama.cpp and nothing else ever touches the model. Each turn
+of the loop takes what was asked, lets each activity admit its streams into
+the model's scheduler (the conversation's turn first, then API clients, then
+a summary job's documents), runs one step that carries them all, and lets
+each activity hand out what its streams said. Requests that replace or
+re-plan the model wait until no conversation turn or job uses it; while a job
+runs, messages pass them. Cancelling is the one thing that bypasses the
+queue: it flips the request's token at once, which the scheduler and
+llama.cpp's abort callback watch.
 """
 
 from __future__ import annotations
@@ -15,12 +21,28 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
 from app.api.api_streams import ApiStreams
 from app.api.engine_calls import ApiJob
+from app.engine_requests import (
+    CHAT_REQUESTS,
+    CONTROL_REQUESTS,
+    CloseApi,
+    LoadModel,
+    LoadPlanned,
+    Queued,
+    SendMessage,
+    SetBudget,
+    SetPlacement,
+    SetPromptFormat,
+    StartConversation,
+    Stop,
+    Summarize,
+    UnloadModel,
+    Wake,
+)
 from app.events import (
     ConversationStarted,
     EngineEvent,
@@ -38,9 +60,7 @@ from app.events import (
 from app.load_planning import LoadRequest, PlannedLoad
 from app.model_library import prompt_format_for
 from app.resident_model import ResidentModel
-from app.stores.job_store import JobStore
-from app.summaries.summary_job import SummaryJob, SummarySettings
-from engine.cancel import CancelToken
+from app.summaries.summary_job import JobOutcome, SummaryJob, SummarySettings
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
@@ -49,93 +69,13 @@ from engine.model.chat_template import ChatMessage
 from engine.model.image_input import ImageFile
 from engine.model.model_naming import readable_model_name
 from engine.model.prompt_format import AUTO
-from engine.planning.placement_choice import (
-    PlacementChoice,
-)
+from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan
-from engine.runtime.chat import ChatSession
-from engine.runtime.loaded_model import LoadedModel
+from engine.runtime.chat import ChatSession, ChatTurn
 
 log = logging.getLogger(__name__)
 
 EventCallback = Callable[[EngineEvent], None]
-
-
-@dataclass(frozen=True)
-class _LoadModel:
-    params: LoadParams
-    plan: Plan | None = None
-    profile: Profile | None = None
-    prompt_format: str | None = None  # None: the model's setting in the model library
-    planned: PlannedLoad | None = None  # with its projector planned in: the model sees images
-
-
-@dataclass(frozen=True)
-class _LoadPlanned:
-    request: LoadRequest
-
-
-@dataclass(frozen=True)
-class _UnloadModel:
-    pass
-
-
-@dataclass(frozen=True)
-class _StartConversation:
-    system_prompt: str | None
-    history: tuple[ChatMessage, ...]
-
-
-@dataclass(frozen=True)
-class _SendMessage:
-    text: str
-    settings: SamplingSettings
-    images: tuple[ImageFile, ...] = ()
-    thinking: bool | None = None  # think or not, where the template has the switch
-
-
-@dataclass(frozen=True)
-class _Summarize:
-    input_folder: Path
-    output_folder: Path | None
-    settings: SummarySettings
-
-
-@dataclass(frozen=True)
-class _SetBudget:
-    vram_budget_bytes: int
-
-
-@dataclass(frozen=True)
-class _SetPlacement:
-    choice: PlacementChoice
-
-
-@dataclass(frozen=True)
-class _SetPromptFormat:
-    name: str
-
-
-@dataclass(frozen=True)
-class _Stop:
-    pass
-
-
-@dataclass(frozen=True)
-class _Wake:
-    """An API job arrived: come out of waiting on the queue and serve it."""
-
-
-@dataclass(frozen=True)
-class _CloseApi:
-    pass
-
-
-@dataclass
-class _Queued:
-    request_id: int
-    request: object
-    cancel: CancelToken = field(default_factory=CancelToken)
 
 
 class EngineWorker:
@@ -143,29 +83,26 @@ class EngineWorker:
 
     def __init__(self, on_event: EventCallback, name: str = "shardchat-engine") -> None:
         self._on_event = on_event
-        self._queue: queue.Queue[_Queued] = queue.Queue()
-        self._deferred: collections.deque[_Queued] = collections.deque()  # waited out a job
+        self._queue: queue.Queue[Queued] = queue.Queue()
+        self._waiting: collections.deque[Queued] = collections.deque()  # taken, not started
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Queued] = {}
+        self._pending: dict[int, Queued] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._resident = ResidentModel()
         self._session: ChatSession | None = None
+        self._turn: tuple[Queued, ChatTurn] | None = None  # the conversation's reply
+        self._job: tuple[Queued, Generator[None, None, JobOutcome]] | None = None
         self.api = ApiStreams()
         self.api.switch_model = self._switch_for_api
         self._resident.before_close.append(self.api.unloaded)
-        self._handlers: dict[type, Callable[[_Queued], None]] = {
-            _LoadModel: self._load,
-            _LoadPlanned: self._load_planned,
-            _UnloadModel: self._unload,
-            _StartConversation: self._start_conversation,
-            _SendMessage: self._send,
-            _SetBudget: self._set_budget,
-            _SetPlacement: self._set_placement,
-            _SetPromptFormat: self._set_prompt_format,
-            _Summarize: self._summarize,
-            _Wake: lambda _entry: None,
-            _CloseApi: lambda _entry: self.api.close("the server stopped"),
+        self._controls: dict[type, Callable[[Queued], None]] = {
+            LoadModel: self._load,
+            LoadPlanned: self._load_planned,
+            UnloadModel: self._unload,
+            SetBudget: self._set_budget,
+            SetPlacement: self._set_placement,
+            SetPromptFormat: self._set_prompt_format,
         }
 
     # --- the caller's side (any thread) ---
@@ -190,7 +127,7 @@ class EngineWorker:
         `planned`: the load with its vision projector planned in (app.load_planning), when
         the caller planned it already, so the model sees images.
         """
-        return self._submit(_LoadModel(params, plan, profile, prompt_format, planned))
+        return self._submit(LoadModel(params, plan, profile, prompt_format, planned))
 
     def load_planned(self, request: LoadRequest) -> int:
         """Plan the model for this machine here, on the worker, then load it under that plan.
@@ -198,15 +135,15 @@ class EngineWorker:
         Planning reads the model's GGUF (seconds for a big tokenizer), which must not
         happen on the GUI thread; ModelLoaded carries the plan.
         """
-        return self._submit(_LoadPlanned(request))
+        return self._submit(LoadPlanned(request))
 
     def unload_model(self) -> int:
-        return self._submit(_UnloadModel())
+        return self._submit(UnloadModel())
 
     def start_conversation(
         self, system_prompt: str | None = None, history: Sequence[ChatMessage] = ()
     ) -> int:
-        return self._submit(_StartConversation(system_prompt, tuple(history)))
+        return self._submit(StartConversation(system_prompt, tuple(history)))
 
     def send_message(
         self,
@@ -219,7 +156,7 @@ class EngineWorker:
 
         `thinking` turns a reasoning model's thinking on or off where its template has
         the switch (None: the template's default)."""
-        return self._submit(_SendMessage(text, settings, tuple(images), thinking))
+        return self._submit(SendMessage(text, settings, tuple(images), thinking))
 
     def set_budget(self, vram_budget_bytes: int) -> int:
         """Re-plan the loaded model for a new VRAM budget; reload only if the placement moves.
@@ -230,7 +167,7 @@ class EngineWorker:
         Queued like every request, so a reply being generated finishes first (or
         cancel it); the conversation is carried into the reloaded model whole.
         """
-        return self._submit(_SetBudget(vram_budget_bytes))
+        return self._submit(SetBudget(vram_budget_bytes))
 
     def set_placement(self, choice: PlacementChoice) -> int:
         """Re-plan the loaded model under a placement chosen by hand (or the planner's), at
@@ -241,35 +178,35 @@ class EngineWorker:
         for exactly that placement, so it is never shrunk behind their back. Queued like
         set_budget, so a reply in progress finishes first.
         """
-        return self._submit(_SetPlacement(choice))
+        return self._submit(SetPlacement(choice))
 
     def set_prompt_format(self, name: str) -> int:
         """Write the loaded model's prompts in another format from its next turn on
         (PromptFormatChosen says which and why); an unknown name is refused (bad input)."""
-        return self._submit(_SetPromptFormat(name))
+        return self._submit(SetPromptFormat(name))
 
     def summarize(
         self, input_folder: Path, output_folder: Path | None, settings: SummarySettings
     ) -> int:
         """Summarise a folder with the loaded model (JobProgressed events, then JobFinished).
 
-        Chat shares the worker with the job: between the job's decode steps, waiting
-        chat requests are served first, so a reply is never stuck behind a folder.
-        Cancel the request to pause; submitting the same job again resumes it.
+        The job's documents share the model's steps with the conversation and API
+        clients, so a reply is never stuck behind a folder. Cancel the request to
+        pause; submitting the same job again resumes it.
         """
-        return self._submit(_Summarize(input_folder, output_folder, settings))
+        return self._submit(Summarize(input_folder, output_folder, settings))
 
     def serve_api(self, job: ApiJob) -> None:
         """Run an API request (from the server's thread); its events go to `job.sink`.
 
-        API requests do not queue behind chat: they run in a pool of sequences of
-        their own, one step at a time between the steps of whatever else runs."""
+        API requests do not queue behind chat: they run in the context's parallel
+        sequences, riding the same steps as whatever else runs."""
         self.api.submit(job)
-        self._queue.put(_Queued(0, _Wake()))
+        self._queue.put(Queued(0, Wake()))
 
     def close_api(self) -> None:
         """End the API's requests and free the pool's KV cache (the server stopped)."""
-        self._submit(_CloseApi())
+        self._submit(CloseApi())
 
     def cancel(self, request_id: int | None = None) -> None:
         """Cancel one request, or every queued and running one when no id is given."""
@@ -284,7 +221,7 @@ class EngineWorker:
         if not self._thread.is_alive():
             return
         self.cancel()
-        self._queue.put(_Queued(0, _Stop()))
+        self._queue.put(Queued(0, Stop()))
         self._thread.join(timeout)
 
     @property
@@ -292,74 +229,195 @@ class EngineWorker:
         return self._thread.is_alive()
 
     def _submit(self, request: object) -> int:
-        entry = _Queued(next(self._ids), request)
+        entry = Queued(next(self._ids), request)
         with self._lock:
             self._pending[entry.request_id] = entry
         self._queue.put(entry)
         return entry.request_id
 
-    # --- the worker thread ---
+    # --- the worker thread: one loop ---
 
     def _run(self) -> None:
         try:
-            while True:
-                entry = self._next()
-                if entry is None:
-                    self._api_step(may_switch=True)
-                    continue
-                if isinstance(entry.request, _Stop):
-                    break
-                self._execute(entry)
+            while self._take_requests():
+                self._start_ready()
+                self._advance()
+                self._step()
         finally:
+            self._end_activities("the engine stopped")
             self.api.close("the engine stopped")
             self._resident.close()
 
-    def _next(self) -> _Queued | None:
-        """The next request; None while API streams run and nothing else waits."""
-        if self._deferred:
-            return self._deferred.popleft()
-        if not self.api.busy:
-            return self._queue.get()
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            return None
+    @property
+    def _busy(self) -> bool:
+        return self._turn is not None or self._job is not None or self.api.busy
 
-    def _api_step(self, may_switch: bool = False) -> None:
-        """One step of the API's streams (called between every other activity's steps).
-
-        Only between activities (`may_switch`) may an API request load another model:
-        inside a chat turn's or a job's step, their model must stay."""
-        try:
-            self.api.step(self._resident.model, self._resident.plan, may_switch)
-        except Exception:  # a bug must not kill the worker: end the API's streams
-            log.exception("API step failed")
-            self.api.close("internal error while generating")
-
-    def _serve_chat_waiting(self) -> None:
-        """During a job: run waiting chat requests now; keep the rest for after the job."""
+    def _take_requests(self) -> bool:
+        """Move what was asked into the waiting line, waiting on the queue only when nothing
+        runs and nothing waits that could start; False once asked to stop."""
+        block = not self._busy and not self._waiting
         while True:
             try:
-                entry = self._queue.get_nowait()
+                entry = self._queue.get(block=block)
             except queue.Empty:
-                return
-            if isinstance(entry.request, _SendMessage | _StartConversation):
-                self._execute(entry)
-            elif not isinstance(entry.request, _Wake):
-                self._deferred.append(entry)
-        self._api_step()
+                return True
+            block = False
+            if isinstance(entry.request, Stop):
+                return False
+            if isinstance(entry.request, CloseApi):
+                self.api.close("the server stopped")
+                self._done(entry)
+            elif not isinstance(entry.request, Wake):
+                self._waiting.append(entry)
 
-    def _execute(self, entry: _Queued) -> None:
+    def _start_ready(self) -> None:
+        """Start waiting requests in order: a control once no turn or job uses the model, a
+        message once the conversation is free. A control that must wait holds back what
+        came after it, except messages while only a job holds it back."""
+        blocked_by_job = False
+        for entry in list(self._waiting):
+            request = entry.request
+            if isinstance(request, CONTROL_REQUESTS):
+                if self._turn is not None or self._job is not None:
+                    if self._turn is not None:
+                        return
+                    blocked_by_job = True
+                    continue
+                if blocked_by_job:
+                    continue
+            elif isinstance(request, CHAT_REQUESTS):
+                if self._turn is not None:
+                    if blocked_by_job:
+                        continue
+                    return
+            elif isinstance(request, Summarize) and self._job is not None:
+                if blocked_by_job:
+                    continue
+                return
+            self._waiting.remove(entry)
+            self._start(entry)
+
+    def _start(self, entry: Queued) -> None:
+        request = entry.request
         try:
-            self._handlers[type(entry.request)](entry)
-        except BadInputError as exc:
+            if isinstance(request, SendMessage):
+                self._begin_turn(entry, request)
+                return
+            if isinstance(request, Summarize):
+                self._begin_job(entry, request)
+                return
+            if isinstance(request, StartConversation):
+                self._start_conversation(entry, request)
+            else:
+                self._controls[type(request)](entry)
+        except Exception as exc:
+            self._failed(entry, exc)
+            return
+        self._done(entry)
+
+    def _advance(self) -> None:
+        """Each activity hands out what the last step gave it and admits what is next."""
+        if self._turn is not None:
+            self._advance_turn(*self._turn)
+        try:
+            self.api.advance(self._resident.model, may_switch=self._turn is None and not self._job)
+        except Exception:  # a bug must not kill the worker: end the API's streams
+            log.exception("API streams failed")
+            self.api.close("internal error while generating")
+        if self._job is not None:
+            self._advance_job(*self._job)
+
+    def _step(self) -> None:
+        model = self._resident.model
+        if model is None or not model.scheduler.active():
+            return
+        try:
+            model.scheduler.step()
+        except Exception:  # a bug must not kill the worker: what ran in the step ends
+            log.exception("decode step failed")
+            for stream in model.scheduler.active():
+                model.scheduler.retire(stream)
+
+    # --- the conversation's turn ---
+
+    def _begin_turn(self, entry: Queued, request: SendMessage) -> None:
+        model = self._resident.require()
+        if self._session is None:
+            self._session = ChatSession(model)
+        turn = self._session.begin(
+            request.text, request.settings, entry.cancel, request.images, request.thinking
+        )
+        self._turn = (entry, turn)
+
+    def _advance_turn(self, entry: Queued, turn: ChatTurn) -> None:
+        answer, thought = turn.take()
+        if thought:
+            self._emit(TokenStreamed(entry.request_id, "", thought))
+        if answer:
+            self._emit(TokenStreamed(entry.request_id, answer))
+        if not turn.done:
+            return
+        self._turn = None
+        try:
+            reply = turn.finish()
+        except Exception as exc:
+            self._failed(entry, exc)
+            return
+        model = self._resident.require()
+        steps = self._resident.drain_steps()
+        self._emit(
+            ReplyFinished(
+                entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps,
+                model.n_ctx, reply.thinking,
+            )
+        )  # fmt: skip
+        self._done(entry)
+
+    # --- a summary job ---
+
+    def _begin_job(self, entry: Queued, request: Summarize) -> None:
+        model = self._resident.require()
+        job = SummaryJob(
+            model, request.input_folder, request.output_folder, request.settings,
+            progress=lambda progress: self._emit(JobProgressed(entry.request_id, progress)),
+            cancel=entry.cancel, plan=self._resident.plan, profile=self._resident.profile,
+        )  # fmt: skip
+        self._job = (entry, job.steps())
+
+    def _advance_job(self, entry: Queued, steps: Generator[None, None, JobOutcome]) -> None:
+        try:
+            next(steps)
+            return
+        except StopIteration as finished:
+            self._emit(JobFinished(entry.request_id, finished.value))
+            self._done(entry)
+        except Exception as exc:
+            self._failed(entry, exc)
+        self._job = None
+
+    def _end_activities(self, reason: str) -> None:
+        """The worker stops: a turn in progress and a job end where they are."""
+        if self._turn is not None:
+            self._turn[1].abandon()
+            self._turn = None
+        if self._job is not None:
+            self._job[1].close()  # the job's store and sequences are let go
+            self._job = None
+        log.debug("activities ended: %s", reason)
+
+    # --- events ---
+
+    def _done(self, entry: Queued) -> None:
+        with self._lock:
+            self._pending.pop(entry.request_id, None)
+
+    def _failed(self, entry: Queued, exc: Exception) -> None:
+        if isinstance(exc, BadInputError):
             self._emit(RequestFailed(entry.request_id, str(exc), bad_input=True))
-        except Exception as exc:  # a bug must not kill the worker: report it and go on
-            log.exception("request %d failed", entry.request_id)
+        else:  # a bug must not kill the worker: report it and go on
+            log.error("request %d failed", entry.request_id, exc_info=exc)
             self._emit(RequestFailed(entry.request_id, f"internal error: {exc}", bad_input=False))
-        finally:
-            with self._lock:
-                self._pending.pop(entry.request_id, None)
+        self._done(entry)
 
     def _emit(self, event: EngineEvent) -> None:
         try:
@@ -367,15 +425,17 @@ class EngineWorker:
         except Exception:
             log.exception("event callback failed on %r", event)
 
-    def _load(self, entry: _Queued) -> None:
-        request: _LoadModel = entry.request  # type: ignore[assignment]
+    # --- controls (no turn or job uses the model) ---
+
+    def _load(self, entry: Queued) -> None:
+        request: LoadModel = entry.request  # type: ignore[assignment]
         self._load_under(
             entry.request_id, request.params, request.plan, request.profile, request.planned,
             prompt_format_for(request.params.model_path, request.prompt_format),
         )  # fmt: skip
 
-    def _load_planned(self, entry: _Queued) -> None:
-        request: _LoadPlanned = entry.request  # type: ignore[assignment]
+    def _load_planned(self, entry: Queued) -> None:
+        request: LoadPlanned = entry.request  # type: ignore[assignment]
         try:
             load = request.request.planned()
         except ValueError as exc:
@@ -396,7 +456,7 @@ class EngineWorker:
         history = self._session.messages if self._session else []
         attached = self._resident.load(params, plan, profile, planned, prompt_format)
         model = self._resident.require()
-        self._serve_api_between_steps(model)
+        self.api.loaded(model)
         self._session = ChatSession(model, history=history)  # the conversation carries over
         inventory = model.inventory
         self._emit(
@@ -432,28 +492,22 @@ class EngineWorker:
             mmproj_path,
             n_threads=params.n_threads if params is not None else None,
         )
-        self._load_planned(_Queued(0, _LoadPlanned(request)))
+        self._load_planned(Queued(0, LoadPlanned(request)))
 
-    def _serve_api_between_steps(self, model: LoadedModel) -> None:
-        """A chat or vision turn on this model lets the API's streams take a step between
-        each of its own; the API serves the model from now on."""
-        model.scheduler.between_steps = self._api_step
-        self.api.loaded(model)
-
-    def _set_prompt_format(self, entry: _Queued) -> None:
-        request: _SetPromptFormat = entry.request  # type: ignore[assignment]
+    def _set_prompt_format(self, entry: Queued) -> None:
+        request: SetPromptFormat = entry.request  # type: ignore[assignment]
         chosen = self._resident.use_prompt_format(request.name)
         self._emit(
             PromptFormatChosen(entry.request_id, chosen.name, chosen.kind.value, chosen.reason)
         )
 
-    def _set_budget(self, entry: _Queued) -> None:
-        request: _SetBudget = entry.request  # type: ignore[assignment]
+    def _set_budget(self, entry: Queued) -> None:
+        request: SetBudget = entry.request  # type: ignore[assignment]
         # a placement chosen by hand (it rides in the plan) is kept while it fits
         self._replan_loaded(entry.request_id, request.vram_budget_bytes, None)
 
-    def _set_placement(self, entry: _Queued) -> None:
-        request: _SetPlacement = entry.request  # type: ignore[assignment]
+    def _set_placement(self, entry: Queued) -> None:
+        request: SetPlacement = entry.request  # type: ignore[assignment]
         plan = self._resident.plan
         budget = plan.request.vram_budget_bytes if plan is not None else 0
         self._replan_loaded(entry.request_id, budget, request.choice)
@@ -466,7 +520,7 @@ class EngineWorker:
         outcome = self._resident.replan(budget_bytes, choice)
         if outcome.reloaded:
             self._session = ChatSession(self._resident.require(), history=history)
-            self._serve_api_between_steps(self._resident.require())
+            self.api.loaded(self._resident.require())
         if outcome.fell_back is not None:
             self._emit(PlacementFellBack(request_id, outcome.wanted, outcome.fell_back))
         plan = outcome.plan
@@ -478,55 +532,14 @@ class EngineWorker:
             )
         )  # fmt: skip
 
-    def _summarize(self, entry: _Queued) -> None:
-        request: _Summarize = entry.request  # type: ignore[assignment]
-        model = self._resident.require()
-        with JobStore() as store:
-            job = SummaryJob(
-                model, request.input_folder, request.output_folder, request.settings, store,
-                progress=lambda progress: self._emit(JobProgressed(entry.request_id, progress)),
-                cancel=entry.cancel, between_steps=self._serve_chat_waiting,
-                plan=self._resident.plan, profile=self._resident.profile,
-            )  # fmt: skip
-            outcome = job.run()
-        self._emit(JobFinished(entry.request_id, outcome))
-
-    def _unload(self, entry: _Queued) -> None:
+    def _unload(self, entry: Queued) -> None:
         model = self._resident.model
         path = model.params.model_path if model else None
         self._resident.close()  # the conversation stays, for the next model
         self._emit(ModelUnloaded(entry.request_id, path))
 
-    def _start_conversation(self, entry: _Queued) -> None:
-        request: _StartConversation = entry.request  # type: ignore[assignment]
+    def _start_conversation(self, entry: Queued, request: StartConversation) -> None:
         self._session = ChatSession(
             self._resident.require(), request.system_prompt, request.history
         )
         self._emit(ConversationStarted(entry.request_id, len(self._session.messages)))
-
-    def _send(self, entry: _Queued) -> None:
-        request: _SendMessage = entry.request  # type: ignore[assignment]
-        model = self._resident.require()
-        if self._session is None:
-            self._session = ChatSession(model)
-        reply = self._session.reply(
-            request.text,
-            request.settings,
-            entry.cancel,
-            on_text=lambda text: self._emit(TokenStreamed(entry.request_id, text)),
-            images=request.images,
-            thinking=request.thinking,
-            on_thinking=lambda text: self._emit(TokenStreamed(entry.request_id, "", text)),
-        )
-        steps = self._resident.drain_steps()
-        self._emit(
-            ReplyFinished(
-                entry.request_id,
-                reply.text,
-                reply.stats,
-                reply.dropped_messages,
-                steps,
-                model.n_ctx,
-                reply.thinking,
-            )  # fmt: skip
-        )

@@ -1,11 +1,11 @@
-"""The API's streams on the engine worker: an inbox any thread fills, a pool the worker steps.
+"""The API's streams on the engine worker: an inbox any thread fills, a pool the worker admits.
 
-The worker calls `step` whenever it has nothing else to do and between the
-steps of a chat turn or a summary job, so every activity advances one
-llama_decode at a time in turn: a GUI reply, the API's batch of client
-streams (one step for all of them) and a summary job's batch. The pool is
-made on the first request after a load, with the slots and context the
-server asked for, and let go before the model is freed.
+Before each step of its one loop the worker calls `advance`: what the last
+step said goes to each client, ended requests are finished, and arrivals
+are admitted to the pool, whose streams ride the same llama_decode as the
+conversation's turn and a summary job's documents. The pool lives in the
+loaded model's parallel sequences: made when a model is loaded, let go
+before it is freed.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from app.api.api_errors import ApiError, bad_request, not_found, server_error
 from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit, prepare
 from engine.errors import BadInputError, ShardChatError
 from engine.model.model_naming import readable_model_name
-from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
-from engine.serving.stream_pool import StreamPool
+from engine.serving.stream_pool import PoolEntry, StreamPool
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,8 @@ class ApiStreams:
                 job.prepared = prepare(job.call, model)
 
     def configure(self, shape: PoolShape) -> None:
-        """Slots and context per slot for the next pool (the running one keeps its own)."""
+        """Slots and context per slot the server asks for: the shape of the next load's
+        context (engine_requests.LoadPlanned takes it); the loaded model keeps its own."""
         self.shape = shape
 
     # --- the worker's thread ---
@@ -118,6 +118,11 @@ class ApiStreams:
     def loaded(self, model: LoadedModel) -> None:
         with self._tokenizer_lock:
             self._tokenizer_model = model
+        self._pool = StreamPool(model)
+        log.info(
+            "API streams: %d sequences sharing %d cells", self._pool.n_slots,
+            self._pool.n_ctx_per_slot,
+        )  # fmt: skip
         path = str(model.params.model_path)
         trained = model.inventory.context_length
         self.model = ServedModel(
@@ -130,25 +135,32 @@ class ApiStreams:
             longest_token_bytes=_longest_token_bytes(model),
         )
 
-    def step(self, model: LoadedModel | None, plan: Plan | None, may_switch: bool = False) -> None:
-        """Admit what arrived, then advance every API stream by one step; with `may_switch`
-        (nothing else uses the model), load the model waiting requests name once idle."""
-        self._admit(model, plan)
+    def advance(self, model: LoadedModel | None, may_switch: bool = False) -> None:
+        """Before a step: send what the last one said, finish what ended, admit arrivals;
+        with `may_switch` (nothing else uses the model), load the model waiting requests
+        name once the pool is idle."""
+        pool = self._pool
+        if pool is not None and pool.busy:
+            ended = pool.collect()
+            for key, served in list(self._served.items()):
+                self._guarded(served, served.pump, key)
+            self._finish(ended)
+        self._admit(model)
         pool = self._pool
         if pool is None or not pool.busy:
             if may_switch:
                 self._switch_when_idle()
             return
-        ended = pool.step()
-        for key, served in list(self._served.items()):
-            self._guarded(served, served.pump, key)
+        self._finish(pool.admit())
+
+    def _finish(self, ended: list[PoolEntry]) -> None:
         for entry in ended:
             done = self._served.pop(id(entry), None)
             if done is not None:
                 self._guarded(done, done.finish)
 
     def close(self, reason: str) -> None:
-        """End every job (`reason` as their error) and free the pool's context."""
+        """End every job (`reason` as their error); their sequences are freed."""
         while self._inbox or self._switching:
             queued = self._inbox or self._switching
             queued.popleft().sink(ApiFailed(ApiError(503, reason, "server_error")))
@@ -157,7 +169,6 @@ class ApiStreams:
                 gone = self._served.pop(id(entry), None)
                 if gone is not None:
                     gone.finish()
-            self._pool = None
         self._served.clear()
 
     def unloaded(self) -> None:
@@ -166,10 +177,11 @@ class ApiStreams:
         waiting = list(self._switching)  # they wait for a model: the switch itself unloads
         self._switching.clear()
         self.close("the model was unloaded or replaced; send the request again")
+        self._pool = None
         self._switching.extend(waiting)
         self.model = None
 
-    def _admit(self, model: LoadedModel | None, plan: Plan | None) -> None:
+    def _admit(self, model: LoadedModel | None) -> None:
         while self._inbox:
             job = self._inbox.popleft()
             if job.cancel.cancelled:
@@ -179,8 +191,7 @@ class ApiStreams:
                 continue
             try:
                 loaded = self._require_model(job, model)
-                pool = self._pool_for(loaded, plan)
-                served = admit(job, loaded, pool)
+                served = admit(job, loaded, self._pool_of(loaded))
             except ApiError as exc:
                 job.sink(ApiFailed(exc))
                 continue
@@ -251,17 +262,14 @@ class ApiStreams:
             )
         return model
 
-    def _pool_for(self, model: LoadedModel, plan: Plan | None) -> StreamPool:
-        if self._pool is None:
-            shape = self.shape
-            try:
-                self._pool = StreamPool(model, shape.n_slots, shape.n_ctx_per_slot, plan)
-            except BadInputError as exc:
-                raise ApiError(503, str(exc), "server_error", "no_memory") from exc
-            log.info(
-                "API streams: %d sequences x %d tokens", shape.n_slots, self._pool.n_ctx_per_slot
-            )
-        return self._pool
+    def _pool_of(self, model: LoadedModel) -> StreamPool:
+        pool = self._pool
+        if pool is None or pool.model is not model or pool.n_slots == 0:
+            raise ApiError(
+                503, "the model was loaded without parallel sequences for API clients",
+                "server_error", "no_memory",
+            )  # fmt: skip
+        return pool
 
 
 def _longest_token_bytes(model: LoadedModel) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from app.api.server import DEFAULT_PORT, ApiServer, ServerConfig
 from app.commands.arg_types import add_prompt_format_option, positive_int, size
 from app.events import EngineEvent, ModelLoaded, RequestFailed
-from app.load_planning import LoadRequest, stored_profile
+from app.load_planning import ContextShape, LoadRequest, stored_profile
 from app.stop_signals import EXIT_INTERRUPTED, POLL_S, StopSignals, exit_now, run_on_thread
 from app.worker import EngineWorker
 from engine.errors import BadInputError
@@ -94,9 +94,11 @@ def run_serve(args: argparse.Namespace) -> int:
         raise BadInputError("--vram needs this machine's profile: run `shardchat profile` first")
     # planned as the window plans: with this machine's profile when it has one (the budget:
     # --vram, else what other programs leave free), else on the CPU
+    # the clients' sequences share what --parallel sequences of --ctx-per-slot would hold
+    shape = ContextShape(args.parallel, args.parallel * args.ctx_per_slot)
     request = LoadRequest(
         str(model_path), min(args.ctx_per_slot, 4096), profile, args.vram, mmproj,
-        prompt_format=args.prompt_format, n_threads=args.threads,
+        prompt_format=args.prompt_format, n_threads=args.threads, shape=shape,
     )  # fmt: skip
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()

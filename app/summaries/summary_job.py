@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from pathlib import Path
@@ -40,7 +40,6 @@ from engine.model.model_naming import readable_model_name
 from engine.planning.parallelism import choose_parallelism
 from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
-from engine.runtime.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
@@ -131,20 +130,16 @@ class SummaryJob:
         store: JobStore | None = None,
         progress: Callable[[JobProgress], None] | None = None,
         cancel: CancelToken | None = None,
-        between_steps: Callable[[], None] | None = None,
         plan: Plan | None = None,
         profile: Profile | None = None,
     ) -> None:
-        """`between_steps` runs after every decode step: the worker serves chat there.
-
-        With the model's plan and the profile it was made from, the planner picks
-        how many documents decode together and each step is tagged with its tier;
-        without them (an unprofiled machine) DEFAULT_PARALLEL is used.
+        """With the model's plan and the profile it was made from, the planner picks how
+        many documents decode together and each step is tagged with its tier; without
+        them (an unprofiled machine) DEFAULT_PARALLEL is used.
         """
         self.model = model
         self._plan, self._profile = plan, profile
         self._parallel_choice = (0, "")
-        self._between_steps = between_steps or (lambda: None)
         self.settings = settings or SummarySettings()
         self.input_folder = checked_folder(Path(input_folder).expanduser().resolve())
         self.output_folder = check_output_folder(self.input_folder, output_folder)
@@ -165,18 +160,32 @@ class SummaryJob:
         self._kept = 0
 
     def run(self) -> JobOutcome:
-        """Summarise what is not done yet; returns when done or cancelled (then resumable).
+        """Summarise what is not done yet, stepping the model's scheduler here (nothing else
+        runs on the model); returns when done or cancelled (then resumable)."""
+        steps = self.steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as finished:
+                outcome: JobOutcome = finished.value
+                return outcome
+            self.model.scheduler.step()
+
+    def steps(self) -> Generator[None, None, JobOutcome]:
+        """The job as the engine worker's loop drives it: each time it yields, its documents
+        are admitted to the model's scheduler and wait for the next step, which carries
+        the conversation's and API clients' tokens too; it returns the outcome.
 
         The job store is opened here unless one was given: SQLite connections belong
-        to the thread that opens them, and a job usually runs on a thread of its own.
+        to the thread that opens them, the thread that drives the job.
         """
         if self._given_store is not None:
             self._store = self._given_store
-            return self._run()
+            return (yield from self._run())
         with JobStore() as self._store:
-            return self._run()
+            return (yield from self._run())
 
-    def _run(self) -> JobOutcome:
+    def _run(self) -> Generator[None, None, JobOutcome]:
         self._started = time.monotonic()
         scan = scan_folder(
             self.input_folder, self.settings.recursive, self.settings.include,
@@ -196,7 +205,7 @@ class SummaryJob:
         for kept in [r for r in self._records.values() if r.note == _KEPT]:
             self._report(kept)  # a window's table shows them done from the start
         if pending and not self._cancel.cancelled:  # a stop asked for during the load
-            self._summarise(pending, job.id)
+            yield from self._summarise(pending, job.id)
         cancelled = self._cancel.cancelled
         self._store.finish(job.id, "cancelled" if cancelled else "finished")
         records = self._store.files(job.id)
@@ -206,7 +215,7 @@ class SummaryJob:
             time.monotonic() - self._started, *self._parallel_choice, kept=self._kept,
         )  # fmt: skip
 
-    def _summarise(self, pending: list[str], job_id: int) -> None:
+    def _summarise(self, pending: list[str], job_id: int) -> Generator[None, None, None]:
         """Rounds of batched generation: documents' parts, then the combining of parts."""
         queue = iter(pending)
         self._parallel_choice = self._parallelism(len(pending))
@@ -218,14 +227,14 @@ class SummaryJob:
             self.settings.sampling,
             plan=self._plan,
         ) as engine:
-            if self._plan is not None and self._profile is not None:  # each step beside the plan
-                StepLog(self.model, self._plan, self._profile).attach(engine.scheduler)
             while not self._cancel.cancelled:
-                stats = engine.run(
-                    self._requests(queue, job_id), self._on_result(job_id), self._cancel,
-                    on_step=lambda _step: self._between_steps(),
-                )  # fmt: skip
-                if not self._combine_queue or stats.n_results == 0:
+                batch_run = engine.start(
+                    self._requests(queue, job_id), self._on_result(job_id), self._cancel
+                )
+                while batch_run.admit():
+                    yield
+                    batch_run.collect()
+                if not self._combine_queue or batch_run.stats.n_results == 0:
                     break
 
     # --- registering files ---

@@ -1,13 +1,15 @@
-"""One pass of a batch job over a request stream, step by step, on the job's scheduler.
+"""One pass of a batch job over a request stream, step by step, on the model's scheduler.
 
-Each step fills free sequences from the (lazily read) requests, then lets
-the scheduler run one step: a token for every decoding sequence and prompt
-chunks for the others, sampled where logits came back. Driving a run step by
-step lets the engine worker answer a chat between steps.
+Before each step the run fills its free sequences from the (lazily read)
+requests (`admit`); after it, it hands out the replies that ended
+(`collect`). Whoever steps the scheduler in between decides what else rides
+in the step: the engine worker's one loop puts the conversation's token and
+API clients' streams in the same llama_decode.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +23,7 @@ from engine.cancel import CancelToken
 from engine.generation.decode_step import DecodeStep
 from engine.generation.prompt_pieces import TextRun
 from engine.generation.sampling import SamplingSettings
-from engine.generation.scheduler import Scheduler
+from engine.generation.scheduler import NoRoom, Scheduler
 from engine.generation.stats import FinishReason
 from engine.generation.stream import Stream, StreamRequest
 from engine.runtime.loaded_model import LoadedModel
@@ -37,6 +39,8 @@ class RunOwner(Protocol):
     scheduler: Scheduler
     settings: SamplingSettings
     n_parallel: int
+    sequences: range
+    holder: int
     share_prefix: bool
     runs_started: int
 
@@ -73,18 +77,22 @@ class BatchRun:
         self._cancel = cancel
         self._on_step = on_step
         self._prefix = SharedPrefix() if generator.share_prefix else None
-        self._holder = generator.n_parallel  # the sequence that keeps the shared prefix
+        self._holder = generator.holder  # the sequence that keeps the shared prefix
         self._exhausted = False
+        self._next_up: tuple[BatchRequest, list[int], tuple[str, ...]] | None = None
+        self._streams: dict[int, Stream] = {}
         self._started = time.perf_counter()
         self.done = False
         self.stats = BatchStats()
-        for stream in self._scheduler.active():  # what a replaced run left in flight
-            self._scheduler.retire(stream)
-        self._scheduler.forget_all()
-        self._scheduler.drain_steps()
+        for seq_id in [*generator.sequences, self._holder]:  # what a replaced run left
+            stream = self._scheduler.slots[seq_id]
+            if stream is not None:
+                self._scheduler.retire(stream)
+            self._scheduler.forget(seq_id)
+        self._scheduler.observers.append(self._count_step)
 
-    def step(self) -> bool:
-        """Fill free sequences and run one scheduler step; False once every request has ended.
+    def admit(self) -> bool:
+        """Fill free sequences before a step; False once every request has ended.
 
         After a cancel, the next call ends the requests in flight as "cancelled".
         """
@@ -92,24 +100,30 @@ class BatchRun:
             return False
         if self._id != self._gen.runs_started or self._gen.closed:
             raise RuntimeError("this batch run was replaced by a newer one or its generator closed")
-        if not self._cancel.cancelled:
-            self._fill_free_sequences()
-            if self._scheduler.active():
-                if self._exhausted:
-                    self._close_gaps()
-                ended = self._scheduler.step()
-                self._count_steps()
-                for stream in ended:
-                    self._emit(_result_of(stream))
-                return True
-        self._end()
-        return False
+        if self._cancel.cancelled:
+            self._end()
+            return False
+        self._fill_free_sequences()
+        if not self._streams and self._exhausted and self._next_up is None:
+            self._end()
+            return False
+        return True
+
+    def collect(self) -> None:
+        """After a step: the results of the replies that ended in it."""
+        for seq_id, stream in list(self._streams.items()):
+            if stream.done:
+                del self._streams[seq_id]
+                self._emit(_result_of(stream))
 
     def _end(self) -> None:
-        for stream in self._scheduler.active():  # cancelled: what is in flight ends here
-            self._scheduler.retire(stream)
+        for stream in self._streams.values():  # cancelled: what is in flight ends here
+            if not stream.done:
+                self._scheduler.retire(stream)
             self._emit(_result_of(stream))
-        self._count_steps()
+        self._streams.clear()
+        if self._count_step in self._scheduler.observers:
+            self._scheduler.observers.remove(self._count_step)
         self.stats.wall_seconds = time.perf_counter() - self._started
         self.done = True
 
@@ -117,19 +131,27 @@ class BatchRun:
 
     def _fill_free_sequences(self) -> None:
         arrivals: list[tuple[int, BatchRequest, list[int], tuple[str, ...]]] = []
-        for seq_id in range(self._gen.n_parallel):
-            if self._scheduler.slots[seq_id] is not None:
-                continue
-            arrival = self._next_admissible()
+        for seq_id in self._scheduler.free_sequences(self._gen.sequences):
+            arrival = self._next_up or self._next_admissible()
+            self._next_up = None
             if arrival is None:
                 break
             arrivals.append((seq_id, *arrival))
         if not arrivals:
             return
-        if self._prefix is not None:
+        if self._prefix is not None and not self._streams:
             self._establish_prefix([tokens for _seq, _req, tokens, _stop in arrivals])
-        for seq_id, request, tokens, stop in arrivals:
-            self._start(seq_id, request, tokens, stop)
+        for index, (seq_id, request, tokens, stop) in enumerate(arrivals):
+            try:
+                self._start(seq_id, request, tokens, stop)
+            except NoRoom:  # the shared pool is full: the rest wait for cells, in order
+                later = arrivals[index + 1 :]
+                self._next_up = (request, tokens, stop)
+                if later:
+                    self._requests = itertools.chain(
+                        (r for _s, r, _t, _st in later), self._requests
+                    )
+                return
 
     def _next_admissible(self) -> tuple[BatchRequest, list[int], tuple[str, ...]] | None:
         """The next request whose prompt fits a sequence; ones that do not fail alone."""
@@ -165,7 +187,7 @@ class BatchRun:
         pieces = (TextRun(tuple(tokens)),)
         wanted = StreamRequest(pieces, settings, stop, self._cancel, request.key, reuse_cache=False)
         copy_from = self._holder if shares else None
-        self._scheduler.admit(wanted, seq_id, seed, copy_from)
+        self._streams[seq_id] = self._scheduler.admit(wanted, seq_id, seed, copy_from)
 
     def _establish_prefix(self, prompts: list[list[int]]) -> None:
         """Evaluate the prompts' common opening once, in the holder sequence."""
@@ -175,29 +197,13 @@ class BatchRun:
             self._prefix.tokens = shared
             log.debug("shared prompt prefix: %d tokens evaluated once", len(shared))
 
-    def _close_gaps(self) -> None:
-        """Once no request is left, move the last sequences down into freed ones.
-
-        llama.cpp runs each run of consecutive sequence ids as its own
-        micro-batch, reading the weights once per run; moving a sequence costs
-        one KV stream copy, paid back by the next decode step.
-        """
-        while True:
-            free = [i for i in range(self._gen.n_parallel) if self._scheduler.slots[i] is None]
-            active = self._scheduler.active()
-            if not free or not active or free[0] > active[-1].seq_id:
-                return
-            mover = active[-1]
-            log.debug("sequence %d moved to sequence %d", mover.seq_id, free[0])
-            self._scheduler.move(mover, free[0])
-
     # --- results ---
 
-    def _count_steps(self) -> None:
-        for step in self._scheduler.drain_steps():
-            self.stats.add_step(step)
-            if self._on_step is not None:
-                self._on_step(step)
+    def _count_step(self, step: DecodeStep) -> None:
+        """Every step the run lives through (other activities' tokens may ride in it)."""
+        self.stats.add_step(step)
+        if self._on_step is not None:
+            self._on_step(step)
 
     def _refuse(self, request: BatchRequest, prompt_tokens: int, reason: str) -> None:
         failed = FinishReason.ERROR

@@ -1,23 +1,18 @@
-"""A llama context as the scheduler drives it: its sequences, one reusable token batch.
+"""A loaded model's one llama context as the scheduler drives it: its sequences, one batch.
 
-Two kinds exist. The model's own context (created by llama-cpp-python when
-it loads the model) holds one sequence of the model's whole n_ctx: the chat
-and vision turns of the conversation on screen. A batch job gets a context
-of its own on the same weights, so a chat can still run between batch steps
-and neither disturbs the other's KV cache. That one holds `n_sequences`
-sequences, each in its own KV stream (kv_unified off): attention then reads
-only that sequence's cells, so a decode step over 16 sequences costs 16
-short attentions, not 16 attentions over everyone's cells (measured here: a
-unified cache was slower at 16 sequences, 168 vs 207 tokens/s). The price is
-that copying a sequence into another stream copies the whole stream buffer,
-which is still far cheaper than evaluating a shared prompt prefix again.
+Sequence 0 is the conversation on screen, with the window the user chose;
+sequences 1..n_parallel serve API clients and a summary job's documents; the
+last one holds a batch job's shared prompt opening, which the others copy. The
+KV cache is one pool of cells every sequence shares (kv_unified, see
+engine.llama.load_params.KV_LAYOUT): copying a sequence shares its cells
+instead of copying them, and the parallel sequences draw on the cells beyond
+the conversation's window as their prompts and replies need them.
 
-llama.cpp splits a batch over several streams into micro-batches of
-consecutive sequence ids, so callers add tokens in increasing sequence order.
-
-A batch context takes the model context's settings, flash attention included
-(the plan's choice, carried by engine.llama.load_params.LoadParams), so a
-document summarised gives the tokens a chat turn on the same prompt gives.
+A context can also be laid out with a stream per sequence (kv_unified off),
+each the conversation's size, only to measure the layout against the other
+(bench/kv_layout.py). There llama.cpp splits a batch over several streams
+into micro-batches of consecutive sequence ids, so callers add tokens in
+increasing sequence order (harmless in the unified layout).
 """
 
 from __future__ import annotations
@@ -30,16 +25,14 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from engine.errors import BadInputError
 from engine.generation.logprobs import TokenLogprob, log_softmax, top_tokens
 from engine.generation.prompt_pieces import EncodedImage
 from engine.generation.text_assembly import token_bytes
 from engine.generation.token_sampler import TokenSampler
 from engine.llama.handle import LlamaHandle
-from engine.llama.load_params import CONTEXT_GRANULE, LoadParams, make_llama_kwargs
+from engine.llama.load_params import LoadParams, make_llama_kwargs, padded_cells
 
 log = logging.getLogger(__name__)
-MAX_SEQUENCES = 64
 DECODE_OK = 0
 DECODE_ABORTED = 2
 _MAX_POSITIONS = 4  # llama.cpp's M-RoPE sections
@@ -49,15 +42,15 @@ class DecodeContext:
     """A llama context with n_sequences KV streams, plus one reusable llama_batch."""
 
     def __init__(
-        self, handle: LlamaHandle, context: Any, n_batch: int, n_sequences: int, owned: bool
+        self, handle: LlamaHandle, context: Any, n_batch: int, rooms: list[int], shared: int
     ) -> None:
         self.handle = handle
         self.n_batch = n_batch
-        self.n_sequences = n_sequences
+        self.n_sequences = len(rooms)
+        self.rooms = rooms  # the most cells each sequence may hold
+        self.shared_cells = shared  # what sequences 1.. share (0: each has its own stream)
         self.n_vocab = handle.n_vocab
         self._ctx: Any = context
-        self._owned = owned
-        self.n_ctx_per_sequence = int(llama_cpp.llama_n_ctx_seq(context))
         self._memory = llama_cpp.llama_get_memory(context)
         self.capacity = n_batch  # llama_decode takes at most n_batch tokens per call
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
@@ -65,36 +58,22 @@ class DecodeContext:
 
     @classmethod
     def of_model(cls, handle: LlamaHandle, params: LoadParams) -> DecodeContext:
-        """The model's own context (one sequence); closing this leaves it to the model."""
+        """The model's one context, shaped at load (engine.llama.context_shape); closing
+        this leaves it to the model."""
         n_batch = int(make_llama_kwargs(params)["n_batch"])
-        return cls(handle, handle.context, n_batch, 1, owned=False)
-
-    @classmethod
-    def for_sequences(
-        cls, handle: LlamaHandle, params: LoadParams, n_sequences: int, n_ctx_per_sequence: int
-    ) -> DecodeContext:
-        """A new context on the model's weights with `n_sequences` streams of its own."""
-        if not 1 <= n_sequences <= MAX_SEQUENCES:
-            raise BadInputError(f"a batch holds 1 to {MAX_SEQUENCES} sequences, not {n_sequences}")
-        kwargs = make_llama_kwargs(params)
-        n_batch = int(kwargs["n_batch"])
-        if n_sequences > n_batch:  # llama.cpp reserves one output per sequence in a batch
-            raise ValueError(
-                f"{n_sequences} sequences need n_batch >= {n_sequences}, not {n_batch}"
+        n_sequences = int(llama_cpp.llama_n_seq_max(handle.context))
+        if n_sequences != params.n_sequences:
+            raise RuntimeError(
+                f"llama.cpp made {n_sequences} sequences, not the {params.n_sequences} asked for"
             )
-        cparams = _context_params(kwargs, n_sequences, _granular(n_ctx_per_sequence))
-        context = llama_cpp.llama_init_from_model(handle.model, cparams)
-        if not context:
-            raise BadInputError(
-                f"llama.cpp could not create a batch context of {cparams.n_ctx} KV cells "
-                f"({n_sequences} sequences); lower the parallelism or the context per sequence"
-            )
-        created = cls(handle, context, n_batch, n_sequences, owned=True)
-        log.debug(
-            "batch context: %d sequences x %d cells, n_batch %d",
-            n_sequences, created.n_ctx_per_sequence, n_batch,
-        )  # fmt: skip
-        return created
+        if params.kv_unified:
+            shared = padded_cells(params.n_ctx_shared)
+            rooms = [params.conversation_cells] + [shared] * (n_sequences - 1)
+        else:
+            stream = int(llama_cpp.llama_n_ctx_seq(handle.context))
+            rooms, shared = [stream] * n_sequences, 0
+        log.debug("context: %d sequences, rooms %s, n_batch %d", n_sequences, rooms, n_batch)
+        return cls(handle, handle.context, n_batch, rooms, shared)
 
     @property
     def closed(self) -> bool:
@@ -202,12 +181,10 @@ class DecodeContext:
         llama_cpp.llama_memory_clear(self._memory, False)
 
     def close(self) -> None:
-        """Free the batch, and an owned context (its KV cache); the model stays loaded."""
+        """Free the batch; the context is the model's, freed with it."""
         if self._ctx is None:
             return
         llama_cpp.llama_batch_free(self._batch)
-        if self._owned:
-            llama_cpp.llama_free(self._ctx)
         self._ctx = None
         self._memory = None
 
@@ -235,28 +212,3 @@ class DecodeContext:
         # kept on self: ctypes must not collect the callback while llama.cpp holds it
         self._abort = llama_cpp.ggml_abort_callback(lambda _data: abort())
         llama_cpp.llama_set_abort_callback(ctx, self._abort, ctypes.c_void_p(0))
-
-
-def _granular(n_ctx: int) -> int:
-    """llama.cpp pads context sizes to its granule; ask for what it will allocate."""
-    return -(-max(n_ctx, 1) // CONTEXT_GRANULE) * CONTEXT_GRANULE
-
-
-def _context_params(
-    kwargs: dict[str, Any], n_sequences: int, n_ctx_per_sequence: int
-) -> llama_cpp.llama_context_params:
-    params: llama_cpp.llama_context_params = llama_cpp.llama_context_default_params()
-    params.n_ctx = n_ctx_per_sequence * n_sequences
-    params.n_seq_max = n_sequences
-    params.n_batch = kwargs["n_batch"]
-    params.n_ubatch = kwargs["n_ubatch"]
-    params.n_threads = kwargs["n_threads"]
-    params.n_threads_batch = kwargs["n_threads_batch"]
-    params.flash_attn_type = (
-        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        if kwargs["flash_attn"]
-        else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    )
-    params.kv_unified = False  # one stream per sequence: attention reads only its own cells
-    params.no_perf = True
-    return params

@@ -1,8 +1,16 @@
 """The one token loop: every stream of a context advances in the same llama_decode steps.
 
-A scheduler owns a decode context and runs each stream in a sequence of it
-(llama.cpp's server calls them slots): a chat turn, a vision turn and each
-document of a summary job are all streams. One step carries one token for
+A scheduler owns a loaded model's one decode context and runs each stream in a
+sequence of it (llama.cpp's server calls them slots): a chat turn, a vision
+turn, each API client and each document of a summary job are all streams.
+Sequence 0 is the conversation on screen: its token or its prompt goes into
+the very next step, first, and while it decodes the others get a budget of
+tokens per step (engine.generation.step_budget) so its time between tokens
+stays near its time alone. The other sequences share a pool of KV cells
+beyond the conversation's window: a stream is admitted with its prompt and
+its longest reply reserved (NoRoom while the pool lacks them; cells idle
+sequences keep for a returning client are let go first), so no step ever
+finds the cache full. One step carries one token for
 every decoding stream and prompt chunks for the others (the shortest prompt
 first, so it starts decoding early); an image the prompt continues with is
 evaluated in a step of its own, since embeddings and tokens cannot share a
@@ -34,6 +42,7 @@ from engine.generation.decode_context import DECODE_ABORTED, DECODE_OK, DecodeCo
 from engine.generation.decode_step import DecodeStep
 from engine.generation.prompt_pieces import EncodedImage, TextRun
 from engine.generation.stats import FinishReason
+from engine.generation.step_budget import StepBudget
 from engine.generation.stream import Identity, Stream, StreamRequest, inside_image
 from engine.generation.token_sampler import TokenSampler
 from engine.planning.plan import Plan
@@ -41,6 +50,11 @@ from engine.planning.plan import Plan
 log = logging.getLogger(__name__)
 
 StepObserver = Callable[[DecodeStep], None]
+CONVERSATION = 0  # the sequence of the conversation on screen
+
+
+class NoRoom(Exception):
+    """The shared KV pool cannot hold this stream's prompt and reply now; try after others end."""
 
 
 @dataclass
@@ -56,20 +70,36 @@ class Scheduler:
         self.context = context
         self.plan = plan
         self.observers: list[StepObserver] = []
-        # run before each step: the engine worker advances its other schedulers here, so a
-        # chat turn and the API's streams take turns step by step (each its own context)
-        self.between_steps: Callable[[], None] | None = None
         self.slots: list[Stream | None] = [None] * context.n_sequences
         self._held: list[list[_Held]] = [[] for _ in range(context.n_sequences)]
         self._end: list[int] = [0] * context.n_sequences  # each sequence's next position
-        self._steps: list[DecodeStep] = []
+        self._reserved: list[int] = [0] * context.n_sequences  # cells promised to a stream
+        self.last_step: DecodeStep | None = None
+        self.budget = StepBudget(context.n_batch - 1)
+        self._waited: dict[int, int] = {}  # steps a decoding stream was left out of, by seq
 
     @property
-    def n_ctx_per_sequence(self) -> int:
-        return self.context.n_ctx_per_sequence
+    def n_sequences(self) -> int:
+        return self.context.n_sequences
+
+    def room(self, seq_id: int) -> int:
+        """The most cells sequence `seq_id` may hold (prompt and reply together)."""
+        return self.context.rooms[seq_id]
 
     def active(self) -> list[Stream]:
         return [s for s in self.slots if s is not None]
+
+    def free_sequences(self, among: range | None = None) -> list[int]:
+        """Free sequences, beside the conversation's (or among `among`)."""
+        ids = among if among is not None else range(1, self.n_sequences)
+        return [i for i in ids if self.slots[i] is None]
+
+    def pool_free(self) -> int:
+        """Cells of the shared pool neither held nor reserved (per-sequence layout: a lot)."""
+        if not self.context.shared_cells:
+            return 1 << 62
+        used = sum(self._used(i) for i in range(1, self.n_sequences))
+        return self.context.shared_cells - used
 
     # --- admission ---
 
@@ -81,18 +111,20 @@ class Scheduler:
         if self.slots[seq_id] is not None:
             raise RuntimeError(f"sequence {seq_id} is busy")
         size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in request.pieces)
-        room = self.n_ctx_per_sequence
+        room = self.room(seq_id)
         if size + 1 >= room:
             raise BadInputError(f"the prompt takes {size} tokens; the context holds {room}")
         if not request.pieces or not isinstance(request.pieces[-1], TextRun):
             raise BadInputError("a prompt must end with text (the reply starts after it)")
-        sampler = TokenSampler(
-            request.settings, self.context.handle, seed, self.n_ctx_per_sequence, request.grammar
-        )
+        need = min(size + request.settings.max_tokens + 1, room)
+        if seq_id != CONVERSATION:
+            self._make_room(need, seq_id, copy_from)
+        sampler = TokenSampler(request.settings, self.context.handle, seed, room, request.grammar)
         stream = Stream(request, seq_id, sampler, 0, 0)
         stream.reused, stream.n_past = self._reuse(seq_id, stream.identities, request, copy_from)
         stream.fed = stream.clock.reused = stream.reused
         self.slots[seq_id] = stream
+        self._reserved[seq_id] = need if seq_id != CONVERSATION else 0
         return stream
 
     def held_prefix(self, seq_id: int, identities: list[Identity]) -> int:
@@ -110,9 +142,14 @@ class Scheduler:
 
     def prefill(self, seq_id: int, tokens: tuple[int, ...], abort: Callable[[], bool]) -> bool:
         """Evaluate tokens into a free sequence (from empty) without sampling: an opening
-        that later streams copy. False if llama.cpp did not take them."""
+        that later streams copy. False if llama.cpp did not take them or the pool has no
+        room for them now."""
         self.context.forget(seq_id)
         self._held[seq_id], self._end[seq_id] = [], 0
+        try:
+            self._make_room(len(tokens), seq_id, None)
+        except NoRoom:
+            return False
         for start in range(0, len(tokens), self.context.n_batch):
             self.context.clear()
             for offset, token in enumerate(tokens[start : start + self.context.n_batch]):
@@ -132,6 +169,7 @@ class Scheduler:
         self.context.forget(source)
         self._held[target], self._held[source] = self._held[source], []
         self._end[target], self._end[source] = self._end[source], 0
+        self._reserved[target], self._reserved[source] = self._reserved[source], 0
         self.slots[target], self.slots[source] = stream, None
         stream.seq_id = target
 
@@ -147,19 +185,13 @@ class Scheduler:
         self.context.forget_all()
         self._held = [[] for _ in self.slots]
         self._end = [0] * len(self.slots)
-
-    def drain_steps(self) -> list[DecodeStep]:
-        """The steps taken since the last call."""
-        steps, self._steps = self._steps, []
-        return steps
+        self._reserved = [0] * len(self.slots)
 
     # --- one step ---
 
     def step(self) -> list[Stream]:
         """Advance every stream by one llama_decode (and any image it continues with); the
         streams that ended."""
-        if self.between_steps is not None:
-            self.between_steps()
         streams = self.active()
         for stream in streams:
             if stream.request.cancel.cancelled:
@@ -174,7 +206,12 @@ class Scheduler:
         return [s for s in streams if s.done]
 
     def _feed_tokens(self, stepping: list[Stream]) -> None:
-        chunks = self._prompt_chunks(stepping)
+        chat = self.slots[CONVERSATION]
+        paced = chat is not None and chat.is_decoding and len(stepping) > 1
+        if paced:
+            stepping, chunks = self._paced(stepping)
+        else:
+            chunks = self._prompt_chunks(stepping, self.context.n_batch)
         self.context.clear()
         for stream in stepping:  # in sequence order: llama.cpp splits streams by it
             stream.output_index = None
@@ -191,6 +228,9 @@ class Scheduler:
         n_outputs = sum(1 for s in stepping if s.output_index is not None)
         abort = _any_cancelled(stepping) if n_prompt else None
         code = self._decode(n_prompt, len(stepping), n_outputs, abort)
+        if chat is not None and chat.is_decoding and chat in stepping and code == DECODE_OK:
+            assert self.last_step is not None
+            self.budget.record(self.last_step.seconds, self.context.n_tokens - 1)
         if code != DECODE_OK:
             self._failed(stepping, code)
             return
@@ -202,26 +242,49 @@ class Scheduler:
                 n_top = stream.request.top_logprobs
                 if n_top is not None:
                     stream.note_logprob(self.context.logprob(token, index, n_top))
-                stream.accept(token, self.context.handle, self.n_ctx_per_sequence)
+                stream.accept(token, self.context.handle, self.room(stream.seq_id))
                 if stream.done:
                     self._release(stream)
 
-    def _prompt_chunks(self, stepping: list[Stream]) -> dict[int, list[int]]:
-        """Prompt tokens for this step within n_batch, the shortest remaining prompt first.
+    def _prompt_chunks(self, stepping: list[Stream], n_tokens: int) -> dict[int, list[int]]:
+        """Prompt tokens for a step of at most `n_tokens`: the conversation's first, then the
+        shortest remaining prompt first.
 
         A prompt that finishes early starts decoding early, and its decode tokens
         ride along in the steps that carry the longer prompts. Every prompt gets
-        at least one token: llama.cpp runs a gap in the sequence ids as a separate
-        micro-batch, which would read all the weights once more.
+        at least one token: in the per-sequence layout llama.cpp runs a gap in the
+        sequence ids as a separate micro-batch, which would read the weights again.
         """
-        filling = sorted((s for s in stepping if not s.is_decoding), key=lambda s: s.prompt_left)
-        budget = self.context.n_batch - (len(stepping) - len(filling)) - len(filling)
+        filling = sorted(
+            (s for s in stepping if not s.is_decoding),
+            key=lambda s: (s.seq_id != CONVERSATION, s.prompt_left),
+        )
+        budget = n_tokens - (len(stepping) - len(filling)) - len(filling)
         chunks: dict[int, list[int]] = {}
         for stream in filling:
             chunk = stream.prompt_chunk(1 + max(budget, 0))
             chunks[stream.seq_id] = chunk
             budget -= len(chunk) - 1
         return chunks
+
+    def _paced(self, stepping: list[Stream]) -> tuple[list[Stream], dict[int, list[int]]]:
+        """The streams and prompt chunks of a step that carries the conversation's token:
+        others only within the step budget, decoding ones first (those left out longest
+        first), then prompts a few tokens at a time."""
+        chat = self.slots[CONVERSATION]
+        assert chat is not None
+        budget = 0 if self.budget.wants_solo() else self.budget.tokens
+        others = [s for s in stepping if s is not chat]
+        decoding = sorted(
+            (s for s in others if s.is_decoding), key=lambda s: -self._waited.get(s.seq_id, 0)
+        )
+        riding = decoding[:budget]
+        filling = [s for s in others if not s.is_decoding][: max(budget - len(riding), 0)]
+        for stream in others:
+            left_out = stream not in riding and stream not in filling
+            self._waited[stream.seq_id] = self._waited.get(stream.seq_id, 0) + 1 if left_out else 0
+        chosen = sorted([chat, *riding, *filling], key=lambda s: s.seq_id)
+        return chosen, self._prompt_chunks(chosen, 1 + budget)
 
     def _advance(self, stream: Stream, chunk: list[int]) -> None:
         """What the step put in the stream's cache."""
@@ -280,7 +343,7 @@ class Scheduler:
         return self.plan.tier_for(n_tokens) if self.plan is not None else None
 
     def _record(self, step: DecodeStep) -> None:
-        self._steps.append(step)
+        self.last_step = step
         log.debug(
             "llama_decode %d %s (%d prompt, %d sequences) -> tier %s: %.2f ms%s",
             step.n_tokens, "embeddings" if step.image else "tokens", step.n_prompt_tokens,
@@ -292,6 +355,31 @@ class Scheduler:
     def _release(self, stream: Stream) -> None:
         if self.slots[stream.seq_id] is stream:
             self.slots[stream.seq_id] = None
+            self._reserved[stream.seq_id] = 0
+            self._waited.pop(stream.seq_id, None)
+
+    def _used(self, seq_id: int) -> int:
+        return max(len(self._held[seq_id]), self._reserved[seq_id])
+
+    def _make_room(self, need: int, seq_id: int, copy_from: int | None) -> None:
+        """Free shared cells for a stream needing `need` in `seq_id`: idle sequences' kept
+        caches go, the largest first (never the one it copies from); NoRoom if running
+        streams hold too much."""
+        if not self.context.shared_cells:
+            return
+        short = need - self._used(seq_id) - self.pool_free()
+        idle = [
+            i
+            for i in range(1, self.n_sequences)
+            if self.slots[i] is None and i not in (seq_id, copy_from) and self._held[i]
+        ]
+        for victim in sorted(idle, key=lambda i: -len(self._held[i])):
+            if short <= 0:
+                break
+            short -= len(self._held[victim])
+            self.forget(victim)
+        if short > 0:
+            raise NoRoom(f"the shared KV pool needs {short} more cells")
 
     def _reuse(
         self, seq_id: int, wanted: list[Identity], request: StreamRequest, copy_from: int | None

@@ -205,7 +205,7 @@ class TensorOverrides:
 
 # ---------------------------------------------------------------- getting it into a load
 
-_patch_lock = threading.RLock()
+load_patch_lock = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -225,7 +225,7 @@ def loading_with_overrides(overrides: TensorOverrides | None) -> Iterator[None]:
     if overrides is None or len(overrides) == 0:
         yield
         return
-    with _patch_lock:
+    with load_patch_lock:
         original = llama_low_level.llama_model_default_params
         owner = threading.get_ident()
         applied = 0

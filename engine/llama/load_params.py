@@ -19,6 +19,20 @@ from engine.known_fields import known_fields
 
 DEFAULT_N_CTX = 4096
 CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this
+DEFAULT_PARALLEL = 4  # sequences beside the conversation: API clients, a job's documents
+DEFAULT_SHARED_CELLS = 8192  # the KV cells those sequences share, twice the default window
+
+KV_LAYOUT = "unified"
+"""How the one context's KV cache is laid out: one pool of cells that every sequence
+shares (llama.cpp's kv_unified), not a stream of equal size per sequence.
+
+The conversation keeps the window the user chose and the other sequences (API
+clients, a summary job's documents) share what is left, each admitted while the
+pool has room for its prompt and reply; per-sequence streams would give every
+sequence the conversation's window, multiplying the cache by the number of
+sequences. Measured with the default model on 2 cores (bench/kv_layout.py): see
+the README's layout section for the figures behind the choice.
+"""
 
 FLASH_ATTENTION = True
 """Flash attention's default for every load: on.
@@ -31,6 +45,14 @@ f32, 2 GiB for a 64-head model at 16K context and ubatch 512), which the VRAM
 account models (engine.planning.vram_account) and the planner chooses with the
 rest of a plan; a plan's load parameters carry its choice.
 """
+
+
+MAX_PARALLEL = 62  # llama.cpp's 64 sequences, less the conversation and the prefix holder
+
+
+def padded_cells(n_ctx: int) -> int:
+    """llama.cpp pads context sizes to its granule; what it will allocate for `n_ctx`."""
+    return -(-max(n_ctx, 0) // CONTEXT_GRANULE) * CONTEXT_GRANULE
 
 
 def physical_cores() -> int:
@@ -63,6 +85,11 @@ class LoadParams:
     main_gpu: int = 0
     # flash attention (exact): the plan's choice; FLASH_ATTENTION says why it is on by default
     flash_attn: bool = FLASH_ATTENTION
+    # the one context's other sequences (API clients, a job's documents) and the KV cells
+    # they share beside the conversation's n_ctx (KV_LAYOUT says why one shared pool)
+    n_parallel: int = DEFAULT_PARALLEL
+    n_ctx_shared: int = DEFAULT_SHARED_CELLS
+    kv_unified: bool = True  # False only to measure the other layout (bench/kv_layout.py)
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -75,6 +102,26 @@ class LoadParams:
                 raise ValueError(f"{name} must be positive")
         if self.main_gpu < -1:
             raise ValueError("main_gpu must be a GPU index, or -1 for none")
+        if not 0 <= self.n_parallel <= MAX_PARALLEL or self.n_ctx_shared < 0:
+            raise ValueError(f"n_parallel must be 0 to {MAX_PARALLEL}, n_ctx_shared >= 0")
+
+    @property
+    def n_sequences(self) -> int:
+        """The context's sequences: the conversation, the parallel ones, and one that holds
+        a batch job's shared prompt opening."""
+        return self.n_parallel + 2
+
+    @property
+    def conversation_cells(self) -> int:
+        return padded_cells(self.n_ctx)
+
+    @property
+    def total_cells(self) -> int:
+        """The context's KV cells: the conversation's window plus the shared pool (one
+        conversation-sized stream per sequence in the per-sequence layout)."""
+        if self.kv_unified:
+            return self.conversation_cells + padded_cells(self.n_ctx_shared)
+        return self.conversation_cells * self.n_sequences
 
     def with_changes(self, **changes: Any) -> LoadParams:
         return replace(self, **changes)
@@ -98,9 +145,9 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
     threads = params.n_threads or physical_cores()
     kwargs = {
         "model_path": str(params.model_path),
-        # Ask for what llama.cpp will allocate anyway, so llama-cpp-python's token
-        # arrays and llama.cpp's KV cache agree on the window's size.
-        "n_ctx": -(-params.n_ctx // CONTEXT_GRANULE) * CONTEXT_GRANULE,
+        # the one context's cells: the conversation's window and the shared pool, asked
+        # for as llama.cpp will allocate them (sequences: engine.llama.context_shape)
+        "n_ctx": params.total_cells,
         "n_batch": params.n_batch,
         "n_ubatch": min(params.n_ubatch, params.n_batch),
         "n_threads": threads,

@@ -57,6 +57,8 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         # a plan that never streams must not let llama.cpp offload host ops anyway
         op_offload=streams,
         flash_attn=plan.flash_attn,  # the compute buffer the VRAM account made room for
+        n_parallel=plan.request.parallel_sequences,  # the context the account covers
+        n_ctx_shared=plan.request.shared_cells,
     )
     if plan.n_gpu_layers == 0 and not plan.resident:
         return on_cpu

@@ -63,7 +63,7 @@ def output_layer(inventory: ModelInventory) -> list[SubLayer]:
 def _kv(inventory: ModelInventory, keys: Iterable[SubLayerKey], request: PlanRequest) -> int:
     """llama.cpp keeps a layer's KV cache on that layer's device: where its attention is."""
     blocks = {b for b, kind in keys if kind is SubLayerKind.ATTENTION and b is not None}
-    return sum(inventory.blocks[b].kv_cache_bytes(request.n_ctx) for b in blocks)
+    return sum(inventory.blocks[b].kv_cache_bytes(request.kv_cells) for b in blocks)
 
 
 def _weights(inventory: ModelInventory, keys: set[SubLayerKey]) -> int:

@@ -81,6 +81,6 @@ def _memory_cap(
     vram = plan.vram
     if vram.kv_cache_bytes > 0:  # resident blocks keep their KV cache in VRAM
         room = vram.budget_bytes - vram.total_bytes + vram.kv_cache_bytes
-        per_sequence_vram = vram.kv_cache_bytes * n_ctx_per_sequence / plan.request.n_ctx
+        per_sequence_vram = vram.kv_cache_bytes * n_ctx_per_sequence / plan.request.kv_cells
         cap = min(cap, int(room // per_sequence_vram) - 1)
     return max(cap, 1)

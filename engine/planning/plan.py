@@ -41,6 +41,15 @@ class PlanRequest:
     objective: Objective = Objective.INTERACTIVE
     tiers: tuple[int, ...] = DEFAULT_TIERS
     prompt_tokens: int = 512  # the prompt time-to-first-token is predicted for
+    # the one context's sequences beside the conversation (API clients, a job's documents)
+    # and the KV cells they share: the account covers the whole context
+    parallel_sequences: int = 0
+    shared_cells: int = 0
+
+    @property
+    def kv_cells(self) -> int:
+        """The KV cells of the whole context: the conversation's window and the shared pool."""
+        return self.n_ctx + self.shared_cells
 
     def __post_init__(self) -> None:
         if self.vram_budget_bytes < 0:

@@ -192,7 +192,7 @@ def _ubatch_choices(
 def _everything_bytes(inventory: ModelInventory, request: PlanRequest) -> int:
     """Every weight a plan can make resident, and the whole KV cache."""
     weights = sum(s.n_bytes for s in inventory.all_sublayers())
-    return weights + sum(b.kv_cache_bytes(request.n_ctx) for b in inventory.blocks)
+    return weights + sum(b.kv_cache_bytes(request.kv_cells) for b in inventory.blocks)
 
 
 def _gpu_plan_at(
@@ -312,7 +312,7 @@ def _kv_bytes(inventory: ModelInventory, sub: SubLayer, request: PlanRequest) ->
     """A block whose attention is resident keeps its KV cache in VRAM too (n_gpu_layers)."""
     if sub.kind is not SubLayerKind.ATTENTION or sub.block is None:
         return 0
-    return inventory.blocks[sub.block].kv_cache_bytes(request.n_ctx)
+    return inventory.blocks[sub.block].kv_cache_bytes(request.kv_cells)
 
 
 def _gpu_reason(n_resident: int, n_total: int, boundary: int) -> str:

@@ -75,7 +75,7 @@ def compute_bytes(
     compute buffer, beside that phase's activations (see `_copy_bytes`).
     """
     width = max(inventory.n_embd or 0, 1)
-    cells = _padded_cells(request.n_ctx)
+    cells = _padded_cells(request.n_ctx) + _padded_cells(request.shared_cells)
     mask = cells // 2 if flash_attn else cells
     scores = 0 if flash_attn else (inventory.n_head or 1) * cells
     kv_width = inventory.kv_bytes_per_token // max(2 * 2 * max(len(inventory.blocks), 1), 1)

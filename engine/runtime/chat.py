@@ -8,20 +8,23 @@ KV cache of the shared prefix and only the new turn is evaluated.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from engine.cancel import CancelToken
 from engine.errors import BadInputError
-from engine.generation.replies import generate
 from engine.generation.sampling import SamplingSettings
+from engine.generation.scheduler import CONVERSATION
 from engine.generation.stats import FinishReason, GenerationResponse, GenerationStats
-from engine.generation.stream import StreamRequest
+from engine.generation.stream import Stream, StreamRequest
 from engine.generation.thinking import ThinkingSplitter, split_whole
 from engine.model.chat_template import ChatMessage, RenderedPrompt
 from engine.model.image_input import ImageFile
 from engine.runtime.context_window import fit_messages
 from engine.runtime.loaded_model import LoadedModel, ModelVision
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,24 +63,25 @@ class ChatSession:
         """Whether the model's template can be told to think or not (`thinking=`)."""
         return self.model.chat_template.has_thinking_switch
 
-    def stream_reply(
+    def begin(
         self,
         user_text: str,
         settings: SamplingSettings,
         cancel: CancelToken,
         images: Sequence[ImageFile] = (),
         thinking: bool | None = None,
-    ) -> Iterator[tuple[GenerationResponse, int]]:
-        """Stream the reply to `user_text`; each item carries how many old messages were left out.
+    ) -> ChatTurn:
+        """Start the reply to `user_text` in the conversation's sequence of the model's
+        scheduler; whoever steps the scheduler advances it (the engine worker's one loop,
+        or `stream_reply`).
 
-        A reasoning model's thinking streams in the responses' `thinking`, apart
-        from the answer in `text`; the history keeps it beside the answer, and
-        later prompts show it only to templates that read `reasoning_content`.
-        `thinking` turns thinking on or off where the template has the switch
-        (None: the template's default); other templates ignore it.
+        A reasoning model's thinking comes apart from the answer; the history keeps
+        it beside the answer, and later prompts show it only to templates that read
+        `reasoning_content`. `thinking` turns thinking on or off where the template
+        has the switch (None: the template's default); other templates ignore it.
 
         The user message joins the history only once the prompt fits, and the
-        reply (even a cancelled, partial one) joins it when streaming ends. While
+        reply (even a cancelled, partial one) joins it when the turn finishes. While
         any message in the prompt has images, the turn goes through the model's
         vision runtime (which re-uses the images' cached embeddings). A model
         without one refuses new images; earlier ones (from another model) it
@@ -97,29 +101,46 @@ class ChatSession:
         )
         rendered, tokens = fitted.prompt
         shown = [image for message in fitted.messages for image in message.images]
+        reuse = self._continues_in_cache
         if shown:
             assert vision is not None
-            stream = vision.stream_reply(
-                rendered, shown, settings, cancel, self._continues_in_cache
-            )
+            request = vision.request_for(rendered, shown, settings, cancel, reuse)
         else:
-            request = StreamRequest.of_tokens(
-                tokens, settings, rendered.stop, cancel, self._continues_in_cache
-            )
-            stream = generate(self.model.scheduler, request, self.model.params.seed)
+            request = StreamRequest.of_tokens(tokens, settings, rendered.stop, cancel, reuse)
+        scheduler = self.model.scheduler
+        stream = scheduler.admit(request, CONVERSATION, self.model.params.seed)
+        log.info(
+            "prompt: %d tokens, %d reused from the cache", len(stream.identities), stream.reused
+        )
         self.messages = candidate
-        answer: list[str] = []
-        thought: list[str] = []
         self._continues_in_cache = True
-        kept: str | None = None  # a reply that looped is remembered without its repeats
-        for response in _split_thinking(stream, rendered.text):
-            answer.append(response.text)
-            thought.append(response.thinking)
-            kept = response.kept_text if response.kept_text is not None else kept
-            yield response, fitted.dropped_messages
-        said = "".join(answer) if kept is None else kept
-        if said or "".join(thought):
-            self.messages.append(ChatMessage("assistant", said, thinking="".join(thought)))
+        return ChatTurn(self, stream, rendered.text, fitted.dropped_messages)
+
+    def stream_reply(
+        self,
+        user_text: str,
+        settings: SamplingSettings,
+        cancel: CancelToken,
+        images: Sequence[ImageFile] = (),
+        thinking: bool | None = None,
+    ) -> Iterator[tuple[GenerationResponse, int]]:
+        """`begin` a turn and step the scheduler until it ends (no other activity runs):
+        its pieces, then the statistics; each item carries how many old messages were
+        left out."""
+        turn = self.begin(user_text, settings, cancel, images, thinking)
+        try:
+            while not turn.stream.done:
+                self.model.scheduler.step()
+                answer, thought = turn.take()
+                if answer or thought:
+                    yield GenerationResponse(answer, turn.generated, thinking=thought), turn.dropped
+            reply = turn.finish()
+            last = GenerationResponse(
+                "", turn.generated, reply.finish_reason, reply.stats, turn.kept_answer
+            )
+            yield last, turn.dropped
+        finally:
+            turn.abandon()
 
     def reply(
         self,
@@ -189,21 +210,65 @@ def reads_thinking(template_source: str) -> bool:
     return "reasoning_content" in template_source
 
 
-def _split_thinking(
-    stream: Iterator[GenerationResponse], prompt_text: str
-) -> Iterator[GenerationResponse]:
-    """The stream with each piece's text split into answer (`text`) and `thinking`; a reply
-    kept without its repeats keeps only its answer."""
-    splitter = ThinkingSplitter.after(prompt_text)
-    for response in stream:
-        if response.kept_text is not None:
-            response = replace(
-                response, kept_text=split_whole(response.kept_text, prompt_text).answer
-            )
-        part = splitter.feed(response.text)
-        if response.finish_reason is not None:
-            rest = splitter.finish()
-            part = replace(part, thinking=part.thinking + rest.thinking)
-            part = replace(part, answer=part.answer + rest.answer)
-        if part or response.finish_reason is not None:
-            yield replace(response, text=part.answer, thinking=part.thinking)
+class ChatTurn:
+    """One reply of the conversation while it streams in sequence 0: its text handed out as
+    it comes (answer and thinking apart), the history completed when it finishes."""
+
+    def __init__(self, session: ChatSession, stream: Stream, prompt_text: str, dropped: int):
+        self.session = session
+        self.stream = stream
+        self.dropped = dropped
+        self._splitter = ThinkingSplitter.after(prompt_text)
+        self._prompt_text = prompt_text
+        self._answer: list[str] = []
+        self._thought: list[str] = []
+        self._flushed = False
+        self._finished: ChatReply | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.stream.done
+
+    @property
+    def generated(self) -> int:
+        return len(self.stream.generated)
+
+    @property
+    def kept_answer(self) -> str | None:
+        """A reply that looped, without its repeats (the answer part), or None."""
+        kept = self.stream.kept_text
+        return split_whole(kept, self._prompt_text).answer if kept is not None else None
+
+    def take(self) -> tuple[str, str]:
+        """The answer and thinking said since the last call (all the rest once it ended)."""
+        part = self._splitter.feed(self.stream.take_text())
+        answer, thought = part.answer, part.thinking
+        if self.stream.done and not self._flushed:
+            self._flushed = True
+            rest = self._splitter.finish()
+            answer, thought = answer + rest.answer, thought + rest.thinking
+        self._answer.append(answer)
+        self._thought.append(thought)
+        return answer, thought
+
+    def finish(self) -> ChatReply:
+        """The whole reply, once the stream ended; it joins the history (a cancelled, partial
+        reply too). BadInputError if llama.cpp failed."""
+        if self._finished is not None:
+            return self._finished
+        stream = self.stream
+        if stream.finish is FinishReason.ERROR:
+            raise BadInputError(stream.error or "llama.cpp failed while generating")
+        self.take()
+        kept = self.kept_answer
+        said = "".join(self._answer) if kept is None else kept
+        thought = "".join(self._thought)
+        if said or thought:
+            self.session.messages.append(ChatMessage("assistant", said, thinking=thought))
+        self._finished = ChatReply(said, stream.stats(), self.dropped, thought)
+        return self._finished
+
+    def abandon(self) -> None:
+        """End the stream where it is (its consumer went away); no-op once it ended."""
+        if not self.stream.done:
+            self.session.model.scheduler.retire(self.stream)

@@ -13,7 +13,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import llama_cpp
@@ -24,10 +24,11 @@ from engine.generation.decode_context import DecodeContext
 from engine.generation.prompt_pieces import Piece
 from engine.generation.sampling import SamplingSettings
 from engine.generation.scheduler import Scheduler
-from engine.generation.stats import GenerationResponse
+from engine.generation.stream import StreamRequest
 from engine.llama import backends, offload_boundary
 from engine.llama import log_capture as llama_log
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
+from engine.llama.context_shape import loading_with_sequences
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs
 from engine.llama.vocabulary import VocabularyFacts, read_vocabulary, vocabulary_facts
@@ -54,23 +55,25 @@ class ModelVision(Protocol):
         self, text: str, images: Sequence[RgbImage], add_bos: bool = False
     ) -> list[Piece]: ...
 
-    def stream_reply(
+    def request_for(
         self,
         prompt: RenderedPrompt,
         images: Sequence[ImageFile],
         settings: SamplingSettings,
         cancel: CancelToken,
         reuse_cache: bool = True,
-    ) -> Iterator[GenerationResponse]: ...
+    ) -> StreamRequest: ...
 
     def close(self) -> None: ...
 
 
 class LoadedModel:
-    """A llama.cpp model and context plus what we know about them; close() frees both.
+    """A llama.cpp model and its one context plus what we know about them; close() frees both.
 
-    Its scheduler runs the conversation's streams (text and vision turns) in the
-    model's own context, one sequence of the whole window."""
+    Its scheduler runs every stream on the model in that context: the
+    conversation's turns (text and vision) in sequence 0 with the window the user
+    chose, API clients and a job's documents in the parallel sequences, which
+    share the rest of the KV cache (engine.llama.context_shape)."""
 
     def __init__(
         self,
@@ -90,7 +93,8 @@ class LoadedModel:
 
     @property
     def n_ctx(self) -> int:
-        return self.scheduler.n_ctx_per_sequence
+        """The conversation's window."""
+        return self.scheduler.room(0)
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -149,7 +153,11 @@ def load_model(params: LoadParams, prompt_format: str = AUTO) -> LoadedModel:
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
     chatter = io.StringIO()
     try:
-        with contextlib.redirect_stderr(chatter), loading_with_overrides(overrides):
+        with (
+            contextlib.redirect_stderr(chatter),
+            loading_with_overrides(overrides),
+            loading_with_sequences(params.n_sequences, params.kv_unified),
+        ):
             llm = llama_cpp.Llama(**make_llama_kwargs(params))
     except (ValueError, RuntimeError, OSError) as exc:
         raise ModelFileError(f"{path}: llama.cpp could not load the model ({exc})") from exc

@@ -1,12 +1,13 @@
-"""Many clients' streams in the sequences of one context of the resident model: llama.cpp
-server's slots, on ShardChat's scheduler.
+"""Many clients' streams in the parallel sequences of the resident model's one context:
+llama.cpp server's slots, on ShardChat's scheduler.
 
-Requests wait in arrival order and start as sequences free up; every step
-then carries one token for each decoding stream and prompt chunks for the
-others, so four clients asking at once are one tier-4 step, not four queued
-replies. The context is separate from the model's own (the GUI's
-conversation) and from a summary job's, so the engine worker can advance
-each in turn without one disturbing another's KV cache.
+Requests wait in arrival order and start as sequences (and the shared KV
+pool's cells for their prompt and reply) free up; every step then carries
+one token for each decoding stream and prompt chunks for the others, beside
+the conversation's token and a summary job's documents, so four clients
+asking at once ride one step, not four queued replies. The engine worker
+admits the pool's requests before a job's documents, so clients keep
+llama-server's order (arrival, no starvation) and a job fills what is left.
 
 Chat clients resend the whole conversation every turn. A sequence keeps its
 cells after its stream ends, and a new request goes to the free sequence
@@ -24,11 +25,9 @@ import logging
 from dataclasses import dataclass, field
 
 from engine.errors import BadInputError
-from engine.generation.decode_context import DecodeContext
-from engine.generation.scheduler import Scheduler
+from engine.generation.scheduler import NoRoom
 from engine.generation.stats import FinishReason
 from engine.generation.stream import Stream, StreamRequest, identities_of
-from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -53,26 +52,24 @@ class PoolEntry:
 
 
 class StreamPool:
-    """`n_slots` sequences of `n_ctx_per_slot` cells on the model's weights; close() frees
-    them (the model stays)."""
+    """The API's requests in the parallel sequences of `model`'s scheduler."""
 
-    def __init__(
-        self, model: LoadedModel, n_slots: int, n_ctx_per_slot: int, plan: Plan | None = None
-    ) -> None:
-        trained = model.inventory.context_length
-        n_ctx_per_slot = min(n_ctx_per_slot, trained) if trained else n_ctx_per_slot
-        context = DecodeContext.for_sequences(model.handle, model.params, n_slots, n_ctx_per_slot)
+    def __init__(self, model: LoadedModel) -> None:
         self.model = model
-        self.scheduler = Scheduler(context, plan)
-        self.n_slots = n_slots
+        self.scheduler = model.scheduler
+        self.sequences = range(1, model.params.n_parallel + 1)
         self._waiting: collections.deque[PoolEntry] = collections.deque()
         self._running: dict[int, PoolEntry] = {}
-        self._last_used = [0] * n_slots
+        self._last_used = [0] * self.scheduler.n_sequences
         self._clock = 0
 
     @property
+    def n_slots(self) -> int:
+        return len(self.sequences)
+
+    @property
     def n_ctx_per_slot(self) -> int:
-        return self.scheduler.n_ctx_per_sequence
+        return self.scheduler.room(1) if self.sequences else 0
 
     @property
     def busy(self) -> bool:
@@ -84,50 +81,57 @@ class StreamPool:
         return len(self._running), len(self._waiting)
 
     def submit(self, request: StreamRequest, seed: int, label: str = "") -> PoolEntry:
-        """Queue a request; it starts at the next step with a free sequence."""
+        """Queue a request; it starts at the next step with a free sequence and room."""
         entry = PoolEntry(request, seed, label=label)
         self._waiting.append(entry)
         return entry
 
-    def step(self) -> list[PoolEntry]:
-        """Start waiting requests in free sequences, advance every stream one step; the
-        entries that ended (refused ones included)."""
+    def admit(self) -> list[PoolEntry]:
+        """Start waiting requests in free sequences, in arrival order; the entries refused
+        (cancelled before they started, or what they asked cannot run)."""
         ended = self._admit_waiting()
         for entry in list(self._waiting):
             if entry.request.cancel.cancelled:  # left before it started
                 self._waiting.remove(entry)
                 entry.error = "cancelled before it started"
                 ended.append(entry)
-        if self._running:
-            for stream in self.scheduler.step():
-                entry = self._running.pop(stream.seq_id)
-                if stream.finish is FinishReason.CANCELLED:
-                    self.scheduler.forget(stream.seq_id)
-                log.info(
-                    "%s: %s after %d tokens (%d of %d prompt tokens from the cache)",
-                    entry.label or f"sequence {stream.seq_id}", _finish_words(stream),
-                    len(stream.generated), stream.reused, len(stream.identities),
-                )  # fmt: skip
-                ended.append(entry)
+        return ended
+
+    def collect(self) -> list[PoolEntry]:
+        """The running entries whose streams ended in the last step."""
+        ended: list[PoolEntry] = []
+        for seq_id, entry in list(self._running.items()):
+            stream = entry.stream
+            if stream is None or not stream.done:
+                continue
+            del self._running[seq_id]
+            if stream.finish is FinishReason.CANCELLED and self.scheduler.slots[seq_id] is None:
+                self.scheduler.forget(seq_id)
+            log.info(
+                "%s: %s after %d tokens (%d of %d prompt tokens from the cache)",
+                entry.label or f"sequence {seq_id}", _finish_words(stream),
+                len(stream.generated), stream.reused, len(stream.identities),
+            )  # fmt: skip
+            ended.append(entry)
         return ended
 
     def close(self, reason: str) -> list[PoolEntry]:
-        """End every request (`reason` as their error) and free the context."""
+        """End every request (`reason` as their error); their sequences are freed."""
         ended = list(self._waiting) + list(self._running.values())
         for entry in ended:
             if entry.stream is not None and not entry.stream.done:
-                entry.stream.end(FinishReason.ERROR, reason)
+                self.scheduler.retire(entry.stream, FinishReason.ERROR)
+                entry.stream.error = entry.stream.error or reason
             elif entry.stream is None:
                 entry.error = reason
         self._waiting.clear()
         self._running.clear()
-        self.scheduler.context.close()
         return ended
 
     def _admit_waiting(self) -> list[PoolEntry]:
         refused: list[PoolEntry] = []
         while self._waiting:
-            free = [i for i, s in enumerate(self.scheduler.slots) if s is None]
+            free = self.scheduler.free_sequences(self.sequences)
             if not free:
                 break
             entry = self._waiting.popleft()
@@ -137,6 +141,9 @@ class StreamPool:
                 continue
             try:
                 self._start(entry, free)
+            except NoRoom:
+                self._waiting.appendleft(entry)  # first in line when cells free up
+                break
             except BadInputError as exc:
                 entry.error, entry.bad_input = str(exc), True
                 refused.append(entry)
@@ -148,9 +155,9 @@ class StreamPool:
 
     def _start(self, entry: PoolEntry, free: list[int]) -> None:
         identities = identities_of(entry.request.pieces)
-        held = {i: self.scheduler.held_prefix(i, identities) for i in range(self.n_slots)}
+        held = {i: self.scheduler.held_prefix(i, identities) for i in self.sequences}
         seq_id = max(free, key=lambda i: (self._worth(i, held[i]), -self._last_used[i]))
-        donor = max(range(self.n_slots), key=lambda i: held[i])
+        donor = max(self.sequences, key=lambda i: held[i])
         copy_from = donor if held[donor] >= held[seq_id] + MIN_COPIED_PREFIX else None
         entry.stream = self.scheduler.admit(entry.request, seq_id, entry.seed, copy_from)
         self._clock += 1

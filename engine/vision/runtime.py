@@ -86,6 +86,22 @@ class VisionRuntime:
             return known
         return max(self._image_tokens.values(), default=GUESSED_IMAGE_TOKENS)
 
+    def request_for(
+        self,
+        prompt: RenderedPrompt,
+        images: Sequence[ImageFile],
+        settings: SamplingSettings,
+        cancel: CancelToken,
+        reuse_cache: bool = True,
+    ) -> StreamRequest:
+        """The stream request of a rendered prompt whose image markers stand for `images`
+        (new images encoded here)."""
+        add_bos = not prompt.template_adds_bos and self.model.wants_bos()
+        decoded = [self.decoded(image) for image in images]
+        pieces = self.prepare_for_decode(prompt.text, decoded, add_bos)
+        self.events.append("language decode started")
+        return StreamRequest(tuple(pieces), settings, prompt.stop, cancel, reuse_cache=reuse_cache)
+
     def stream_reply(
         self,
         prompt: RenderedPrompt,
@@ -94,14 +110,8 @@ class VisionRuntime:
         cancel: CancelToken,
         reuse_cache: bool = True,
     ) -> Iterator[GenerationResponse]:
-        """Stream the reply to a rendered prompt whose image markers stand for `images`."""
-        add_bos = not prompt.template_adds_bos and self.model.wants_bos()
-        decoded = [self.decoded(image) for image in images]
-        pieces = self.prepare_for_decode(prompt.text, decoded, add_bos)
-        request = StreamRequest(
-            tuple(pieces), settings, prompt.stop, cancel, reuse_cache=reuse_cache
-        )
-        self.events.append("language decode started")
+        """Stream the reply alone in the conversation's sequence (nothing else running)."""
+        request = self.request_for(prompt, images, settings, cancel, reuse_cache)
         yield from generate(self.model.scheduler, request, self.model.params.seed)
 
     def prepare_for_decode(

@@ -1,0 +1,132 @@
+"""The one context's sequences: the conversation goes first, the others share a pool of cells.
+
+The model is loaded with a small shared pool, so that a stream's prompt and
+reply can be refused room while another holds it, and with the conversation
+decoding beside a long prompt, the steps that carry its token stay short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.generation.decode_step import DecodeStep
+from engine.generation.sampling import GREEDY
+from engine.generation.scheduler import CONVERSATION, NoRoom, Scheduler
+from engine.generation.step_budget import StepBudget
+from engine.generation.stream import Stream, StreamRequest
+from engine.llama.load_params import LoadParams
+from engine.model.chat_template import ChatMessage
+from engine.runtime.loaded_model import LoadedModel, load_model
+
+POOL = 512  # cells the parallel sequences share
+REPLY = GREEDY.with_changes(max_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def model(default_model_file: Path) -> Iterator[LoadedModel]:
+    params = LoadParams(
+        str(default_model_file), n_ctx=1024, n_threads=1, n_parallel=3, n_ctx_shared=POOL
+    )
+    loaded = load_model(params)
+    yield loaded
+    loaded.close()
+
+
+def prompt(model: LoadedModel, text: str) -> list[int]:
+    return model.tokenize_prompt(model.chat_template.render([ChatMessage("user", text)]))
+
+
+def request(tokens: list[int], max_tokens: int = 16) -> StreamRequest:
+    return StreamRequest.of_tokens(tokens, REPLY.with_changes(max_tokens=max_tokens))
+
+
+def run(scheduler: Scheduler, streams: list[Stream]) -> None:
+    while not all(s.done for s in streams):
+        scheduler.step()
+
+
+def test_the_context_has_the_conversation_its_parallel_sequences_and_a_prefix_holder(
+    model: LoadedModel,
+) -> None:
+    scheduler = model.scheduler
+    assert scheduler.n_sequences == 3 + 2
+    assert scheduler.room(CONVERSATION) == model.n_ctx == 1024
+    assert scheduler.room(1) == POOL
+    assert scheduler.pool_free() == POOL
+
+
+def test_a_stream_waits_for_the_pools_cells_and_gets_them_when_another_ends(
+    model: LoadedModel,
+) -> None:
+    scheduler = model.scheduler
+    tokens = prompt(model, "Name three colours of the sea.")
+    first = scheduler.admit(request(tokens, max_tokens=POOL - len(tokens) - 40), 1, seed=0)
+    assert scheduler.pool_free() < len(tokens) + 17
+    with pytest.raises(NoRoom):
+        scheduler.admit(request(tokens), 2, seed=0)
+    assert scheduler.slots[2] is None  # refused before it took the sequence
+    scheduler.retire(first)
+    scheduler.forget(1)
+    second = scheduler.admit(request(tokens), 2, seed=0)
+    run(scheduler, [second])
+    assert second.generated
+
+
+def test_idle_sequences_give_up_their_kept_cells_for_a_new_stream(model: LoadedModel) -> None:
+    scheduler = model.scheduler
+    tokens = prompt(model, "What do bakers need to make bread? Tell me in detail.")
+    kept = scheduler.admit(request(tokens), 1, seed=0)
+    run(scheduler, [kept])
+    assert scheduler.held_length(1) > 0  # a returning client would find its opening here
+    big = request(tokens, max_tokens=POOL - len(tokens) - 1)
+    taker = scheduler.admit(big, 2, seed=0)
+    assert scheduler.held_length(1) == 0  # let go, so the pool could hold the new stream
+    scheduler.retire(taker)
+    scheduler.forget(2)
+
+
+def test_the_conversations_token_rides_every_step_while_a_long_prompt_is_fed_in_pieces(
+    model: LoadedModel,
+) -> None:
+    scheduler = model.scheduler
+    chat_tokens = prompt(model, "Tell me about trains.")
+    long_tokens = prompt(model, " ".join(["The quick brown fox jumps over the lazy dog."] * 30))
+    long_tokens = long_tokens[: POOL - 20]
+    steps: list[DecodeStep] = []
+    chat = scheduler.admit(request(chat_tokens, max_tokens=24), CONVERSATION, seed=0)
+    while not chat.is_decoding:
+        scheduler.step()
+    scheduler.observers.append(steps.append)
+    try:
+        other = scheduler.admit(request(long_tokens, max_tokens=4), 1, seed=0)
+        while not chat.done:
+            before = len(chat.generated)
+            scheduler.step()
+            assert len(chat.generated) == before + 1  # never left out of a step
+        run(scheduler, [other])
+    finally:
+        scheduler.observers.remove(steps.append)
+    during_chat = steps[: len(chat.generated) - 1]
+    assert max(step.n_prompt_tokens for step in during_chat) <= scheduler.budget.most
+    assert sum(step.n_prompt_tokens for step in during_chat) < len(long_tokens)  # in pieces
+    assert other.generated
+
+
+def test_the_budget_shrinks_when_steps_run_long_and_grows_back_when_they_do_not() -> None:
+    budget = StepBudget(most=511)
+    assert budget.wants_solo()
+    budget.record(0.010, companions=0)  # the conversation alone: 10 ms
+    assert not budget.wants_solo()
+    start = budget.tokens
+    budget.record(0.030, companions=start)  # 3x its time alone
+    assert budget.tokens < start
+    shrunk = budget.tokens
+    for _ in range(10):
+        budget.record(0.011, companions=shrunk)
+    assert budget.tokens > shrunk
+    for _ in range(64):
+        budget.record(0.011, companions=1)
+    assert budget.wants_solo()  # time to measure the conversation alone again
