@@ -350,6 +350,8 @@ class EngineWorker:
         self._turn = (entry, turn)
 
     def _advance_turn(self, entry: Queued, turn: ChatTurn) -> None:
+        if entry.cancel.cancelled:
+            turn.abandon()  # ends now, not after one more step
         answer, thought = turn.take()
         if thought:
             self._emit(TokenStreamed(entry.request_id, "", thought))
