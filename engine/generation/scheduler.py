@@ -273,7 +273,7 @@ class Scheduler:
         first), then prompts a few tokens at a time."""
         chat = self.slots[CONVERSATION]
         assert chat is not None
-        budget = 0 if self.budget.wants_solo() else self.budget.tokens
+        budget = self.budget.take()
         others = [s for s in stepping if s is not chat]
         decoding = sorted(
             (s for s in others if s.is_decoding), key=lambda s: -self._waited.get(s.seq_id, 0)

@@ -20,6 +20,7 @@ _SHRINK_ABOVE = 1.4  # a step this much over solo cuts the budget
 _GROW_BELOW = 1.2  # a step this close to solo lets it grow
 _RESOLO_EVERY = 64  # steps with companions between two solo measurements
 _START = 16
+_LEAST = 0.1  # companions still advance: one token every ten steps at worst
 
 
 class StepBudget:
@@ -27,16 +28,32 @@ class StepBudget:
 
     def __init__(self, most: int) -> None:
         self.most = most  # never more than the batch holds
-        self.tokens = min(_START, most)
+        self.tokens: float = min(_START, most)  # per step, on average: below 1, some steps none
         self.solo_seconds: float | None = None
         self._since_solo = 0
+        self._credit = 0.0
+        self._recent: float | None = None  # the conversation's step time, a moving average
+
+    def take(self) -> int:
+        """Companion tokens for the next step: the budget, a fraction carried to later steps
+        (on a machine where one more token costs most of a step, every other step)."""
+        if self.wants_solo():
+            return 0
+        self._credit = min(self._credit + self.tokens, self.most)
+        granted = int(self._credit)
+        self._credit -= granted
+        return granted
 
     def wants_solo(self) -> bool:
         """Whether the next conversation step should run alone, to measure its time."""
         return self.solo_seconds is None or self._since_solo >= _RESOLO_EVERY
 
     def record(self, seconds: float, companions: int) -> None:
-        """A step that carried the conversation's decode token and `companions` others."""
+        """A step that carried the conversation's decode token and `companions` others.
+
+        What is steered is the conversation's time between tokens on average (steps
+        with companions and without), against its steps alone."""
+        self._recent = seconds if self._recent is None else 0.8 * self._recent + 0.2 * seconds
         if companions == 0:
             alone = seconds if self.solo_seconds is None else self.solo_seconds
             self.solo_seconds = 0.5 * alone + 0.5 * seconds
@@ -45,8 +62,8 @@ class StepBudget:
         self._since_solo += 1
         if self.solo_seconds is None:
             return
-        ratio = seconds / self.solo_seconds
+        ratio = self._recent / self.solo_seconds
         if ratio > _SHRINK_ABOVE:
-            self.tokens = max(1, int(self.tokens * 0.7))
+            self.tokens = max(_LEAST, self.tokens * 0.7)
         elif ratio < _GROW_BELOW:
-            self.tokens = min(self.most, self.tokens + max(1, self.tokens // 4))
+            self.tokens = min(self.most, self.tokens * 1.25 + 0.1)

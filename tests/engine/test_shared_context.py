@@ -117,16 +117,25 @@ def test_the_conversations_token_rides_every_step_while_a_long_prompt_is_fed_in_
 
 def test_the_budget_shrinks_when_steps_run_long_and_grows_back_when_they_do_not() -> None:
     budget = StepBudget(most=511)
-    assert budget.wants_solo()
+    assert budget.wants_solo() and budget.take() == 0
     budget.record(0.010, companions=0)  # the conversation alone: 10 ms
     assert not budget.wants_solo()
     start = budget.tokens
-    budget.record(0.030, companions=start)  # 3x its time alone
+    for _ in range(5):
+        budget.record(0.030, companions=int(start))  # 3x its time alone, on average
     assert budget.tokens < start
     shrunk = budget.tokens
-    for _ in range(10):
-        budget.record(0.011, companions=shrunk)
+    for _ in range(30):
+        budget.record(0.011, companions=1)
     assert budget.tokens > shrunk
     for _ in range(64):
         budget.record(0.011, companions=1)
     assert budget.wants_solo()  # time to measure the conversation alone again
+
+
+def test_a_budget_under_one_token_lets_companions_ride_every_few_steps() -> None:
+    budget = StepBudget(most=511)
+    budget.record(0.010, companions=0)
+    budget.tokens = 0.25
+    granted = [budget.take() for _ in range(8)]
+    assert sum(granted) == 2 and set(granted) == {0, 1}
