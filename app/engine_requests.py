@@ -96,11 +96,10 @@ class Queued:
     cancel: CancelToken = field(default_factory=CancelToken)
 
 
-
-
 @dataclass(frozen=True)
 class Wake:
     """An API job arrived: the loop, waiting on the queue, looks again."""
+
 
 CHAT_REQUESTS = (SendMessage, StartConversation)
 CONTROL_REQUESTS = (LoadModel, LoadPlanned, UnloadModel, SetBudget, SetPlacement, SetPromptFormat)

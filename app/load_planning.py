@@ -54,6 +54,12 @@ class ContextShape:
     n_parallel: int = DEFAULT_PARALLEL
     shared_cells: int = DEFAULT_SHARED_CELLS
 
+    @classmethod
+    def for_server(cls, n_slots: int, n_ctx_per_slot: int) -> ContextShape:
+        """What an API server of `n_slots` slots of `n_ctx_per_slot` tokens needs: one
+        sequence per slot, sharing what the slots would hold together."""
+        return cls(n_slots, n_slots * n_ctx_per_slot)
+
 
 @dataclass(frozen=True)
 class LoadRequest:
@@ -141,19 +147,19 @@ def planned_load(
     fit the budget is refused rather than shrunk. `shape`: the context's other
     sequences (API clients, a job's documents), which the plan's account covers.
     """
-    sequences = {"n_parallel": shape.n_parallel, "n_ctx_shared": shape.shared_cells}
     if profile is None:
+        shaped = LoadParams(
+            model_path, n_ctx=n_ctx, n_parallel=shape.n_parallel, n_ctx_shared=shape.shared_cells
+        )
         if choice.kind is PlacementKind.CPU:
-            params = LoadParams(
-                model_path, n_ctx=n_ctx, op_offload=False, main_gpu=NO_GPU, **sequences
-            )
+            params = shaped.with_changes(op_offload=False, main_gpu=NO_GPU)
             return PlannedLoad(params, None, None)
         if choice.is_manual:
             raise BadInputError(
                 f"placement {choice} needs this machine's profile; run `shardchat profile "
                 "--fast` first"
             )
-        return PlannedLoad(LoadParams(model_path, n_ctx=n_ctx, **sequences), None, None)
+        return PlannedLoad(shaped, None, None)
     inventory = inventory or read_inventory(model_path)
     selection = select_gpu(profile, gpu)
     profile = selection.profile

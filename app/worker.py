@@ -20,10 +20,10 @@ import itertools
 import logging
 import queue
 import threading
-import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.activities import Activity, ConversationTurn, SummaryRun
 from app.api.api_streams import ApiStreams
 from app.api.engine_calls import ApiJob
 from app.engine_requests import (
@@ -43,35 +43,19 @@ from app.engine_requests import (
     UnloadModel,
     Wake,
 )
-from app.events import (
-    ConversationStarted,
-    EngineEvent,
-    JobFinished,
-    JobProgressed,
-    ModelLoaded,
-    ModelUnloaded,
-    PlacementFellBack,
-    PlanChanged,
-    PromptFormatChosen,
-    ReplyFinished,
-    RequestFailed,
-    TokenStreamed,
-)
+from app.events import EngineEvent, JobProgressed, RequestFailed
 from app.load_planning import LoadRequest, PlannedLoad
-from app.model_library import prompt_format_for
+from app.model_controls import ModelControls
 from app.resident_model import ResidentModel
-from app.summaries.summary_job import JobOutcome, SummaryJob, SummarySettings
+from app.summaries.summary_job import SummaryJob, SummarySettings
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
 from engine.model.chat_template import ChatMessage
 from engine.model.image_input import ImageFile
-from engine.model.model_naming import readable_model_name
-from engine.model.prompt_format import AUTO
 from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan
-from engine.runtime.chat import ChatSession, ChatTurn
 
 log = logging.getLogger(__name__)
 
@@ -90,20 +74,12 @@ class EngineWorker:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._resident = ResidentModel()
-        self._session: ChatSession | None = None
-        self._turn: tuple[Queued, ChatTurn] | None = None  # the conversation's reply
-        self._job: tuple[Queued, Generator[None, None, JobOutcome]] | None = None
+        self._turn: Activity | None = None  # the conversation's reply
+        self._job: Activity | None = None  # a summary job
         self.api = ApiStreams()
-        self.api.switch_model = self._switch_for_api
+        self._controls = ModelControls(self._resident, self.api, self._emit)
+        self.api.switch_model = self._controls.switch_for_api
         self._resident.before_close.append(self.api.unloaded)
-        self._controls: dict[type, Callable[[Queued], None]] = {
-            LoadModel: self._load,
-            LoadPlanned: self._load_planned,
-            UnloadModel: self._unload,
-            SetBudget: self._set_budget,
-            SetPlacement: self._set_placement,
-            SetPromptFormat: self._set_prompt_format,
-        }
 
     # --- the caller's side (any thread) ---
 
@@ -301,31 +277,26 @@ class EngineWorker:
         request = entry.request
         try:
             if isinstance(request, SendMessage):
-                self._begin_turn(entry, request)
-                return
-            if isinstance(request, Summarize):
-                self._begin_job(entry, request)
-                return
-            if isinstance(request, StartConversation):
-                self._start_conversation(entry, request)
+                self._turn = self._begin_turn(entry, request)
+            elif isinstance(request, Summarize):
+                self._job = self._begin_job(entry, request)
             else:
-                self._controls[type(request)](entry)
+                self._controls.run(entry)
+                self._done(entry)
         except Exception as exc:
             self._failed(entry, exc)
-            return
-        self._done(entry)
 
     def _advance(self) -> None:
         """Each activity hands out what the last step gave it and admits what is next."""
-        if self._turn is not None:
-            self._advance_turn(*self._turn)
+        if self._turn is not None and not self._turn.advance():
+            self._turn = None
         try:
             self.api.advance(self._resident.model, may_switch=self._turn is None and not self._job)
         except Exception:  # a bug must not kill the worker: end the API's streams
             log.exception("API streams failed")
             self.api.close("internal error while generating")
-        if self._job is not None:
-            self._advance_job(*self._job)
+        if self._job is not None and not self._job.advance():
+            self._job = None
 
     def _step(self) -> None:
         model = self._resident.model
@@ -338,74 +309,36 @@ class EngineWorker:
             for stream in model.scheduler.active():
                 model.scheduler.retire(stream)
 
-    # --- the conversation's turn ---
+    # --- activities ---
 
-    def _begin_turn(self, entry: Queued, request: SendMessage) -> None:
-        model = self._resident.require()
-        if self._session is None:
-            self._session = ChatSession(model)
-        turn = self._session.begin(
+    def _begin_turn(self, entry: Queued, request: SendMessage) -> Activity:
+        turn = self._controls.conversation().begin(
             request.text, request.settings, entry.cancel, request.images, request.thinking
         )
-        self._turn = (entry, turn)
+        return ConversationTurn(entry, turn, self._resident, self._emit, self._ended)
 
-    def _advance_turn(self, entry: Queued, turn: ChatTurn) -> None:
-        if entry.cancel.cancelled:
-            turn.abandon()  # ends now, not after one more step
-        answer, thought = turn.take()
-        if thought:
-            self._emit(TokenStreamed(entry.request_id, "", thought))
-        if answer:
-            self._emit(TokenStreamed(entry.request_id, answer))
-        if not turn.done:
-            return
-        self._turn = None
-        try:
-            reply = turn.finish()
-        except Exception as exc:
-            self._failed(entry, exc)
-            return
-        model = self._resident.require()
-        steps = self._resident.drain_steps()
-        self._emit(
-            ReplyFinished(
-                entry.request_id, reply.text, reply.stats, reply.dropped_messages, steps,
-                model.n_ctx, reply.thinking,
-            )
-        )  # fmt: skip
-        self._done(entry)
-
-    # --- a summary job ---
-
-    def _begin_job(self, entry: Queued, request: Summarize) -> None:
-        model = self._resident.require()
+    def _begin_job(self, entry: Queued, request: Summarize) -> Activity:
         job = SummaryJob(
-            model, request.input_folder, request.output_folder, request.settings,
+            self._resident.require(), request.input_folder, request.output_folder,
+            request.settings,
             progress=lambda progress: self._emit(JobProgressed(entry.request_id, progress)),
             cancel=entry.cancel, plan=self._resident.plan, profile=self._resident.profile,
         )  # fmt: skip
-        self._job = (entry, job.steps())
-
-    def _advance_job(self, entry: Queued, steps: Generator[None, None, JobOutcome]) -> None:
-        try:
-            next(steps)
-            return
-        except StopIteration as finished:
-            self._emit(JobFinished(entry.request_id, finished.value))
-            self._done(entry)
-        except Exception as exc:
-            self._failed(entry, exc)
-        self._job = None
+        return SummaryRun(entry, job.steps(), self._emit, self._ended)
 
     def _end_activities(self, reason: str) -> None:
         """The worker stops: a turn in progress and a job end where they are."""
-        if self._turn is not None:
-            self._turn[1].abandon()
-            self._turn = None
-        if self._job is not None:
-            self._job[1].close()  # the job's store and sequences are let go
-            self._job = None
+        for activity in (self._turn, self._job):
+            if activity is not None:
+                activity.end()
+        self._turn = self._job = None
         log.debug("activities ended: %s", reason)
+
+    def _ended(self, entry: Queued, failure: Exception | None) -> None:
+        if failure is None:
+            self._done(entry)
+        else:
+            self._failed(entry, failure)
 
     # --- events ---
 
@@ -426,122 +359,3 @@ class EngineWorker:
             self._on_event(event)
         except Exception:
             log.exception("event callback failed on %r", event)
-
-    # --- controls (no turn or job uses the model) ---
-
-    def _load(self, entry: Queued) -> None:
-        request: LoadModel = entry.request  # type: ignore[assignment]
-        self._load_under(
-            entry.request_id, request.params, request.plan, request.profile, request.planned,
-            prompt_format_for(request.params.model_path, request.prompt_format),
-        )  # fmt: skip
-
-    def _load_planned(self, entry: Queued) -> None:
-        request: LoadPlanned = entry.request  # type: ignore[assignment]
-        try:
-            load = request.request.planned()
-        except ValueError as exc:
-            raise BadInputError(str(exc)) from exc
-        fmt = prompt_format_for(request.request.model_path, request.request.prompt_format)
-        self._load_under(entry.request_id, load.params, load.plan, load.profile, load, fmt)
-
-    def _load_under(
-        self,
-        request_id: int,
-        params: LoadParams,
-        plan: Plan | None,
-        profile: Profile | None,
-        planned: PlannedLoad | None = None,
-        prompt_format: str = AUTO,
-    ) -> None:
-        started = time.perf_counter()
-        history = self._session.messages if self._session else []
-        attached = self._resident.load(params, plan, profile, planned, prompt_format)
-        model = self._resident.require()
-        self.api.loaded(model)
-        self._session = ChatSession(model, history=history)  # the conversation carries over
-        inventory = model.inventory
-        self._emit(
-            ModelLoaded(
-                request_id=request_id,
-                model_path=str(params.model_path),
-                model_name=readable_model_name(params.model_path, inventory.name),
-                architecture=inventory.architecture,
-                n_params=inventory.n_params,
-                n_ctx=model.n_ctx,
-                load_seconds=time.perf_counter() - started,
-                load_params=model.params.to_dict(),
-                plan=plan,
-                vision=attached.vision,
-                vision_problem=attached.problem,
-                prompt_format=model.prompt_format.name,
-                prompt_format_reason=model.prompt_format.reason,
-                thinking_switch=model.chat_template.has_thinking_switch,
-                general_name=inventory.name,
-            )
-        )
-
-    def _switch_for_api(self, model_path: str, mmproj_path: str | None) -> None:
-        """Load the model an API request names (the server allows switching), planned as the
-        current one is: the same context, threads, profile and budget."""
-        current, plan = self._resident.model, self._resident.plan
-        params = current.params if current is not None else None
-        request = LoadRequest(
-            model_path,
-            params.n_ctx if params is not None else 4096,
-            self._resident.profile,
-            plan.request.vram_budget_bytes if plan is not None else None,
-            mmproj_path,
-            n_threads=params.n_threads if params is not None else None,
-        )
-        self._load_planned(Queued(0, LoadPlanned(request)))
-
-    def _set_prompt_format(self, entry: Queued) -> None:
-        request: SetPromptFormat = entry.request  # type: ignore[assignment]
-        chosen = self._resident.use_prompt_format(request.name)
-        self._emit(
-            PromptFormatChosen(entry.request_id, chosen.name, chosen.kind.value, chosen.reason)
-        )
-
-    def _set_budget(self, entry: Queued) -> None:
-        request: SetBudget = entry.request  # type: ignore[assignment]
-        # a placement chosen by hand (it rides in the plan) is kept while it fits
-        self._replan_loaded(entry.request_id, request.vram_budget_bytes, None)
-
-    def _set_placement(self, entry: Queued) -> None:
-        request: SetPlacement = entry.request  # type: ignore[assignment]
-        plan = self._resident.plan
-        budget = plan.request.vram_budget_bytes if plan is not None else 0
-        self._replan_loaded(entry.request_id, budget, request.choice)
-
-    def _replan_loaded(
-        self, request_id: int, budget_bytes: int, choice: PlacementChoice | None
-    ) -> None:
-        """Re-plan the loaded model (ResidentModel.replan); the conversation follows a reload."""
-        history = self._session.messages if self._session else []
-        outcome = self._resident.replan(budget_bytes, choice)
-        if outcome.reloaded:
-            self._session = ChatSession(self._resident.require(), history=history)
-            self.api.loaded(self._resident.require())
-        if outcome.fell_back is not None:
-            self._emit(PlacementFellBack(request_id, outcome.wanted, outcome.fell_back))
-        plan = outcome.plan
-        self._emit(
-            PlanChanged(
-                request_id, budget_bytes, outcome.reloaded, plan.reason,
-                plan.predicted_decode_tokens_per_s, plan.predicted_ttft_s,
-                plan.n_gpu_layers, plan, outcome.planner_plan,
-            )
-        )  # fmt: skip
-
-    def _unload(self, entry: Queued) -> None:
-        model = self._resident.model
-        path = model.params.model_path if model else None
-        self._resident.close()  # the conversation stays, for the next model
-        self._emit(ModelUnloaded(entry.request_id, path))
-
-    def _start_conversation(self, entry: Queued, request: StartConversation) -> None:
-        self._session = ChatSession(
-            self._resident.require(), request.system_prompt, request.history
-        )
-        self._emit(ConversationStarted(entry.request_id, len(self._session.messages)))

@@ -1,62 +1,94 @@
-"""A GUI chat and API clients on one engine: does either starve the other?
+"""The conversation beside API clients and a summary job: this tree against an earlier one.
 
-The engine worker owns the one model and advances each activity one
-llama_decode at a time in turn: a step of the GUI's reply (the model's own
-context, one sequence), then a step of all the API's streams together (the
-API pool's context, one sequence per client), and so on. So a GUI reply
-slows down while API streams run, but never waits for them to finish, and
-the API streams keep going while the GUI replies.
+Every activity on a loaded model is a sequence of its one context, and one
+llama_decode carries them all (engine.generation.scheduler): the GUI's reply
+rides the same steps as 8 API streams or a 16-document summary job instead
+of taking turns with them. This measures, with the default model, through
+the engine worker, the API server and the official `openai` client:
 
-This measures, with the default model in one process, side by side:
+- the GUI reply alone: decode tokens/s and its median time between tokens;
+- 8 API clients alone, and a 16-document summary job alone: tokens/s;
+- the GUI reply while the 8 clients stream, and while the job runs: the
+  GUI's tokens/s and time between tokens, and the aggregate tokens/s of all
+  (the others' tokens counted inside the GUI reply's window).
 
-- the GUI reply's decode tokens/s alone and while N API streams run;
-- the API's aggregate tokens/s alone and while the GUI replies.
+Each tree is measured in a fresh process of its own, the two in turn, --rounds
+times; the table has each figure's median per tree and the ratio. The
+baseline (--against, default 152eb95: the last commit with three contexts
+per model, one each for the conversation, the API pool and a batch job) is
+checked out as a git worktree for the run.
 
-    .venv/bin/python bench/api_interleave.py [--clients 8] [--threads 2]
+    .venv/bin/python bench/api_interleave.py [--against REF] [--rounds 2] [--threads 2]
 
-Last run (2 cores, default model, 8 clients, 96 tokens each, GUI reply 96 tokens):
-GUI reply 111.7 tokens/s alone, 18.8 beside the API streams (0.17x); the 8 API streams
-188.3 tokens/s alone, 140.9 beside the GUI reply (0.75x): about one share per stream.
+Last run: see the README's "One context, one loop" section.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import queue
+import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import openai
-
-from app.api.server import ApiServer, ServerConfig
-from app.events import EngineEvent, ModelLoaded, ReplyFinished, RequestFailed, TokenStreamed
-from app.load_planning import LoadRequest
-from app.worker import EngineWorker
-from engine.generation.sampling import GREEDY
-from engine.model.default_model import default_model_path
-
+ROOT = Path(__file__).resolve().parents[1]
 GUI_PROMPT = "Tell me a long story about a lighthouse keeper and a storm."
 API_PROMPTS = [f"Write a paragraph about the number {n} and where it appears." for n in range(64)]
+TOPICS = ("rivers", "bridges", "bees", "glass", "maps", "salt", "clocks", "kites")
+THREE_CONTEXTS = "152eb95"
 
 
 @dataclass
-class Figures:
+class Reply:
+    """A GUI reply as the window sees it: decode tokens/s and when each piece arrived."""
+
     tokens: int
     seconds: float
+    stamps: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
+    @property
+    def median_gap_ms(self) -> float:
+        gaps = [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
+        return 1e3 * statistics.median(gaps) if gaps else 0.0
+
+    @property
+    def window(self) -> tuple[float, float]:
+        return self.stamps[0], self.stamps[-1]
+
 
 class Engine:
+    """The worker with the default model loaded and the API server on a loopback port."""
+
     def __init__(self, threads: int, clients: int) -> None:
-        self.events: queue.Queue[EngineEvent] = queue.Queue()
-        self.worker = EngineWorker(self.events.put).start()
-        request = LoadRequest(str(default_model_path()), 2048, None, n_threads=threads)
+        from app.api.server import ApiServer, ServerConfig
+        from app.events import ModelLoaded
+        from app.load_planning import LoadRequest
+        from app.worker import EngineWorker
+        from engine.model.default_model import default_model_path
+
+        self.events: queue.Queue = queue.Queue()
+        self.progress: list[tuple[float, int]] = []  # (when, the job's tokens so far)
+        self.worker = EngineWorker(self._on_event).start()
+        shape = {}
+        try:  # a tree with one context: shaped for the clients, as `shardchat serve` does
+            from app.load_planning import ContextShape
+
+            shape = {"shape": ContextShape.for_server(clients, 1024)}
+        except ImportError:
+            pass
+        request = LoadRequest(str(default_model_path()), 2048, None, n_threads=threads, **shape)
         loaded = self.wait(self.worker.load_planned(request))
         if not isinstance(loaded, ModelLoaded):
             sys.exit(f"could not load the default model: {loaded}")
@@ -65,25 +97,49 @@ class Engine:
         self.base_url = self.server.start() + "/v1"
         assert self.worker.api.model is not None
         self.model_id = self.worker.api.model.id
+        self._gui_stamps: list[float] = []
+        self._gui_id = -1
 
-    def wait(self, request_id: int) -> EngineEvent:
+    def _on_event(self, event: object) -> None:
+        from app.events import JobProgressed, TokenStreamed
+
+        now = time.perf_counter()
+        if isinstance(event, TokenStreamed) and event.request_id == self._gui_id:
+            self._gui_stamps.append(now)
+        elif isinstance(event, JobProgressed):
+            self.progress.append((now, event.progress.generated_tokens))
+        self.events.put(event)
+
+    def wait(self, request_id: int) -> object:
+        from app.events import RequestFailed
+
         while True:
-            event = self.events.get(timeout=600)
-            if isinstance(event, TokenStreamed):
-                continue
+            event = self.events.get(timeout=900)
             if getattr(event, "request_id", None) == request_id:
                 if isinstance(event, RequestFailed):
                     sys.exit(f"request failed: {event.message}")
-                return event
+                if type(event).__name__ not in ("TokenStreamed", "JobProgressed"):
+                    return event
 
-    def gui_reply(self, max_tokens: int) -> Figures:
+    def gui_reply(self, max_tokens: int) -> Reply:
+        from engine.generation.sampling import GREEDY
+
         self.wait(self.worker.start_conversation())
         settings = GREEDY.with_changes(max_tokens=max_tokens, stop_loops=False)
-        done = self.wait(self.worker.send_message(GUI_PROMPT, settings))
-        assert isinstance(done, ReplyFinished)
-        stats = done.stats
+        self._gui_stamps = []
+        self._gui_id = self.worker.send_message(GUI_PROMPT, settings)
+        done = self.wait(self._gui_id)
+        stats = done.stats  # type: ignore[attr-defined]
         decode_seconds = (stats.generated_tokens - 1) / max(stats.decode_tokens_per_s, 1e-9)
-        return Figures(stats.generated_tokens - 1, decode_seconds)
+        return Reply(stats.generated_tokens - 1, decode_seconds, list(self._gui_stamps))
+
+    def job_tokens_at(self, when: float) -> float:
+        """The job's generated tokens at `when`, between its progress reports."""
+        points = [(0.0, 0)] + self.progress
+        for (t0, n0), (t1, n1) in zip(points, points[1:], strict=False):
+            if t0 <= when <= t1:
+                return n0 + (n1 - n0) * (when - t0) / max(t1 - t0, 1e-9)
+        return float(points[-1][1])
 
     def close(self) -> None:
         self.server.stop()
@@ -91,16 +147,10 @@ class Engine:
 
 
 class ApiLoad:
-    """N clients streaming on a thread of their own; counts tokens (content chunks) per second
-    inside a window the caller opens and closes."""
+    """N streaming clients on a thread of their own, stamping each content chunk."""
 
-    def __init__(self, engine: Engine, clients: int, max_tokens: int, rounds: int) -> None:
-        self.engine, self.clients, self.max_tokens, self.rounds = (
-            engine,
-            clients,
-            max_tokens,
-            rounds,
-        )
+    def __init__(self, engine: Engine, clients: int, max_tokens: int) -> None:
+        self.engine, self.clients, self.max_tokens = engine, clients, max_tokens
         self.started = threading.Event()
         self.stamps: list[float] = []
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
@@ -113,62 +163,167 @@ class ApiLoad:
         self._thread.join()
 
     def tokens_between(self, start: float, end: float) -> int:
-        return sum(1 for t in list(self.stamps) if start <= t < end)
+        return sum(1 for t in list(self.stamps) if start <= t <= end)
 
     async def _run(self) -> None:
+        import openai
+
         client = openai.AsyncOpenAI(base_url=self.engine.base_url, api_key="x", max_retries=0)
-        running = [0]
+        streaming: set[int] = set()
 
         async def one(index: int) -> None:
-            for turn in range(self.rounds):
-                prompt = API_PROMPTS[(index * self.rounds + turn) % len(API_PROMPTS)]
-                stream = await client.chat.completions.create(
-                    model=self.engine.model_id, messages=[{"role": "user", "content": prompt}],
-                    temperature=0, max_tokens=self.max_tokens, stream=True,
-                )  # fmt: skip
-                async for chunk in stream:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        if not self.started.is_set():
-                            running[0] += 1
-                            if running[0] >= self.clients:
-                                self.started.set()
-                        self.stamps.append(time.perf_counter())
+            stream = await client.chat.completions.create(
+                model=self.engine.model_id,
+                messages=[{"role": "user", "content": API_PROMPTS[index % len(API_PROMPTS)]}],
+                temperature=0, max_tokens=self.max_tokens, stream=True,
+            )  # fmt: skip
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    streaming.add(index)
+                    if len(streaming) >= self.clients:
+                        self.started.set()
+                    self.stamps.append(time.perf_counter())
 
         await asyncio.gather(*(one(i) for i in range(self.clients)))
         await client.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=96)
-    args = parser.parse_args()
+def write_documents(folder: Path, count: int) -> None:
+    """Documents of about 250 words each, every one on its own topic."""
+    for n in range(count):
+        topic = TOPICS[n % len(TOPICS)]
+        sentences = [
+            f"Part {n}, note {i}: {topic} matter to the town in ways people rarely notice, "
+            f"and record {i} of the archive describes how {topic} changed the harbour."
+            for i in range(10)
+        ]
+        (folder / f"doc{n:02d}.txt").write_text(" ".join(sentences) + "\n")
+
+
+def start_job(engine: Engine, documents: Path, output: Path) -> int:
+    from app.summaries.summary_job import SummarySettings
+
+    engine.progress = []
+    return engine.worker.summarize(documents, output, SummarySettings(max_words=60, force=True))
+
+
+def measure(args: argparse.Namespace) -> dict[str, float]:
+    """Every figure of one round, in this process, on the tree `app` is imported from."""
     engine = Engine(args.threads, args.clients)
+    figures: dict[str, float] = {}
     try:
         engine.gui_reply(8)  # warm-up
-        gui_alone = engine.gui_reply(args.max_tokens)
+        alone = engine.gui_reply(args.max_tokens)
+        figures |= {"gui alone tok/s": alone.rate, "gui alone gap ms": alone.median_gap_ms}
 
-        alone = ApiLoad(engine, args.clients, args.max_tokens, 1).start()
-        alone.join()
-        api_alone = Figures(len(alone.stamps), alone.stamps[-1] - alone.stamps[0])
+        api = ApiLoad(engine, args.clients, args.max_tokens).start()
+        api.join()
+        figures["api alone tok/s"] = len(api.stamps) / (api.stamps[-1] - api.stamps[0])
 
-        both = ApiLoad(engine, args.clients, args.max_tokens * 4, 1).start()
-        both.started.wait(600)
-        opened = time.perf_counter()
-        gui_with_api = engine.gui_reply(args.max_tokens)
-        closed = time.perf_counter()
-        api_with_gui = Figures(both.tokens_between(opened, closed), closed - opened)
-        both.join()
+        api = ApiLoad(engine, args.clients, args.max_tokens * 4).start()
+        api.started.wait(600)
+        beside_api = engine.gui_reply(args.max_tokens)
+        start, end = beside_api.window
+        others = api.tokens_between(start, end) / (end - start)
+        api.join()
+        figures |= {
+            "gui+api: gui tok/s": beside_api.rate,
+            "gui+api: gui gap ms": beside_api.median_gap_ms,
+            "gui+api: all tok/s": beside_api.rate + others,
+        }
+
+        with tempfile.TemporaryDirectory() as scratch:
+            documents = Path(scratch, "docs")
+            documents.mkdir()
+            write_documents(documents, args.documents)
+            job = start_job(engine, documents, Path(scratch, "alone"))
+            outcome = engine.wait(job)
+            total = engine.progress[-1][1] if engine.progress else 0
+            figures["job alone tok/s"] = total / outcome.seconds  # type: ignore[attr-defined]
+
+            job = start_job(engine, documents, Path(scratch, "beside"))
+            while not engine.progress:
+                time.sleep(0.01)  # the job reports once its documents are read
+            beside_job = engine.gui_reply(args.max_tokens)
+            start, end = beside_job.window
+            job_rate = (engine.job_tokens_at(end) - engine.job_tokens_at(start)) / (end - start)
+            engine.worker.cancel(job)
+            engine.wait(job)
+        figures |= {
+            "gui+job: gui tok/s": beside_job.rate,
+            "gui+job: gui gap ms": beside_job.median_gap_ms,
+            "gui+job: all tok/s": beside_job.rate + job_rate,
+        }
     finally:
         engine.close()
-    print(f"{'':38s} {'alone':>10s} {'together':>10s} {'ratio':>7s}")
-    rows = [
-        ("GUI reply, decode tokens/s", gui_alone.rate, gui_with_api.rate),
-        (f"API, {args.clients} streams, tokens/s (aggregate)", api_alone.rate, api_with_gui.rate),
-    ]
-    for name, single, shared in rows:
-        print(f"{name:38s} {single:10.1f} {shared:10.1f} {shared / single:7.2f}x")
+    return figures
+
+
+def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, float]:
+    """One round in a fresh process importing `tree`'s code (this file's measure)."""
+    command = [
+        sys.executable, __file__, "--measure", "--threads", str(args.threads),
+        "--clients", str(args.clients), "--documents", str(args.documents),
+        "--max-tokens", str(args.max_tokens),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"the run in {tree} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        baseline = Path(scratch, "baseline")
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline),
+             args.against], check=True,
+        )  # fmt: skip
+        try:
+            rounds: dict[str, list[dict[str, float]]] = {"baseline": [], "this tree": []}
+            for _ in range(args.rounds):
+                rounds["baseline"].append(run_tree(baseline, args))
+                rounds["this tree"].append(run_tree(ROOT, args))
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)],
+                check=False,
+            )  # fmt: skip
+    medians = {
+        tree: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for tree, runs in rounds.items()
+    }
+    before, after = medians["baseline"], medians["this tree"]
+    print(f"{args.clients} API clients, {args.documents} documents, {args.rounds} rounds, "
+          f"medians; baseline {args.against}")  # fmt: skip
+    print(f"{'':24s} {'baseline':>10s} {'this tree':>10s} {'ratio':>7s}")
+    for key in after:
+        print(f"{key:24s} {before[key]:10.1f} {after[key]:10.1f} {after[key] / before[key]:7.2f}x")
+    for name, streams in (("gui+api", args.clients + 1), ("gui+job", None)):
+        gap = after[f"{name}: gui gap ms"] / after["gui alone gap ms"]
+        share = f"; fair share {after[f'{name}: all tok/s'] / streams:.1f}" if streams else ""
+        print(
+            f"{name}: all tok/s {after[f'{name}: all tok/s'] / before[f'{name}: all tok/s']:.2f}x "
+            f"the baseline's; the GUI's time between tokens {gap:.2f}x alone; GUI "
+            f"{after[f'{name}: gui tok/s']:.1f} tok/s{share}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default=THREE_CONTEXTS, help="the baseline's git revision")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--documents", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args)))
+    else:
+        compare(args)
 
 
 if __name__ == "__main__":

@@ -100,8 +100,8 @@ class ApiStreams:
                 job.prepared = prepare(job.call, model)
 
     def configure(self, shape: PoolShape) -> None:
-        """Slots and context per slot the server asks for: the shape of the next load's
-        context (engine_requests.LoadPlanned takes it); the loaded model keeps its own."""
+        """Slots and context per slot the server asks for: requests run within them, and
+        within what the loaded model's context was shaped to hold (ContextShape at load)."""
         self.shape = shape
 
     # --- the worker's thread ---
@@ -118,7 +118,7 @@ class ApiStreams:
     def loaded(self, model: LoadedModel) -> None:
         with self._tokenizer_lock:
             self._tokenizer_model = model
-        self._pool = StreamPool(model)
+        self._pool = StreamPool(model, self.shape.n_slots, self.shape.n_ctx_per_slot)
         log.info(
             "API streams: %d sequences sharing %d cells", self._pool.n_slots,
             self._pool.n_ctx_per_slot,
@@ -140,6 +140,9 @@ class ApiStreams:
         with `may_switch` (nothing else uses the model), load the model waiting requests
         name once the pool is idle."""
         pool = self._pool
+        if pool is not None:  # the server may have been (re)configured since the load
+            shape = self.shape
+            pool.limit(shape.n_slots, shape.n_ctx_per_slot)
         if pool is not None and pool.busy:
             ended = pool.collect()
             for key, served in list(self._served.items()):

@@ -208,7 +208,7 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
     request = StreamRequest(
         pieces, call.settings, stop, job.cancel, job.label,
         reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,
-        show_special=tool_format in _MARKED_BY_CONTROL_TOKENS,
+        show_special=tool_format in _MARKED_BY_CONTROL_TOKENS, window=room,
     )  # fmt: skip
     seed = call.settings.seed if call.settings.seed is not None else model.params.seed
     entry = pool.submit(request, seed, job.label)

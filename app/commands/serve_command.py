@@ -95,7 +95,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # planned as the window plans: with this machine's profile when it has one (the budget:
     # --vram, else what other programs leave free), else on the CPU
     # the clients' sequences share what --parallel sequences of --ctx-per-slot would hold
-    shape = ContextShape(args.parallel, args.parallel * args.ctx_per_slot)
+    shape = ContextShape.for_server(args.parallel, args.ctx_per_slot)
     request = LoadRequest(
         str(model_path), min(args.ctx_per_slot, 4096), profile, args.vram, mmproj,
         prompt_format=args.prompt_format, n_threads=args.threads, shape=shape,

@@ -40,6 +40,7 @@ from engine.model.model_naming import readable_model_name
 from engine.planning.parallelism import choose_parallelism
 from engine.planning.plan import Plan
 from engine.runtime.loaded_model import LoadedModel
+from engine.runtime.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +164,20 @@ class SummaryJob:
         """Summarise what is not done yet, stepping the model's scheduler here (nothing else
         runs on the model); returns when done or cancelled (then resumable)."""
         steps = self.steps()
-        while True:
-            try:
-                next(steps)
-            except StopIteration as finished:
-                outcome: JobOutcome = finished.value
-                return outcome
-            self.model.scheduler.step()
+        watching = None  # each step beside the plan (in the worker, the resident model's log)
+        if self._plan is not None and self._profile is not None:
+            watching = StepLog(self.model, self._plan, self._profile).attach()
+        try:
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as finished:
+                    outcome: JobOutcome = finished.value
+                    return outcome
+                self.model.scheduler.step()
+        finally:
+            if watching is not None:
+                watching.detach()
 
     def steps(self) -> Generator[None, None, JobOutcome]:
         """The job as the engine worker's loop drives it: each time it yields, its documents

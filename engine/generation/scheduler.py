@@ -111,7 +111,7 @@ class Scheduler:
         if self.slots[seq_id] is not None:
             raise RuntimeError(f"sequence {seq_id} is busy")
         size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in request.pieces)
-        room = self.room(seq_id)
+        room = min(self.room(seq_id), request.window or self.room(seq_id))
         if size + 1 >= room:
             raise BadInputError(f"the prompt takes {size} tokens; the context holds {room}")
         if not request.pieces or not isinstance(request.pieces[-1], TextRun):
@@ -121,6 +121,7 @@ class Scheduler:
             self._make_room(need, seq_id, copy_from)
         sampler = TokenSampler(request.settings, self.context.handle, seed, room, request.grammar)
         stream = Stream(request, seq_id, sampler, 0, 0)
+        stream.window = room
         stream.reused, stream.n_past = self._reuse(seq_id, stream.identities, request, copy_from)
         stream.fed = stream.clock.reused = stream.reused
         self.slots[seq_id] = stream
@@ -161,17 +162,6 @@ class Scheduler:
         self._held[seq_id] = [_Held(t, i) for i, t in enumerate(tokens)]
         self._end[seq_id] = len(tokens)
         return True
-
-    def move(self, stream: Stream, target: int) -> None:
-        """Move a stream into the free sequence `target` (a whole-stream KV copy)."""
-        source = stream.seq_id
-        self.context.copy(source, target)
-        self.context.forget(source)
-        self._held[target], self._held[source] = self._held[source], []
-        self._end[target], self._end[source] = self._end[source], 0
-        self._reserved[target], self._reserved[source] = self._reserved[source], 0
-        self.slots[target], self.slots[source] = stream, None
-        stream.seq_id = target
 
     def forget(self, seq_id: int) -> None:
         """Drop a free sequence's cells (a cancelled stream's: nobody will continue it)."""
@@ -242,7 +232,7 @@ class Scheduler:
                 n_top = stream.request.top_logprobs
                 if n_top is not None:
                     stream.note_logprob(self.context.logprob(token, index, n_top))
-                stream.accept(token, self.context.handle, self.room(stream.seq_id))
+                stream.accept(token, self.context.handle, stream.window)
                 if stream.done:
                     self._release(stream)
 

@@ -63,6 +63,8 @@ class StreamRequest:
     grammar: str | None = None  # GBNF the reply must follow (llama.cpp's grammar sampler)
     top_logprobs: int | None = None  # record each token's logprob and this many alternatives
     show_special: bool = False  # control tokens in the text (tool-call markers some models use)
+    window: int | None = None  # the most cells prompt and reply may take (an API slot's
+    # context); None: what its sequence may hold
 
     @classmethod
     def of_tokens(
@@ -85,6 +87,7 @@ class Stream:
     ) -> None:
         self.request = request
         self.seq_id = seq_id
+        self.window = 0  # the cells prompt and reply may take, set when admitted
         self.identities = identities_of(request.pieces)
         self.sampler = sampler  # this stream's own chain (its penalty window, its draws)
         self.reused = reused

@@ -104,6 +104,11 @@ class LoadParams:
             raise ValueError("main_gpu must be a GPU index, or -1 for none")
         if not 0 <= self.n_parallel <= MAX_PARALLEL or self.n_ctx_shared < 0:
             raise ValueError(f"n_parallel must be 0 to {MAX_PARALLEL}, n_ctx_shared >= 0")
+        if self.n_batch < self.n_parallel + 1:  # a step carries a token for every sequence
+            raise ValueError(
+                f"n_batch ({self.n_batch}) must hold a token for each of the conversation's and "
+                f"the {self.n_parallel} parallel sequences"
+            )
 
     @property
     def n_sequences(self) -> int:

@@ -72,8 +72,8 @@ class StepLog:
         self._scheduler: Scheduler | None = None
 
     def attach(self, scheduler: Scheduler | None = None) -> StepLog:
-        """Watch the steps of a scheduler: the model's own (chat and vision turns) unless
-        another is given (a batch job's, on its own context of the same model)."""
+        """Watch the steps of a scheduler: the model's own (where every activity's streams
+        ride, the conversation's, API clients' and a job's together) unless another is given."""
         self._scheduler = scheduler or self._model.scheduler
         self._scheduler.observers.append(self.record)
         return self

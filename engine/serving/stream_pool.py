@@ -54,14 +54,26 @@ class PoolEntry:
 class StreamPool:
     """The API's requests in the parallel sequences of `model`'s scheduler."""
 
-    def __init__(self, model: LoadedModel) -> None:
+    def __init__(self, model: LoadedModel, n_slots: int | None = None, window: int | None = None):
         self.model = model
         self.scheduler = model.scheduler
-        self.sequences = range(1, model.params.n_parallel + 1)
         self._waiting: collections.deque[PoolEntry] = collections.deque()
         self._running: dict[int, PoolEntry] = {}
         self._last_used = [0] * self.scheduler.n_sequences
         self._clock = 0
+        self.limit(n_slots, window)
+
+    def limit(self, n_slots: int | None, window: int | None) -> None:
+        """Serve at most `n_slots` requests at once, each in at most `window` cells (the
+        server's slots and context per slot), within what the loaded context holds.
+
+        The context was shaped at load (engine.llama.context_shape); a server started
+        later with more slots than it has sequences runs as many as there are, and
+        the rest wait their turn."""
+        n_parallel = self.model.params.n_parallel
+        self.sequences = range(1, min(n_slots or n_parallel, n_parallel) + 1)
+        room = self.scheduler.room(1) if n_parallel else 0
+        self.window = min(window or room, room)
 
     @property
     def n_slots(self) -> int:
@@ -69,7 +81,7 @@ class StreamPool:
 
     @property
     def n_ctx_per_slot(self) -> int:
-        return self.scheduler.room(1) if self.sequences else 0
+        return self.window
 
     @property
     def busy(self) -> bool:

@@ -19,7 +19,7 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
-from app.load_planning import LoadRequest
+from app.load_planning import ContextShape, LoadRequest
 from app.worker import EngineWorker
 
 FINAL = (ReplyFinished, JobFinished, RequestFailed, ConversationStarted)
@@ -70,13 +70,18 @@ def start_serving(
     model_path: str,
     mmproj: str | None = None,
     n_ctx: int = 1024,
+    n_slots: int = 4,
+    n_ctx_per_slot: int = 1024,
     **config: object,
 ) -> Serving:
-    """Load the model on a new worker and serve it on a free loopback port."""
+    """Load the model on a new worker, its context shaped for the server as `shardchat serve`
+    shapes it, and serve it on a free loopback port."""
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()
+    settings = {"port": 0, "n_slots": n_slots, "n_ctx_per_slot": n_ctx_per_slot, **config}
+    shape = ContextShape.for_server(n_slots, n_ctx_per_slot)
     request_id = worker.load_planned(
-        LoadRequest(model_path, n_ctx, None, None, mmproj, n_threads=2)
+        LoadRequest(model_path, n_ctx, None, None, mmproj, n_threads=2, shape=shape)
     )
     while True:
         event = events.get(timeout=120)
@@ -87,7 +92,6 @@ def start_serving(
             raise RuntimeError(event.message)
         assert isinstance(event, ModelLoaded)
         break
-    settings = {"port": 0, "n_slots": 4, "n_ctx_per_slot": 1024, **config}
     server = ApiServer(worker, ServerConfig(**settings))  # type: ignore[arg-type]
     server.start()
     assert worker.api.model is not None

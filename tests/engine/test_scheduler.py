@@ -19,15 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from agreement import TOP, assert_agrees_with_solo, run_until_done
 
 from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
 from engine.errors import BadInputError
 from engine.generation.decode_step import DecodeStep
-from engine.generation.logprobs import TokenLogprob
 from engine.generation.replies import generate
 from engine.generation.sampling import GREEDY
-from engine.generation.scheduler import Scheduler
 from engine.generation.stats import FinishReason
 from engine.generation.stream import Stream, StreamRequest
 from engine.llama.load_params import LoadParams
@@ -39,9 +38,6 @@ from engine.vision.synthetic import write_synthetic_vlm
 
 N_CTX = 512
 REPLY = GREEDY.with_changes(max_tokens=24)
-LOGPROB_TOLERANCE = 0.3  # nats: summation order drifts; another sequence's cells would not
-NEAR_TIE = 0.5  # nats from the solo run's best token, for a token a shared run may take instead
-TOP = 5
 QUESTIONS = (
     "Name three colours of the sea.",
     "What do bakers need to make bread?",
@@ -82,25 +78,6 @@ def solo_stream(model: LoadedModel, question: str) -> Stream:
     stream = model.scheduler.admit(request, 0, seed=0)
     run_until_done(model.scheduler, [stream])
     return stream
-
-
-def assert_agrees_with_solo(shared: list[TokenLogprob], alone: list[TokenLogprob]) -> None:
-    """Same tokens with close log-probabilities, up to a near-tie that tipped another way."""
-    for mine, theirs in zip(shared, alone, strict=False):
-        if mine.token != theirs.token:
-            close = {
-                token
-                for token, _text, logprob in theirs.top
-                if logprob > -NEAR_TIE + theirs.logprob
-            }
-            assert mine.token in close, (mine, theirs)
-            return
-        assert abs(mine.logprob - theirs.logprob) < LOGPROB_TOLERANCE, (mine, theirs)
-
-
-def run_until_done(scheduler: Scheduler, streams: list[Stream]) -> None:
-    while not all(s.done for s in streams):
-        scheduler.step()
 
 
 def test_a_text_turn_a_vision_turn_and_a_batch_give_the_same_greedy_tokens(
