@@ -33,8 +33,8 @@ from app.events import (
     PromptFormatChosen,
 )
 from app.load_planning import ContextShape, LoadRequest, PlannedLoad
-from app.model_library import prompt_format_for
 from app.resident_model import ResidentModel
+from app.stores.model_library import prompt_format_for
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile

@@ -8,7 +8,7 @@ second, like the inventory the model manager already reads).
 
 from __future__ import annotations
 
-from app.model_library import ModelEntry
+from app.stores.model_library import ModelEntry
 from engine.errors import BadInputError
 from engine.model.prompt_format import format_choices
 from engine.runtime.loaded_model import prompt_format_of_file

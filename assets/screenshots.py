@@ -157,7 +157,7 @@ def image_question() -> Path:
     """An image dropped on the input and asked about; its thumbnail in the conversation."""
     from PySide6.QtGui import QColor, QImage, QPainter
 
-    from app.model_library import ModelLibrary
+    from app.stores.model_library import ModelLibrary
     from engine.generation.sampling import SamplingSettings
     from engine.vision.synthetic import write_synthetic_vlm
     from ui.desktop import Desktop
@@ -230,7 +230,7 @@ def vram_panel() -> Path:
 
 
 def model_manager() -> Path:
-    from app.model_library import ModelLibrary
+    from app.stores.model_library import ModelLibrary
     from engine.model.synthetic import write_synthetic_model
     from engine.model.synthetic_spec import SyntheticSpec
     from ui.model_manager import ModelManager

@@ -239,7 +239,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             job = start_job(engine, documents, Path(scratch, "alone"))
             outcome = engine.wait(job)
             total = engine.progress[-1][1] if engine.progress else 0
-            figures["job alone tok/s"] = total / outcome.seconds  # type: ignore[attr-defined]
+            figures["job alone tok/s"] = total / outcome.outcome.seconds  # type: ignore[attr-defined]
 
             job = start_job(engine, documents, Path(scratch, "beside"))
             while not engine.progress:

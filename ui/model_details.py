@@ -28,9 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model_library import ModelEntry
 from app.model_summary import ModelSummary, summarize
 from app.prompt_format_setting import chosen_format_text, prompt_format_choices
+from app.stores.model_library import ModelEntry
 from engine.errors import BadInputError
 from engine.model.inventory import ModelInventory
 from ui.tables import read_only_table

@@ -19,14 +19,14 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from app.model_library import (
+from app.model_summary import summarize
+from app.stores.model_library import (
     ModelEntry,
     ModelLibrary,
     check_loadable,
     is_projector_name,
     lone_projector_beside,
 )
-from app.model_summary import summarize
 from engine.errors import BadInputError
 from ui.model_details import FileKey, InventoryReader, Reading, file_key
 

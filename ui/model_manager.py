@@ -1,7 +1,7 @@
 """The "Models" dialog: import, pair, choose the default, load and remove GGUF models
 ("My models"), and get new ones from Hugging Face ("Discover", ui.discover_page).
 
-"My models" renders `app.model_library.ModelLibrary` (the list) and
+"My models" renders `app.stores.model_library.ModelLibrary` (the list) and
 `app.model_summary` (what is said about one file); every change goes through
 the library and the dialog then redraws from it, so the window never holds
 state of its own. Refusals (a text file named .gguf, a projector given as a
@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.discover_model import DiscoverModel
-from app.model_library import ModelEntry, ModelLibrary
+from app.stores.model_library import ModelEntry, ModelLibrary
 from app.units import format_bytes
 from engine.model.inventory import read_inventory
 from ui.discover_page import DiscoverJobs, DiscoverPage

@@ -43,7 +43,7 @@ from app.api.middlewares import (
 from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
 from app.api.reply_writer import Outbox, write_stream, write_whole
-from app.model_library import ModelEntry, ModelLibrary
+from app.stores.model_library import ModelEntry, ModelLibrary
 from engine.errors import BadInputError
 
 if TYPE_CHECKING:

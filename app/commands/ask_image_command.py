@@ -18,7 +18,7 @@ from app.commands.arg_types import (
 )
 from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import LoadRequest, stored_profile
-from app.model_library import projector_for, prompt_format_for
+from app.stores.model_library import projector_for, prompt_format_for
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import GenerationStats

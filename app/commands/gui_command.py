@@ -15,8 +15,8 @@ import sys
 from app.commands.arg_types import add_prompt_format_option, positive_int
 from app.commands.chat_command import run_chat
 from app.commands.sampling_options import add_sampling_options
-from app.model_library import ModelLibrary
 from app.qt_platform_check import platform_problem
+from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import SamplingSettings
 from engine.runtime.loaded_model import inspect_model
 

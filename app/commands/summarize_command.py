@@ -19,8 +19,8 @@ from tqdm import tqdm
 from app.commands.arg_types import add_prompt_format_option, positive_int
 from app.commands.sampling_options import add_sampling_options, sampling_from
 from app.load_planning import planned_load, stored_profile
-from app.model_library import prompt_format_for
 from app.stop_signals import EXIT_INTERRUPTED, StopSignals, run_on_thread
+from app.stores.model_library import prompt_format_for
 from app.summaries.document_scan import checked_folder
 from app.summaries.summary_job import (
     DEFAULT_CONTEXT_PER_SEQUENCE,

@@ -36,7 +36,6 @@ from app.hub.file_transfer import (
 )
 from app.hub.gguf_files import RemoteModel
 from app.hub.remote_file import RemoteFileRef
-from app.model_library import ModelLibrary
 from app.stores.hub_store import (
     CANCELLED,
     DONE,
@@ -47,6 +46,7 @@ from app.stores.hub_store import (
     DownloadFile,
     HubStore,
 )
+from app.stores.model_library import ModelLibrary
 from app.units import format_bytes
 from engine.errors import BadInputError, ShardChatError
 

@@ -1,1 +1,2 @@
-"""What ShardChat keeps on disk: SQLite stores (chats, profiles, jobs) and atomic files."""
+"""What ShardChat keeps on disk: SQLite stores (chats, profiles, jobs, the model list) and
+atomic files."""

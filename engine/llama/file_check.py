@@ -2,7 +2,7 @@
 
 `engine.model.gguf_checks` refuses every value we know llama.cpp would abort
 on, but llama.cpp asserts in places no list keeps up with. A model is checked
-here once, when it enters the model list (`app.model_library`): llama.cpp
+here once, when it enters the model list (`app.stores.model_library`): llama.cpp
 reads its header, hyper-parameters, vocabulary and tensor table without
 allocating or reading a single weight (`no_alloc`, as its own `--fit` does),
 then builds the worst-case graph of a small context. That is where load-time

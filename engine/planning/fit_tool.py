@@ -106,6 +106,8 @@ def measured_memory(
                 n_gpu_layers=layers.n_layer,
                 tensor_overrides=_host_experts(inventory, keys),
                 flash_attn=False,  # as the tool's context and llama.cpp's placements' plans
+                n_parallel=0,  # the tool's context is one sequence of n_ctx cells
+                n_ctx_shared=0,
             )
             compute = simulate_compute_buffers(params).device_bytes
             seen[layers] = account.weights_bytes + account.kv_cache_bytes + compute

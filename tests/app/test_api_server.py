@@ -19,7 +19,7 @@ from api_server_fixtures import LogWatch, Serving, start_serving
 
 from app.api.server import ApiServer, ServerConfig, ServerStartError
 from app.cli import main
-from app.model_library import ModelLibrary
+from app.stores.model_library import ModelLibrary
 from engine.errors import BadInputError
 
 QUESTION = [{"role": "user", "content": "Name three colours of the rainbow."}]

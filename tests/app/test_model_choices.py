@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.model_choices import PickerEntry, model_bytes, picker_entries
-from app.model_library import ModelLibrary
+from app.stores.model_library import ModelLibrary
 from app.units import format_bytes
 from engine.vision.synthetic import language_model_for, write_synthetic_vlm
 

@@ -35,8 +35,8 @@ from app.hub.model_download import (
     start_or_resume,
 )
 from app.hub.remote_file import RemoteFileRef
-from app.model_library import ModelLibrary
 from app.stores.hub_store import CANCELLED, DONE, FAILED, PAUSED, HubStore
+from app.stores.model_library import ModelLibrary
 from engine.errors import BadInputError
 from engine.model.inventory import read_inventory
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.model_library import ModelLibrary
+from app.stores.model_library import ModelLibrary
 from tests.engine.gguf_mutations import VT, rewritten
 
 

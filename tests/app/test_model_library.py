@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary
 from app.model_summary import SizeShare, kind_label, quant_text, summarize
 from app.paths import app_paths
+from app.stores.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary
 from engine.errors import BadInputError, ModelFileError
 from engine.model.inventory import read_inventory
 

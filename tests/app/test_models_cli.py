@@ -22,8 +22,8 @@ from local_hub.repos import TestRepos
 
 from app.cli import main
 from app.hub.model_download import model_folder
-from app.model_library import ModelLibrary
 from app.paths import app_paths
+from app.stores.model_library import ModelLibrary
 
 
 @pytest.fixture

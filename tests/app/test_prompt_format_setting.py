@@ -19,7 +19,7 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
-from app.model_library import ModelLibrary, m001_models, prompt_format_for
+from app.stores.model_library import ModelLibrary, m001_models, prompt_format_for
 from app.stores.sqlite_migrations import apply_migrations
 from app.worker import EngineWorker
 from engine.errors import BadInputError

@@ -14,8 +14,8 @@ from app.hub.catalogue import Catalogue
 from app.hub.file_transfer import DownloadStopped, TransferPolicy
 from app.hub.model_download import DownloadProgress
 from app.hub.pull_workflow import PullWorkflow, check_header, resolve, stored
-from app.model_library import ModelLibrary
 from app.stores.hub_store import DONE, PAUSED
+from app.stores.model_library import ModelLibrary
 from engine.errors import BadInputError
 from engine.machine.profile import Profile
 

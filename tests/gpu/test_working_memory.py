@@ -5,7 +5,9 @@ attention scores from the device compute buffer, a smaller ubatch shrinks every
 activation and the logits. Both are only worth planning with if the VRAM account
 predicts the buffer llama.cpp reserves for them, so this compares the two at a
 long-ish context, with flash attention on and off and ubatches below 512, and loads
-plans that chose a small ubatch to read back what they allocated.
+plans that chose a small ubatch to read back what they allocated. The formula is
+over the context's cells, so these contexts hold one sequence; the one context with
+every activity's sequences is checked in test_vram_and_placement.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def test_the_compute_buffer_account_matches_llama_cpp(
         n_ubatch=ubatch,
         n_gpu_layers=every_layer,
         flash_attn=flash_attn,
+        n_parallel=0,
+        n_ctx_shared=0,
     )
     reserved = simulate_compute_buffers(params).role_bytes("compute")
     request = PlanRequest(256 * MIB, n_ctx=LONG_CONTEXT)
@@ -60,6 +64,8 @@ def test_flash_attention_frees_most_of_the_buffer_at_a_long_context(
                 n_ctx=LONG_CONTEXT,
                 n_gpu_layers=len(inventory.blocks) + 1,
                 flash_attn=flash,
+                n_parallel=0,
+                n_ctx_shared=0,
             )
         ).role_bytes("compute")
         for flash in (True, False)

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model_library import ModelLibrary
+from app.stores.model_library import ModelLibrary
 from ui.main_window import MainWindow
 from ui.model_manager import ModelManager
 from ui.profile_wizard import ProfileWizard

@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import QBuffer, QIODevice, QSettings, Qt
 from PySide6.QtGui import QImage
 
-from app.model_library import ModelLibrary
 from app.stores.chat_store import ChatStore
+from app.stores.model_library import ModelLibrary
 from engine.model.image_input import ImageFile
 from tests.ui.test_desktop import TIMEOUT_MS, send
 from ui.desktop import Desktop

@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtGui import QColor, QImage
 
-from app.model_library import ModelLibrary
 from app.stores.chat_store import ChatStore, default_store_path
+from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware

@@ -17,9 +17,9 @@ from PySide6.QtCore import QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 
 from app.about import about_facts
-from app.model_library import ModelLibrary
 from app.paths import app_paths
 from app.stores.chat_store import ChatStore
+from app.stores.model_library import ModelLibrary
 from engine.generation.stats import FinishReason, GenerationStats
 from ui.conversation_settings import ConversationSettings
 from ui.help_dialogs import AboutDialog, ShortcutsDialog

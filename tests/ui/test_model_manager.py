@@ -17,7 +17,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QWidget
 
-from app.model_library import ModelLibrary
+from app.stores.model_library import ModelLibrary
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
 from tests.synthetic_vocab import marker_vocabulary
