@@ -14,7 +14,7 @@ from typing import Protocol
 
 from app.engine_requests import Queued
 from app.events import EngineEvent, JobFinished, ReplyFinished, TokenStreamed
-from app.resident_model import ResidentModel
+from app.model_lifecycle.resident_model import ResidentModel
 from app.summaries.summary_job import JobOutcome
 from engine.runtime.chat import ChatTurn
 

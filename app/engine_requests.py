@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.load_planning import LoadRequest, PlannedLoad
+from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from app.summaries.summary_job import SummarySettings
 from engine.cancel import CancelToken
 from engine.generation.sampling import SamplingSettings

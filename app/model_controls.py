@@ -32,8 +32,8 @@ from app.events import (
     PlanChanged,
     PromptFormatChosen,
 )
-from app.load_planning import ContextShape, LoadRequest, PlannedLoad
-from app.resident_model import ResidentModel
+from app.model_lifecycle.load_planning import ContextShape, LoadRequest, PlannedLoad
+from app.model_lifecycle.resident_model import ResidentModel
 from app.stores.model_library import prompt_format_for
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams

@@ -32,7 +32,7 @@ def run_selftest(verbose: bool = False, out: TextIO | None = None) -> int:
     started = time.perf_counter()
     try:
         _log_to_file(verbose)
-        from app.units import speed_text
+        from app.screen_text.units import speed_text
         from engine.generation.sampling import SamplingSettings
         from engine.llama.backends import start_ggml
         from engine.llama.device_buffers import llama_log_lines, parse_buffer_lines

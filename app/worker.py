@@ -44,9 +44,9 @@ from app.engine_requests import (
     Wake,
 )
 from app.events import EngineEvent, JobProgressed, RequestFailed
-from app.load_planning import LoadRequest, PlannedLoad
 from app.model_controls import ModelControls
-from app.resident_model import ResidentModel
+from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
+from app.model_lifecycle.resident_model import ResidentModel
 from app.summaries.summary_job import SummaryJob, SummarySettings
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
@@ -100,8 +100,9 @@ class EngineWorker:
         With a plan (and the profile it was made from), every llama_decode is timed
         against the plan's prediction and reported with each reply. `prompt_format`
         (engine.model.prompt_format): None takes the model's setting in the model library.
-        `planned`: the load with its vision projector planned in (app.load_planning), when
-        the caller planned it already, so the model sees images.
+        `planned`: the load with its vision projector planned in
+        (app.model_lifecycle.load_planning), when the caller planned it already, so the model
+        sees images.
         """
         return self._submit(LoadModel(params, plan, profile, prompt_format, planned))
 

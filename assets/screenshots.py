@@ -94,7 +94,7 @@ def main_window(scheme: str) -> Path:
     reasoning reply with its thinking folded), the newest reply streaming live from the
     default model, in the light or the dark theme as the system would ask."""
 
-    from app.load_planning import stored_profile
+    from app.model_lifecycle.load_planning import stored_profile
     from app.stores.chat_store import ChatStore
     from engine.generation.sampling import SamplingSettings
     from engine.model.default_model import default_model_path
@@ -200,7 +200,7 @@ def vram_panel() -> Path:
     """The panel for a described 16 GB desktop planning Qwen3-30B-A3B at a 10 GiB budget."""
     from dataclasses import replace
 
-    from app.vram_overview import vram_overview
+    from app.screen_text.vram_overview import vram_overview
     from bench.plan_simulation import MODELS
     from engine.machine.datasheets import DESCRIBED_MACHINES
     from engine.machine.described_machines import described_hardware, load_described

@@ -74,7 +74,7 @@ class Engine:
     def __init__(self, threads: int, clients: int) -> None:
         from app.api.server import ApiServer, ServerConfig
         from app.events import ModelLoaded
-        from app.load_planning import LoadRequest
+        from app.model_lifecycle.load_planning import LoadRequest
         from app.worker import EngineWorker
         from engine.model.default_model import default_model_path
 
@@ -83,7 +83,7 @@ class Engine:
         self.worker = EngineWorker(self._on_event).start()
         shape = {}
         try:  # a tree with one context: shaped for the clients, as `shardchat serve` does
-            from app.load_planning import ContextShape
+            from app.model_lifecycle.load_planning import ContextShape
 
             shape = {"shape": ContextShape.for_server(clients, 1024)}
         except ImportError:

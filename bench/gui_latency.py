@@ -57,7 +57,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from app.load_planning import stored_profile
+    from app.model_lifecycle.load_planning import stored_profile
 
     profile = stored_profile()  # this machine's, so the window plans as it does for people
     os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix="shardchat-gui-latency-")

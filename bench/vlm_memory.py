@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from app.commands.plan_command import load_profile_for_planning
-from app.units import parse_size
+from app.screen_text.units import parse_size
 from engine.model.inventory import read_inventory
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec

@@ -61,14 +61,14 @@ BREACHES = {
         "from app import paths\n",
         {"layers"},
     ),
-    "app imports ui": ("app/units.py", "import ui\n", {"layers"}),
+    "app imports ui": ("app/screen_text/units.py", "import ui\n", {"layers"}),
     "engine imports Qt for types only": (
         "engine/cancel.py",
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from PySide6 import QtCore\n",
         {"core-without-qt"},
     ),
     "app reaches Qt through ui": (
-        "app/units.py",
+        "app/screen_text/units.py",
         "from ui import main_window\n",
         {"layers", "core-without-qt"},
     ),

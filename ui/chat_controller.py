@@ -19,8 +19,8 @@ from app.conversation.chat_state import WAIT_FOR_REPLY, ChatState
 from app.conversation.message_row import MessageRow
 from app.conversation.model_status import ModelStatus
 from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
-from app.load_planning import LoadRequest, PlannedLoad
-from app.plan_words import plan_in_words, speed_against_plan
+from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
+from app.screen_text.plan_words import plan_in_words, speed_against_plan
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.errors import BadInputError

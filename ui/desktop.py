@@ -14,9 +14,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
 from app.hub.discover_model import DiscoverModel
-from app.load_planning import LoadRequest, stored_profile
-from app.model_choices import picker_entries
-from app.server_view import ServerView, status_text
+from app.model_lifecycle.load_planning import LoadRequest, stored_profile
+from app.screen_text.model_choices import picker_entries
+from app.screen_text.server_view import ServerView, status_text
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import ModelLibrary
 from app.worker import EngineWorker

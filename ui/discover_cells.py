@@ -21,7 +21,7 @@ from app.hub.discover_model import (
     result_cells,
 )
 from app.hub.gguf_files import RemoteModel
-from app.units import format_bytes
+from app.screen_text.units import format_bytes
 from ui.tables import read_only_table
 from ui.theme import DARK, LIGHT, Theme, error_style
 

@@ -36,8 +36,8 @@ from PySide6.QtWidgets import (
 
 from app.hub.catalogue import Kind, Sort
 from app.hub.discover_model import QUANT_COLUMNS, RESULT_COLUMNS, Change, DownloadState, SearchQuery
+from app.screen_text.units import format_bytes
 from app.stores.hub_store import DONE
-from app.units import format_bytes
 from ui import discover_cells as cells
 from ui.discover_cells import DOWNLOAD_COLUMNS, NOTES, ROW_KEY
 from ui.discover_jobs import DiscoverJobs

@@ -27,7 +27,7 @@ import qasync
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QDialog
 
-from app.load_planning import stored_profile
+from app.model_lifecycle.load_planning import stored_profile
 from app.profiling_job import needs_profiling
 from app.stop_signals import exit_now
 from engine.errors import BadInputError

@@ -3,7 +3,7 @@
 About says what a support call asks first: the version, the llama.cpp build and
 the backends it loaded, the GPU a model would use, and the data and log folders,
 with a button that opens the log folder and one that copies everything as text.
-The facts come from app.about (ui/ never imports llama_cpp).
+The facts come from app.screen_text.about (ui/ never imports llama_cpp).
 
 The shortcuts are read from the window's own actions, so the list cannot drift
 from what the keys do; the message box's keys, which are not actions, follow.
@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.about import AboutFacts
+from app.screen_text.about import AboutFacts
 from ui.tables import read_only_table
 
 INPUT_KEYS = (

@@ -1,6 +1,6 @@
 """The window's Jobs tab: every folder summary, with its progress, and its output a click away.
 
-It renders `app.job_overview.list_jobs` (a read-only look at the job store) and
+It renders `app.screen_text.job_overview.list_jobs` (a read-only look at the job store) and
 is told to look again when a job moves (the desktop connects the engine's job
 events to `refresh`) and when the tab is shown; it keeps no state of its own
 beyond the rows drawn. "Open output" shows the job's output folder, "Open
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.job_overview import JobOverview, list_jobs
+from app.screen_text.job_overview import JobOverview, list_jobs
 from ui.tables import read_only_table
 
 COLUMNS = ("Folder", "Progress", "Status")

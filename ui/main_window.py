@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.about import about_facts
 from app.paths import app_paths
+from app.screen_text.about import about_facts
 from ui.batch_panel import BatchPanel
 from ui.chat_view import ChatView
 from ui.conversation_settings import ConversationSettings

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QPointF, QRect, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QTextDocument
 
-from app.units import speed_text
+from app.screen_text.units import speed_text
 from ui.conversation_model import MessageRow
 from ui.message_html import MessageColours, RenderedMessage, render_message
 from ui.theme import Theme

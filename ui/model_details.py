@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model_summary import ModelSummary, summarize
-from app.prompt_format_setting import chosen_format_text, prompt_format_choices
+from app.screen_text.model_summary import ModelSummary, summarize
+from app.screen_text.prompt_format_setting import chosen_format_text, prompt_format_choices
 from app.stores.model_library import ModelEntry
 from engine.errors import BadInputError
 from engine.model.inventory import ModelInventory

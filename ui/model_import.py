@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from app.model_summary import summarize
+from app.screen_text.model_summary import summarize
 from app.stores.model_library import (
     ModelEntry,
     ModelLibrary,

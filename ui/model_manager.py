@@ -2,7 +2,7 @@
 ("My models"), and get new ones from Hugging Face ("Discover", ui.discover_page).
 
 "My models" renders `app.stores.model_library.ModelLibrary` (the list) and
-`app.model_summary` (what is said about one file); every change goes through
+`app.screen_text.model_summary` (what is said about one file); every change goes through
 the library and the dialog then redraws from it, so the window never holds
 state of its own. Refusals (a text file named .gguf, a projector given as a
 model) are shown as their one-line reason under the list and change nothing.
@@ -35,8 +35,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.discover_model import DiscoverModel
+from app.screen_text.units import format_bytes
 from app.stores.model_library import ModelEntry, ModelLibrary
-from app.units import format_bytes
 from engine.model.inventory import read_inventory
 from ui.discover_page import DiscoverJobs, DiscoverPage
 from ui.model_details import READING_PENDING as READING_PENDING  # what the pane says, kept

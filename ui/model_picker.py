@@ -1,7 +1,7 @@
 """The model picker at the top of the chat window: switch models without opening a dialog.
 
 Why a combo box: LM Studio and Jan put the loaded model at the top of the chat,
-one click from the others. It draws `app.model_choices.PickerEntry` values and
+one click from the others. It draws `app.screen_text.model_choices.PickerEntry` values and
 says what the user chose; loading is the caller's (ChatController.load_model).
 
 Choosing is deliberate: a model load takes seconds and memory, so arrow keys
@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent, QWheelEvent
 from PySide6.QtWidgets import QComboBox, QSizePolicy, QWidget
 
-from app.model_choices import PickerEntry
+from app.screen_text.model_choices import PickerEntry
 
 MANAGE_TEXT = "Get or import models…"
 PLACEHOLDER = "Choose a model"

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from app.hub.hub_errors import HubOfflineError
 from app.hub.model_suggestions import ModelSuggestion, suggest_models
-from app.units import format_bytes, speed_range_text
+from app.screen_text.units import format_bytes, speed_range_text
 from engine.errors import ShardChatError
 from engine.machine.profile import Profile
 from ui.thread_bridge import Background

@@ -8,7 +8,7 @@ responsive for the minutes a fast profile takes. Cancelling, going back, or
 closing the wizard stops the job and stores nothing; skipping is fine, and
 ShardChat then runs without a plan until the machine is profiled.
 
-The pages only render: the facts come from `app.profile_summary`, the run
+The pages only render: the facts come from `app.screen_text.profile_summary`, the run
 from the job, the model check from `engine.model.inventory`. That check reads
 the file's whole header (2 s for a 49k-token vocabulary), so it runs on a
 worker and its outcome comes back through a queued signal.
@@ -38,15 +38,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.machine_profile import this_machine_profile
-from app.profile_summary import (
+from app.screen_text.profile_summary import (
     Row,
     expected_duration_text,
     hardware_rows,
     result_rows,
     suggested_budget_bytes,
 )
+from app.screen_text.units import format_bytes
 from app.stores.profile_store import ProfileStore
-from app.units import format_bytes
 from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import HardwareInfo

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
-from app.profile_summary import machine_load_text, time_left_text
 from app.profiling_job import (
     ProfilingCancelled,
     ProfilingEvent,
@@ -35,7 +34,8 @@ from app.profiling_job import (
     ProfilingSaved,
     ProfilingTooBusy,
 )
-from app.units import format_duration
+from app.screen_text.profile_summary import machine_load_text, time_left_text
+from app.screen_text.units import format_duration
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Profile, ProfileMode, Quietness
 from ui.thread_bridge import GuiRelay

@@ -20,7 +20,7 @@ from dataclasses import replace
 from PySide6.QtCore import QObject, Signal
 
 from app.api.server import SHUTDOWN_SECONDS, ApiServer, ServerState
-from app.server_view import (
+from app.screen_text.server_view import (
     ServerPhase,
     ServerSettings,
     ServerView,

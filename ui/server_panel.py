@@ -1,6 +1,6 @@
 """The Local API server panel: one switch serves the window's model to other programs.
 
-It renders an `app.server_view.ServerView` (the settings, off / starting / on /
+It renders an `app.screen_text.server_view.ServerView` (the settings, off / starting / on /
 stopping, the address, why it is off) and reports what the person does: the
 switch, and every edit of a field, as the `ServerSettings` the fields now read.
 `ui.server_controller` decides what that does and hands back the next view. Only
@@ -26,7 +26,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.server_view import ServerPhase, ServerSettings, ServerView, client_hint, key_note
+from app.screen_text.server_view import (
+    ServerPhase,
+    ServerSettings,
+    ServerView,
+    client_hint,
+    key_note,
+)
 from ui.theme import error_style
 
 MAX_SLOTS = 64

@@ -18,7 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 
 from app.paths import app_paths
-from app.server_view import ServerSettings
+from app.screen_text.server_view import ServerSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.auto_budget import AutoBudget
 from app.events import PlacementFellBack, PlanChanged, ReplyFinished, RequestFailed
-from app.plan_words import decode_correction
-from app.units import format_bytes
-from app.vram_overview import vram_overview
+from app.model_lifecycle.auto_budget import AutoBudget
+from app.screen_text.plan_words import decode_correction
+from app.screen_text.units import format_bytes
+from app.screen_text.vram_overview import vram_overview
 from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.machine.gpu_probe import probe_gpus

@@ -1,6 +1,6 @@
 """The VRAM panel: the budget slider, how the budget is spent, and what the plan predicts.
 
-Under the bar the plan is said in plain words (app.plan_words: what the GPU holds,
+Under the bar the plan is said in plain words (app.screen_text.plan_words: what the GPU holds,
 what the CPU computes, what crosses PCIe, where the KV cache is), and beside the
 prediction the last reply's measured speed, which the chat sets after each reply.
 
@@ -33,8 +33,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.units import format_bytes, speed_text
-from app.vram_overview import BATCH_SEQUENCES, VramOverview
+from app.screen_text.units import format_bytes, speed_text
+from app.screen_text.vram_overview import BATCH_SEQUENCES, VramOverview
 
 RELEASE_DEBOUNCE_MS = 300
 UNKNOWN_LAYERS = 999  # the count's top before the model's blocks are known (llama.cpp clamps)
@@ -184,8 +184,8 @@ class VramPanel(QWidget):
         self._show_placement(view)
 
     def show_last_speed(self, text: str) -> None:
-        """The last reply's measured speed (app.plan_words.speed_against_plan), kept across
-        the once-a-second refresh until the next reply replaces it."""
+        """The last reply's measured speed (app.screen_text.plan_words.speed_against_plan),
+        kept across the once-a-second refresh until the next reply replaces it."""
         self.last_speed.setText(text or "–")
 
     def placement_text(self) -> str:

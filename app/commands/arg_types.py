@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.units import parse_size
+from app.screen_text.units import parse_size
 from engine.errors import BadInputError
 from engine.model.prompt_format import check_format_name
 

@@ -17,7 +17,7 @@ from app.commands.arg_types import (
     size,
 )
 from app.commands.sampling_options import add_sampling_options, sampling_from
-from app.load_planning import LoadRequest, stored_profile
+from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.stores.model_library import projector_for, prompt_format_for
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings

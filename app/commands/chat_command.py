@@ -28,11 +28,11 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
-from app.load_planning import PlannedLoad, planned_load, with_vision
+from app.model_lifecycle.load_planning import PlannedLoad, planned_load, with_vision
+from app.screen_text.units import speed_text
 from app.stop_signals import on_ctrl_c
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import projector_for
-from app.units import speed_text
 from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
 from engine.generation.sampling import SamplingSettings

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.units import format_bytes
+from app.screen_text.units import format_bytes
 from engine.llama import backends
 from engine.llama.ggml_devices import GgmlDevice, offload_devices, probe_devices
 from engine.machine.hardware import llama_build_id

@@ -6,8 +6,8 @@ import argparse
 import json
 
 from app.commands.devices_report import run_devices
+from app.screen_text.units import format_bytes, format_count
 from app.stores.model_library import prompt_format_for
-from app.units import format_bytes, format_count
 from engine.errors import BadInputError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory

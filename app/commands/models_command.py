@@ -28,9 +28,9 @@ from pathlib import Path
 from app.commands.models_hub_command import add_pull, add_search, add_show, add_token
 from app.hub.hub_settings import models_dir, set_models_dir
 from app.hub.local_caches import hf_cache_dir, lmstudio_dirs, model_files_in
+from app.screen_text.units import format_bytes
 from app.stores.hub_store import UNFINISHED, HubStore
 from app.stores.model_library import ModelEntry, ModelLibrary
-from app.units import format_bytes
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)

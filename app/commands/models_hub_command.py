@@ -31,7 +31,7 @@ from app.hub.remote_plans import (
     predict_quants,
     recommended,
 )
-from app.units import format_bytes, format_count, speed_text
+from app.screen_text.units import format_bytes, format_count, speed_text
 from engine.errors import BadInputError
 from engine.machine.profile import Profile
 

@@ -7,7 +7,7 @@ is the machine's own: all of a described machine's GPU, or what other programs
 leave free on this one.
 
 The text speaks to someone choosing a model, so it leads with what runs where and
-how fast (app.plan_words); llama.cpp's own terms (buffer placement, n_ubatch, the
+how fast (app.screen_text.plan_words); llama.cpp's own terms (buffer placement, n_ubatch, the
 cost of each step size) follow only with --details.
 """
 
@@ -18,11 +18,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from app.auto_budget import AutoBudget
 from app.commands.arg_types import positive_int, size
 from app.machine_profile import this_machine_profile
-from app.plan_words import plan_details, plan_in_words
-from app.units import format_bytes, speed_text
+from app.model_lifecycle.auto_budget import AutoBudget
+from app.screen_text.plan_words import plan_details, plan_in_words
+from app.screen_text.units import format_bytes, speed_text
 from engine.errors import BadInputError
 from engine.machine.described_machines import described_names, load_described
 from engine.machine.gpu_probe import probe_gpus

@@ -17,10 +17,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.machine_profile import this_machine_profile
-from app.profile_summary import render_profile
 from app.profiling_job import too_busy_message
+from app.screen_text.profile_summary import render_profile
+from app.screen_text.units import format_bytes
 from app.stores.profile_store import ProfileStore
-from app.units import format_bytes
 from engine.errors import BadInputError, ShardChatError
 from engine.machine.hardware import probe_hardware
 from engine.machine.hardware_info import HardwareInfo

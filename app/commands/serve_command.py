@@ -20,7 +20,7 @@ from pathlib import Path
 from app.api.server import DEFAULT_PORT, ApiServer, ServerConfig
 from app.commands.arg_types import add_prompt_format_option, positive_int, size
 from app.events import EngineEvent, ModelLoaded, RequestFailed
-from app.load_planning import ContextShape, LoadRequest, stored_profile
+from app.model_lifecycle.load_planning import ContextShape, LoadRequest, stored_profile
 from app.stop_signals import EXIT_INTERRUPTED, POLL_S, StopSignals, exit_now, run_on_thread
 from app.worker import EngineWorker
 from engine.errors import BadInputError

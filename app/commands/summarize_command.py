@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from app.commands.arg_types import add_prompt_format_option, positive_int
 from app.commands.sampling_options import add_sampling_options, sampling_from
-from app.load_planning import planned_load, stored_profile
+from app.model_lifecycle.load_planning import planned_load, stored_profile
+from app.screen_text.units import speed_text
 from app.stop_signals import EXIT_INTERRUPTED, StopSignals, run_on_thread
 from app.stores.model_library import prompt_format_for
 from app.summaries.document_scan import checked_folder
@@ -30,7 +31,6 @@ from app.summaries.summary_job import (
     SummarySettings,
 )
 from app.summaries.summary_prompts import DEFAULT_MAX_WORDS
-from app.units import speed_text
 from engine.cancel import CancelToken
 from engine.generation.sampling import SUMMARY_SAMPLING
 from engine.model.default_model import default_model_path

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.events import ModelLoaded, PromptFormatChosen, RequestFailed
-from app.load_planning import LoadRequest, PlannedLoad
+from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from engine.machine.profile import Profile
 from engine.planning.plan import Plan
 

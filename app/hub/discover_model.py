@@ -34,14 +34,14 @@ from app.hub.remote_plans import (
     predict_quants,
     recommended,
 )
-from app.stores.hub_store import CANCELLED, DONE, FAILED, PAUSED, QUEUED, RUNNING, Download
-from app.units import (
+from app.screen_text.units import (
     format_bytes,
     format_count,
     format_duration,
     seconds_range_text,
     speed_range_text,
 )
+from app.stores.hub_store import CANCELLED, DONE, FAILED, PAUSED, QUEUED, RUNNING, Download
 from engine.machine.profile import Profile
 from engine.model.model_naming import readable_model_name
 from engine.planning.prediction_range import sureness

@@ -38,7 +38,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from app.hub.hub_errors import HubError
 from app.hub.remote_file import RemoteFileRef
 from app.hub.remote_header import check_status
-from app.units import format_bytes
+from app.screen_text.units import format_bytes
 from engine.errors import ShardChatError
 
 log = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ from app.hub.file_transfer import (
 )
 from app.hub.gguf_files import RemoteModel
 from app.hub.remote_file import RemoteFileRef
+from app.screen_text.units import format_bytes
 from app.stores.hub_store import (
     CANCELLED,
     DONE,
@@ -47,7 +48,6 @@ from app.stores.hub_store import (
     HubStore,
 )
 from app.stores.model_library import ModelLibrary
-from app.units import format_bytes
 from engine.errors import BadInputError, ShardChatError
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PROMPT_TOKENS = 512
 READABLE_TOKENS_PER_S = 5.0  # below this, people stop reading along and wait
 HOST_RESERVE_BYTES = 2 << 30  # what the OS and the app itself keep of RAM
-GPU_RESERVE_BYTES = 512 << 20  # as app.auto_budget leaves for the desktop
+GPU_RESERVE_BYTES = 512 << 20  # as app.model_lifecycle.auto_budget leaves for the desktop
 Q4_BITS_PER_WEIGHT = 4.85  # Q4_K_M's average, embeddings and 6-bit layers included
 
 

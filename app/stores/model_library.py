@@ -37,13 +37,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from app.model_summary import kind_label
 from app.paths import app_paths
 from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
 from app.stores.sqlite_migrations import apply_migrations
 from engine.errors import BadInputError, ModelFileError
 from engine.model.default_model import default_model_path
-from engine.model.inventory import read_inventory
+from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.model_naming import readable_model_name
 from engine.model.prompt_format import AUTO, check_format_name
 
@@ -96,7 +95,7 @@ class ModelEntry:
     path: Path  # absolute and normalised (links kept: see _resolved)
     name: str  # the file's name without .gguf: what people recognise
     architecture: str
-    kind: str  # "dense", "MoE 128×8" (app.model_summary.kind_label)
+    kind: str  # "dense", "MoE 128×8" (kind_label)
     mmproj_path: Path | None
     is_default: bool  # the user's choice (the built-in when none is stored)
     builtin: bool
@@ -482,3 +481,16 @@ def _set_up(conn: sqlite3.Connection) -> None:
     use_wal(conn)
     apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
     conn.execute(_SELECT + " LIMIT 0")
+
+
+def kind_label(inventory: ModelInventory) -> str:
+    """Dense, "MoE 128×8" (experts × used per token, "+1 shared") or "vision projector"."""
+    if inventory.is_vision_projector:
+        kind = inventory.projector_type
+        return f"vision projector ({kind})" if kind else "vision projector"
+    if not inventory.is_moe:
+        return "dense"
+    label = f"MoE {inventory.expert_count}×{inventory.expert_used_count}"
+    if inventory.expert_shared_count:
+        label += f" +{inventory.expert_shared_count} shared"
+    return label

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.screen_text.units import speed_text
 from app.stores.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord
 from app.summaries.document_scan import FolderScan, default_output_folder
 from app.summaries.summary_output import summary_path
-from app.units import speed_text
 from engine.errors import BadInputError
 
 if TYPE_CHECKING:  # app.summaries.summary_job pulls in llama.cpp; the panel must not

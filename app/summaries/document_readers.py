@@ -25,7 +25,7 @@ from app.readers.extraction import Extracted, UnreadableDocument
 from app.readers.html_text import html_text
 from app.readers.pdf_text import pdf_text
 from app.readers.text_decoding import decode_text
-from app.units import format_bytes
+from app.screen_text.units import format_bytes
 
 __all__ = ["DEFAULT_MAX_BYTES", "Document", "UnreadableDocument", "document_kind", "read_document"]
 

@@ -19,7 +19,7 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
-from app.load_planning import ContextShape, LoadRequest
+from app.model_lifecycle.load_planning import ContextShape, LoadRequest
 from app.worker import EngineWorker
 
 FINAL = (ReplyFinished, JobFinished, RequestFailed, ConversationStarted)

@@ -19,7 +19,7 @@ from app.conversation.chat_state import (
 )
 from app.conversation.model_status import LOADING_LABEL, NO_MODEL_LABEL, ModelStatus
 from app.events import ModelLoaded, ReplyFinished, RequestFailed
-from app.load_planning import LoadRequest
+from app.model_lifecycle.load_planning import LoadRequest
 from app.stores.chat_store import ChatStore
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import FinishReason, GenerationStats

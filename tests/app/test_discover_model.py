@@ -32,14 +32,14 @@ from app.hub.discover_model import (
 from app.hub.hub_settings import models_dir
 from app.hub.model_download import DownloadProgress, start_or_resume
 from app.hub.remote_plans import QuantReading, read_quants
-from app.stores.hub_store import DONE, FAILED, PAUSED, QUEUED, RUNNING, HubStore
-from app.units import (
+from app.screen_text.units import (
     format_duration,
     seconds_range_text,
     seconds_text,
     speed_range_text,
     speed_text,
 )
+from app.stores.hub_store import DONE, FAILED, PAUSED, QUEUED, RUNNING, HubStore
 from engine.machine.calibration import kind_error, machine_kind
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile

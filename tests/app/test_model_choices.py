@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.model_choices import PickerEntry, model_bytes, picker_entries
+from app.screen_text.model_choices import PickerEntry, model_bytes, picker_entries
+from app.screen_text.units import format_bytes
 from app.stores.model_library import ModelLibrary
-from app.units import format_bytes
 from engine.vision.synthetic import language_model_for, write_synthetic_vlm
 
 DEFAULT_NAME = "SmolLM2 135M Instruct · Q4_1"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.model_summary import SizeShare, kind_label, quant_text, summarize
 from app.paths import app_paths
-from app.stores.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary
+from app.screen_text.model_summary import SizeShare, quant_text, summarize
+from app.stores.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary, kind_label
 from engine.errors import BadInputError, ModelFileError
 from engine.model.inventory import read_inventory
 
@@ -301,7 +301,7 @@ def test_a_damaged_list_file_is_moved_aside_and_a_fresh_list_starts(place_model)
         assert len(lib.models()) == 2
 
 
-# -- what the manager shows (app.model_summary) ------------------------------------------------
+# -- what the manager shows (app.screen_text.model_summary) -------------------------------
 
 
 def test_summary_of_a_dense_model(default_model_file: Path) -> None:

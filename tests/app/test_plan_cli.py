@@ -15,8 +15,8 @@ from cli_run import CliRun
 
 from app.cli import main
 from app.commands.plan_command import load_profile_for_planning
-from app.load_planning import stored_profile
-from app.units import parse_size
+from app.model_lifecycle.load_planning import stored_profile
+from app.screen_text.units import parse_size
 from engine.errors import BadInputError
 from engine.machine.described_machines import described_names
 from engine.model.default_model import default_model_path

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.plan_words import (
+from app.screen_text.plan_words import (
     NOT_PROFILED_DETAILS,
     NOT_PROFILED_WORDS,
     TOO_SHORT,
@@ -22,8 +22,8 @@ from app.plan_words import (
     predicted_decode_tps,
     speed_against_plan,
 )
-from app.units import format_bytes, speed_text
-from app.vram_overview import vram_overview
+from app.screen_text.units import format_bytes, speed_text
+from app.screen_text.vram_overview import vram_overview
 from engine.llama import offload_boundary
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from app.plan_words import (
+from app.screen_text.plan_words import (
     correction_words,
     decode_correction,
     predicted_decode_tps,
     speed_against_plan,
 )
-from app.units import speed_text
-from app.vram_overview import vram_overview
+from app.screen_text.units import speed_text
+from app.screen_text.vram_overview import vram_overview
 from engine.machine.calibration import CPU_KIND, kind_error
 from engine.model.inventory import read_inventory
 from engine.planning.plan import Plan, PlanFamily, PlanRequest

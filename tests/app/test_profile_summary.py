@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.profile_summary import (
+from app.screen_text.profile_summary import (
     backend_text,
     budget_text,
     gpu_rows,
@@ -21,7 +21,7 @@ from app.profile_summary import (
     suggested_budget_bytes,
     time_left_text,
 )
-from app.units import format_duration
+from app.screen_text.units import format_duration
 from engine.machine.calibration import kind_error
 from engine.machine.described_machines import load_described
 from engine.machine.gpu_probe import NO_GPU_FOUND

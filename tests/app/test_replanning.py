@@ -12,7 +12,6 @@ import pytest
 from PIL import Image
 
 import engine.planning.execution as plan_execution
-from app.auto_budget import AutoBudget
 from app.events import (
     FINAL_EVENTS,
     ModelLoaded,
@@ -21,7 +20,8 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
-from app.load_planning import LoadRequest
+from app.model_lifecycle.auto_budget import AutoBudget
+from app.model_lifecycle.load_planning import LoadRequest
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams

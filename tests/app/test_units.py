@@ -1,10 +1,11 @@
-"""Speeds and durations as every screen and the CLI say them: one way each (app.units)."""
+"""Speeds and durations as every screen and the CLI say them: one way each
+(app.screen_text.units)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.units import format_duration, speed_text
+from app.screen_text.units import format_duration, speed_text
 
 
 @pytest.mark.parametrize(

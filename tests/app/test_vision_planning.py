@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.commands.plan_command import load_profile_for_planning
-from app.load_planning import LoadRequest
-from app.vision_planning import planned_vision
+from app.model_lifecycle.load_planning import LoadRequest
+from app.model_lifecycle.vision_planning import planned_vision
 from engine.errors import BadInputError
 from engine.model.inventory import read_inventory
 from engine.planning.plan import PlanRequest

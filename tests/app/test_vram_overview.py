@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.vram_overview import BATCH_SEQUENCES, NO_PLAN, vram_overview
+from app.screen_text.vram_overview import BATCH_SEQUENCES, NO_PLAN, vram_overview
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware, load_described
 from engine.model.inventory import read_inventory

@@ -21,7 +21,7 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
-from app.load_planning import LoadRequest
+from app.model_lifecycle.load_planning import LoadRequest
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.generation.stats import FinishReason

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from app.load_planning import PlannedLoad
+from app.model_lifecycle.load_planning import PlannedLoad
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY

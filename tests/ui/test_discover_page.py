@@ -32,9 +32,9 @@ from app.hub.discover_model import (
 from app.hub.file_transfer import TransferPolicy
 from app.hub.hub_settings import hub_token, models_dir
 from app.hub.model_download import model_folder, start_or_resume
+from app.screen_text.units import format_bytes
 from app.stores.hub_store import DONE, PAUSED, RUNNING, HubStore
 from app.stores.model_library import ModelLibrary
-from app.units import format_bytes
 from engine.generation.sampling import GREEDY
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile

@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtCore import QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 
-from app.job_overview import list_jobs
 from app.paths import app_paths
+from app.screen_text.job_overview import list_jobs
 from app.stores.job_store import DONE, FAILED, FileRecord, JobStore
 from ui.jobs_view import NO_JOBS, PROGRESS, STATUS, JobsView
 from ui.main_window import MainWindow

@@ -16,8 +16,8 @@ import pytest
 from PySide6.QtCore import QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 
-from app.about import about_facts
 from app.paths import app_paths
+from app.screen_text.about import about_facts
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import ModelLibrary
 from engine.generation.stats import FinishReason, GenerationStats

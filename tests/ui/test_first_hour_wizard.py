@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QDialog, QWizard
 
 from app.hub.discover_model import DiscoverModel
 from app.hub.file_transfer import TransferPolicy
-from app.profile_summary import time_left_text
+from app.screen_text.profile_summary import time_left_text
 from app.stores.model_library import ModelLibrary
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.load_planning import PlannedLoad
-from app.plan_words import NOT_PROFILED_WORDS, plan_in_words
+from app.model_lifecycle.load_planning import PlannedLoad
+from app.screen_text.plan_words import NOT_PROFILED_WORDS, plan_in_words
 from app.stores.chat_store import ChatStore
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY

@@ -15,7 +15,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from app.model_choices import PickerEntry, picker_entries
+from app.screen_text.model_choices import PickerEntry, picker_entries
 from app.stores.model_library import ModelLibrary
 from engine.vision.synthetic import language_model_for, write_synthetic_vlm
 from ui.model_picker import MANAGE_TEXT, ModelPicker

@@ -21,7 +21,7 @@ from PySide6.QtGui import QGuiApplication
 from app.api.api_streams import model_id
 from app.api.server import ServerState
 from app.paths import app_paths
-from app.server_view import (
+from app.screen_text.server_view import (
     ServerPhase,
     ServerSettings,
     ServerView,
@@ -33,7 +33,7 @@ from app.server_view import (
     stopped,
     with_state,
 )
-from app.units import speed_text
+from app.screen_text.units import speed_text
 from engine.errors import BadInputError
 from tests.ui.test_desktop import TIMEOUT_MS, send
 from ui.desktop import Desktop

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 import engine.planning.execution as plan_execution
-from app.plan_words import (
+from app.screen_text.plan_words import (
     NOT_PROFILED_DETAILS,
     decode_correction,
     plan_details,
     predicted_decode_tps,
     speed_against_plan,
 )
+from app.screen_text.units import format_bytes, speed_text
+from app.screen_text.vram_overview import vram_overview
 from app.stores.profile_store import ProfileStore, model_key
-from app.units import format_bytes, speed_text
-from app.vram_overview import vram_overview
 from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from app.auto_budget import AutoBudget, first_gpu
 from app.machine_profile import this_machine_profile
-from app.vision_planning import VisionChoice, planned_vision
+from app.model_lifecycle.auto_budget import AutoBudget, first_gpu
+from app.model_lifecycle.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
 from engine.llama.load_params import DEFAULT_PARALLEL, DEFAULT_SHARED_CELLS, LoadParams
 from engine.machine.gpu_probe import probe_gpus

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from app.plan_words import correction_words, plan_details, predicted_decode_tps
-from app.profile_summary import backend_text
-from app.units import format_bytes, speed_text
+from app.screen_text.plan_words import correction_words, plan_details, predicted_decode_tps
+from app.screen_text.profile_summary import backend_text
+from app.screen_text.units import format_bytes, speed_text
 from engine.machine.calibration import CPU_KIND, kind_error
 from engine.machine.hardware_info import GpuInfo
 from engine.planning.plan import Plan
@@ -58,13 +58,15 @@ class VramOverview:
     n_layer: int | None = None
     is_moe: bool | None = None
     placement_comparison: str = ""
-    # What sits where, in plain words (app.plan_words): the GPU, the CPU, PCIe, the KV cache.
+    # What sits where, in plain words (app.screen_text.plan_words): the GPU, the CPU, PCIe,
+    # the KV cache.
     plan_details: tuple[str, ...] = ()
     # The batch row: BATCH_SEQUENCES side by side, or the local API server's slots while
     # it serves, since those are the sequences that then decode together.
     batch_label: str = f"Batch ({BATCH_SEQUENCES})"
     # How the chat figure was corrected by what the model's steps taught the cost model
-    # (app.plan_words.correction_words: "corrected from 31 after 400 steps"); empty: not yet.
+    # (app.screen_text.plan_words.correction_words: "corrected from 31 after 400 steps");
+    # empty: not yet.
     chat_correction: str = ""
 
     @property

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.screen_text.units import format_bytes
 from app.stores.model_library import ModelEntry, ModelLibrary, is_projector_name
-from app.units import format_bytes
 from engine.model.model_naming import SEPARATOR, readable_model_name, split_parts
 
 SEES_IMAGES = "sees images"

@@ -8,8 +8,8 @@ so each front end lays them out its own way.
 
 from __future__ import annotations
 
-from app.auto_budget import AutoBudget
-from app.units import format_bytes, format_duration
+from app.model_lifecycle.auto_budget import AutoBudget
+from app.screen_text.units import format_bytes, format_duration
 from engine.machine.gpu_probe import NO_GPU_FOUND
 from engine.machine.hardware_info import GpuInfo, HardwareInfo
 from engine.machine.profile import KernelShape, Profile, Quietness

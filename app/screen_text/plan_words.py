@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.units import format_bytes, speed_text
+from app.screen_text.units import format_bytes, speed_text
 from engine.model.inventory import SubLayerKind
 from engine.planning.execution import executable_plan
 from engine.planning.plan import NEVER_OFFLOAD, FamilyEstimate, Plan, PlanFamily

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from app.load_planning import PlannedLoad, with_vision
+from app.model_lifecycle.load_planning import PlannedLoad, with_vision
 from app.stores.profile_store import ProfileStore, model_key
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.units import format_bytes, format_count
+from app.screen_text.units import format_bytes, format_count
+from app.stores.model_library import kind_label
 from engine.model.inventory import ModelInventory, SubLayerKind
 
 # How each sub-layer kind is named to a person; one table, in SubLayerKind's order.
@@ -99,19 +100,6 @@ def summarize(inventory: ModelInventory) -> ModelSummary:
             ((SUBLAYER_LABELS[kind], n) for kind, n in inventory.bytes_by_kind().items()), total
         ),
     )
-
-
-def kind_label(inventory: ModelInventory) -> str:
-    """Dense, "MoE 128×8" (experts × used per token, "+1 shared") or "vision projector"."""
-    if inventory.is_vision_projector:
-        kind = inventory.projector_type
-        return f"vision projector ({kind})" if kind else "vision projector"
-    if not inventory.is_moe:
-        return "dense"
-    label = f"MoE {inventory.expert_count}×{inventory.expert_used_count}"
-    if inventory.expert_shared_count:
-        label += f" +{inventory.expert_shared_count} shared"
-    return label
 
 
 def context_text(context_length: int | None) -> str:
