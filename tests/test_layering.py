@@ -73,6 +73,11 @@ BREACHES = {
         {"layers", "core-without-qt"},
     ),
     "ui imports llama_cpp": ("ui/message_html.py", "import llama_cpp\n", {"ui-without-llama"}),
+    "app imports llama_cpp": (
+        "app/api/api_streams.py",
+        "import llama_cpp\n",
+        {"app-without-llama"},
+    ),
     "an engine package imports one of its own layer": (
         "engine/llama/offload_boundary.py",
         "from engine.model import gguf_file\n",

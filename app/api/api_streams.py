@@ -17,11 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp
-
 from app.api.api_errors import ApiError, bad_request, not_found, server_error
 from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit, prepare
 from engine.errors import BadInputError, ShardChatError
+from engine.llama.vocabulary import longest_token_bytes
 from engine.model.model_naming import readable_model_name
 from engine.runtime.loaded_model import LoadedModel
 from engine.serving.stream_pool import PoolEntry, StreamPool
@@ -132,7 +131,7 @@ class ApiStreams:
             context_length=trained or 0,
             vision=model.vision is not None,
             created=int(Path(path).stat().st_mtime) if Path(path).exists() else 0,
-            longest_token_bytes=_longest_token_bytes(model),
+            longest_token_bytes=longest_token_bytes(model.handle.vocab),
         )
 
     def advance(self, model: LoadedModel | None, may_switch: bool = False) -> None:
@@ -273,18 +272,3 @@ class ApiStreams:
                 "server_error", "no_memory",
             )  # fmt: skip
         return pool
-
-
-def _longest_token_bytes(model: LoadedModel) -> int:
-    """The most bytes of text one token stands for, so the server can tell a prompt too long
-    for the context from its length alone. A token's stored text is never shorter than the
-    text it decodes to (byte-level BPE writes a byte as one or two bytes, SentencePiece a
-    space as three), so this bounds it from above; about 0.3 s per 100k tokens, once per load."""
-    vocab = model.handle.vocab
-    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_NONE:
-        return 0
-    count = llama_cpp.llama_vocab_n_tokens(vocab)
-    return max(
-        (len(llama_cpp.llama_vocab_get_text(vocab, token) or b"") for token in range(count)),
-        default=0,
-    )
