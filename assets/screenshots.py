@@ -159,7 +159,7 @@ def image_question() -> Path:
 
     from app.stores.model_library import ModelLibrary
     from engine.generation.sampling import SamplingSettings
-    from engine.vision.synthetic import write_synthetic_vlm
+    from tests.synthetic_vision import write_synthetic_vlm
     from ui.desktop import Desktop
     from ui.image_attachments import load_image_file
 

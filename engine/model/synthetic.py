@@ -19,7 +19,7 @@ tokenize and template prompts like a real one (vocabulary of 49152 tokens).
 model's tokenizer adds its image markers.
 
 Besides the text architectures, ``qwen2vl`` (Qwen2-VL and Qwen2.5-VL's language
-model) is written for the projectors of ``engine.vision.synthetic``: Qwen2 blocks
+model) is written for the projectors of ``tests.synthetic_vision``: Qwen2 blocks
 (q/k/v biases) whose M-RoPE splits each head's rotary pairs into time, height and
 width sections (``rope.dimension_sections``).
 

@@ -31,7 +31,7 @@ from PIL import Image
 from app.api.engine_calls import ApiEvent, ApiFailed, ApiFinished, ApiJob
 from app.api.openai_request import parse_chat
 from engine.generation.prompt_pieces import TextRun
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vision import write_synthetic_vlm
 
 API_KEY = "sk-robustness"
 TIMEOUT = 30  # seconds: a request that hangs fails its test instead of stalling the suite

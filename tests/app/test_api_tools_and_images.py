@@ -19,7 +19,7 @@ import pytest
 from api_server_fixtures import Serving, start_serving
 from PIL import Image
 
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vision import write_synthetic_vlm
 
 TOOLS_TEMPLATE = (
     "{%- if tools %}<|im_start|>system\nYou may call functions.\n<tools>"

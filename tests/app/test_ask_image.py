@@ -9,7 +9,7 @@ from cli_run import CliRun
 from PIL import Image
 from test_cli import assert_one_line_error  # the CLI test helpers, same folder
 
-from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+from tests.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 
 @pytest.fixture(scope="module")

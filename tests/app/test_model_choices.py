@@ -10,7 +10,7 @@ import pytest
 from app.screen_text.model_choices import PickerEntry, model_bytes, picker_entries
 from app.screen_text.units import format_bytes
 from app.stores.model_library import ModelLibrary
-from engine.vision.synthetic import language_model_for, write_synthetic_vlm
+from tests.synthetic_vision import language_model_for, write_synthetic_vlm
 
 DEFAULT_NAME = "SmolLM2 135M Instruct · Q4_1"
 

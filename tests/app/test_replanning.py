@@ -38,8 +38,8 @@ from engine.planning.placement_choice import PlacementChoice, load_params_for_pl
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.vision.projector import QWEN25_VL_7B
-from engine.vision.shape_only_projector import write_shape_only_projector
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.shape_only_projector import write_shape_only_projector
+from tests.synthetic_vision import write_synthetic_vlm
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "profile-epyc-2core-fast.json"
 SHORT = GREEDY.with_changes(max_tokens=8)

@@ -29,7 +29,7 @@ from app.stores.chat_store import ChatStore
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
 from engine.model.default_model import default_model_path
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vision import write_synthetic_vlm
 
 # one thread: llama.cpp's spinning threads crawl on a machine busy with other tests
 SHORT = ("chat", "--threads", "1", "--temperature", "0", "--max-tokens", "8", "--ctx", "512")

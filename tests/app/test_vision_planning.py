@@ -14,8 +14,8 @@ from engine.model.inventory import read_inventory
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.vision.projector import QWEN25_VL_7B
-from engine.vision.shape_only_projector import write_shape_only_projector
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.shape_only_projector import write_shape_only_projector
+from tests.synthetic_vision import write_synthetic_vlm
 
 
 @pytest.fixture(scope="module")

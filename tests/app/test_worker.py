@@ -27,7 +27,7 @@ from engine.generation.sampling import GREEDY
 from engine.generation.stats import FinishReason
 from engine.llama.load_params import LoadParams
 from engine.model.image_input import ImageFile
-from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+from tests.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 TIMEOUT_S = 60
 

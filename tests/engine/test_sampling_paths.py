@@ -25,7 +25,7 @@ from engine.model.image_input import ImageFile
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.runtime import attach_projector
-from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector
+from tests.synthetic_vision import ProjectorSpec, write_synthetic_projector
 
 N_CTX = 1024
 QUESTION = "List the days of the week."

@@ -34,7 +34,7 @@ from engine.model.chat_template import ChatMessage
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.runtime import attach_projector
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vision import write_synthetic_vlm
 
 N_CTX = 512
 REPLY = GREEDY.with_changes(max_tokens=24)

@@ -19,7 +19,7 @@ from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_metadata import mrope_sections
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.loaded_model import LoadedModel, load_model
-from engine.vision.synthetic import (
+from tests.synthetic_vision import (
     ProjectorSpec,
     language_model_for,
     write_synthetic_projector,

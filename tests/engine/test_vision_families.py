@@ -32,7 +32,7 @@ from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.options import VisionOptions
 from engine.vision.runtime import VisionRuntime, attach_projector
-from engine.vision.synthetic import (
+from tests.synthetic_vision import (
     ProjectorSpec,
     language_model_for,
     write_synthetic_projector,

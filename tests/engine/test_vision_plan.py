@@ -32,7 +32,7 @@ from engine.vision.options import NO_TOKEN_LIMIT
 from engine.vision.plan import plan_vision
 from engine.vision.plan_choice import ResidentSet
 from engine.vision.projector import QWEN25_VL_7B, ProjectorFacts, Resolution, projector_facts
-from engine.vision.shape_only_projector import write_shape_only_projector
+from tests.shape_only_projector import write_shape_only_projector
 
 GIB, MIB = 1 << 30, 1 << 20
 QWEN25_VL_7B_TEXT = SyntheticSpec(

@@ -24,7 +24,7 @@ from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.options import VisionOptions
 from engine.vision.runtime import attach_projector
-from engine.vision.synthetic import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
+from tests.synthetic_vision import ProjectorSpec, write_synthetic_projector, write_synthetic_vlm
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=6)
 

@@ -18,7 +18,7 @@ from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import load_model
 from engine.vision.options import VisionOptions
 from engine.vision.runtime import attach_projector
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vision import write_synthetic_vlm
 
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=4)
 

@@ -42,7 +42,7 @@ from gguf.quants import quant_shape_to_byte_shape, quantize
 
 from engine.model.synthetic import shape_only_header, write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
-from engine.vision.synthetic import (
+from tests.synthetic_vision import (
     ProjectorSpec,
     language_model_for,
     write_synthetic_projector,

@@ -13,7 +13,7 @@ from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware
-from engine.vision.synthetic import write_synthetic_vlm
+from tests.synthetic_vision import write_synthetic_vlm
 from tests.synthetic_vocab import marker_vocabulary
 from ui.desktop import Desktop
 from ui.image_attachments import load_image_file
