@@ -38,6 +38,13 @@ def not_found(message: str, code: str = "model_not_found", param: str | None = N
     return ApiError(404, message, "invalid_request_error", code, param)
 
 
+def model_not_loaded(wanted: str, loaded: str | None) -> ApiError:
+    """A request named a model other than the one loaded: the server checks before it queues
+    the request and the worker again when it starts it (another request may have switched)."""
+    served = f"the loaded model is {loaded!r}" if loaded else "no model is loaded"
+    return not_found(f"the model {wanted!r} is not loaded; {served}", param="model")
+
+
 def server_error(message: str) -> ApiError:
     return ApiError(500, message, "server_error", "internal_error")
 

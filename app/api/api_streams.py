@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.api.api_errors import ApiError, bad_request, not_found, server_error
+from app.api.api_errors import ApiError, bad_request, model_not_loaded, server_error
 from app.api.engine_calls import ApiFailed, ApiJob, ServedJob, admit, prepare
 from engine.errors import BadInputError, ShardChatError
 from engine.llama.vocabulary import longest_token_bytes
@@ -240,7 +240,7 @@ class ApiStreams:
         assert job.switch_to is not None
         path, mmproj = job.switch_to
         if self.switch_model is None:
-            job.sink(ApiFailed(not_found(f"the model {job.call.model!r} is not loaded")))
+            job.sink(ApiFailed(self._not_loaded(job)))
             return None
         log.info("API: loading %s for %s", path, job.label)
         try:
@@ -249,19 +249,19 @@ class ApiStreams:
             job.sink(ApiFailed(ApiError(400, f"could not load {job.call.model!r}: {exc}")))
             return None
         if self._needs_switch(job):  # loaded, yet under another name: never load it again
-            job.sink(ApiFailed(not_found(f"the model {job.call.model!r} is not loaded")))
+            job.sink(ApiFailed(self._not_loaded(job)))
             return None
         return job
+
+    def _not_loaded(self, job: ApiJob) -> ApiError:
+        return model_not_loaded(job.call.model, self.model.id if self.model else None)
 
     def _require_model(self, job: ApiJob, model: LoadedModel | None) -> LoadedModel:
         served = self.model
         if model is None or served is None:
             raise ApiError(503, "no model is loaded", "server_error", "model_not_loaded")
         if not served.answers_to(job.call.model):
-            raise not_found(
-                f"the model {job.call.model!r} is not loaded; the loaded model is {served.id!r}",
-                param="model",
-            )
+            raise model_not_loaded(job.call.model, served.id)
         return model
 
     def _pool_of(self, model: LoadedModel) -> StreamPool:

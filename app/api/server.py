@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from app.api.api_errors import ApiError, bad_request, context_exceeded, not_found
+from app.api.api_errors import ApiError, bad_request, context_exceeded, model_not_loaded
 from app.api.api_streams import PoolShape, ServedModel, model_id
 from app.api.engine_calls import ApiEvent, ApiJob
 from app.api.middlewares import (
@@ -255,8 +255,7 @@ class ApiServer:
         entry = await self._switchable(wanted)
         if entry is not None:
             return web.json_response(_library_card(entry))
-        loaded = f"; the loaded model is {model.id!r}" if model else "; no model is loaded"
-        raise not_found(f"the model {wanted!r} is not loaded{loaded}")
+        raise model_not_loaded(wanted, model.id if model else None)
 
     def _slot_context(self, model: ServedModel) -> int:
         """The tokens one request may use: the slot's context, within the trained one."""
@@ -292,10 +291,7 @@ class ApiServer:
             raise ApiError(503, "no model is loaded", "server_error", "model_not_loaded")
         if entry is None and model is not None and not model.answers_to(call.model):
             if self.config.allow_model_switch:  # several models to choose from: none matched
-                raise not_found(
-                    f"the model {call.model!r} is not loaded; the loaded model is {model.id!r}",
-                    param="model",
-                )
+                raise model_not_loaded(call.model, model.id)
             # one model served: clients that send a fixed name get it, as llama-server does
             call = dataclasses.replace(call, model=model.id)
         if model is not None and entry is None:

@@ -53,8 +53,9 @@ def test_models_are_listed_and_an_unknown_one_is_404(serving: Serving) -> None:
     assert [m.id for m in listed.data] == [serving.model_id]
     assert (listed.data[0].model_extra or {})["meta"]["n_ctx_per_slot"] == 1024
     assert client.models.retrieve(serving.model_id).id == serving.model_id
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as refused:
         client.models.retrieve("no-such-model")
+    assert f"the loaded model is {serving.model_id!r}" in str(refused.value)
     # one model served: a client's fixed name gets it, named in the reply (as llama-server)
     served = client.chat.completions.create(model="gpt-4o", messages=QUESTION, max_tokens=1)
     assert served.model == serving.model_id
