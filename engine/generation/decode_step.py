@@ -18,3 +18,6 @@ class DecodeStep:
     n_past: int = 0  # the position of the step's first token (its attention's reach)
     n_outputs: int = 1  # tokens whose logits came back
     image: bool = False  # image embeddings, not tokens
+    # the sequences it carried: 0 the conversation, the others API clients and a job's
+    # documents, so a log shows which activities shared the step
+    sequences: tuple[int, ...] = ()

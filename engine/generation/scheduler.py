@@ -155,7 +155,7 @@ class Scheduler:
             self.context.clear()
             for offset, token in enumerate(tokens[start : start + self.context.n_batch]):
                 self.context.add(token, start + offset, seq_id, False)
-            if self._decode(self.context.n_tokens, 1, 0, abort) != DECODE_OK:
+            if self._decode(self.context.n_tokens, (seq_id,), 0, abort) != DECODE_OK:
                 self.context.forget(seq_id)
                 self._held[seq_id], self._end[seq_id] = [], 0
                 return False
@@ -217,7 +217,8 @@ class Scheduler:
         n_prompt = sum(len(c) for c in chunks.values())
         n_outputs = sum(1 for s in stepping if s.output_index is not None)
         abort = _any_cancelled(stepping) if n_prompt else None
-        code = self._decode(n_prompt, len(stepping), n_outputs, abort)
+        sequences = tuple(stream.seq_id for stream in stepping)
+        code = self._decode(n_prompt, sequences, n_outputs, abort)
         if chat is not None and chat.is_decoding and chat in stepping and code == DECODE_OK:
             assert self.last_step is not None
             self.budget.record(self.last_step.seconds, self.context.n_tokens - 1)
@@ -293,7 +294,7 @@ class Scheduler:
         aborted = code == DECODE_ABORTED
         step = DecodeStep(
             image.n_tokens, 1, self._tier(image.n_tokens), seconds, image.n_tokens, aborted,
-            stream.n_past, 0, image=True,
+            stream.n_past, 0, image=True, sequences=(stream.seq_id,),
         )  # fmt: skip
         self._record(step)
         if code != DECODE_OK:
@@ -315,7 +316,11 @@ class Scheduler:
                 self._release(stream)
 
     def _decode(
-        self, n_prompt: int, n_sequences: int, n_outputs: int, abort: Callable[[], bool] | None
+        self,
+        n_prompt: int,
+        sequences: tuple[int, ...],
+        n_outputs: int,
+        abort: Callable[[], bool] | None,
     ) -> int:
         n_tokens = self.context.n_tokens
         n_past = self.context.first_position()
@@ -323,8 +328,8 @@ class Scheduler:
         code = self.context.decode(abort)
         seconds = time.perf_counter() - started
         step = DecodeStep(
-            n_tokens, n_sequences, self._tier(n_tokens), seconds, n_prompt,
-            code == DECODE_ABORTED, n_past, n_outputs,
+            n_tokens, len(sequences), self._tier(n_tokens), seconds, n_prompt,
+            code == DECODE_ABORTED, n_past, n_outputs, sequences=sequences,
         )  # fmt: skip
         self._record(step)
         return code

@@ -46,6 +46,7 @@ class StepRecord:
     measured_ms: float
     model_ms: float  # the cost model's own prediction
     correction: Correction = Correction()
+    sequences: tuple[int, ...] = ()  # which sequences shared the step (DecodeStep.sequences)
 
     @property
     def key(self) -> CorrectionKey:
@@ -110,12 +111,13 @@ class StepLog:
             learned = self._corrections.learn(key, model_ms, measured_ms)
         record = StepRecord(
             n_tokens, n_past, key.tier, family, model_ms * applied.factor, measured_ms,
-            model_ms, learned,
+            model_ms, learned, step.sequences,
         )  # fmt: skip
         self.records.append(record)
         log.debug(
-            "llama_decode %d tokens -> tier %d -> %s: predicted %.2f ms, measured %.2f ms",
-            n_tokens, record.tier, family.value, record.predicted_ms, record.measured_ms,
+            "llama_decode %d tokens of sequences %s -> tier %d -> %s: predicted %.2f ms, "
+            "measured %.2f ms", n_tokens, ",".join(map(str, step.sequences)), record.tier,
+            family.value, record.predicted_ms, record.measured_ms,
         )  # fmt: skip
 
 

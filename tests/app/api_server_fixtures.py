@@ -21,6 +21,7 @@ from app.events import (
 )
 from app.model_lifecycle.load_planning import ContextShape, LoadRequest
 from app.worker import EngineWorker
+from engine.machine.profile import Profile
 
 FINAL = (ReplyFinished, JobFinished, RequestFailed, ConversationStarted)
 
@@ -72,16 +73,18 @@ def start_serving(
     n_ctx: int = 1024,
     n_slots: int = 4,
     n_ctx_per_slot: int = 1024,
+    profile: Profile | None = None,
     **config: object,
 ) -> Serving:
     """Load the model on a new worker, its context shaped for the server as `shardchat serve`
-    shapes it, and serve it on a free loopback port."""
+    shapes it, and serve it on a free loopback port. With a `profile` the load is planned,
+    and each reply carries the step log's records."""
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()
     settings = {"port": 0, "n_slots": n_slots, "n_ctx_per_slot": n_ctx_per_slot, **config}
     shape = ContextShape.for_server(n_slots, n_ctx_per_slot)
     request_id = worker.load_planned(
-        LoadRequest(model_path, n_ctx, None, None, mmproj, n_threads=2, shape=shape)
+        LoadRequest(model_path, n_ctx, profile, None, mmproj, n_threads=2, shape=shape)
     )
     while True:
         event = events.get(timeout=120)
