@@ -27,12 +27,12 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from app.api.api_errors import ApiError, bad_request, context_exceeded, model_not_loaded
-from app.api.api_streams import PoolShape, ServedModel, model_id
+from app.api.api_streams import ApiStreams, PoolShape, ServedModel, model_id
 from app.api.engine_calls import ApiEvent, ApiJob
 from app.api.middlewares import (
     auth_middleware,
@@ -46,8 +46,17 @@ from app.api.reply_writer import Outbox, write_stream, write_whole
 from app.stores.model_library import ModelEntry, ModelLibrary
 from engine.errors import BadInputError
 
-if TYPE_CHECKING:
-    from app.worker import EngineWorker
+
+class ApiEngine(Protocol):
+    """What the server needs of the engine worker (app.worker.EngineWorker): the API's side
+    of the loaded model, a way in for a prepared request, and a way to end them all."""
+
+    api: ApiStreams
+
+    def serve_api(self, job: ApiJob) -> None: ...
+
+    def close_api(self) -> None: ...
+
 
 log = logging.getLogger("shardchat.api")
 
@@ -113,7 +122,7 @@ class ApiServer:
 
     def __init__(
         self,
-        worker: EngineWorker,
+        worker: ApiEngine,
         config: ServerConfig,
         on_state: Callable[[ServerState], None] | None = None,
     ) -> None:
