@@ -21,5 +21,15 @@ class ContextOverflowError(BadInputError):
     """A single message that cannot fit the context window even on its own."""
 
 
+class PromptTooLong(BadInputError):
+    """A prompt that leaves no room for a reply in the window it would run in: the scheduler
+    refuses it at admission, and the API server before it queues it, by the same rule
+    (engine.generation.prompt_pieces.check_prompt_fits), in OpenAI's words."""
+
+    def __init__(self, size: int, room: int) -> None:
+        super().__init__(f"the prompt takes {size} tokens; the context holds {room}")
+        self.size, self.room = size, room
+
+
 class GenerationCancelled(ShardChatError):
     """Raised inside the engine when a cancel request stops a decode."""

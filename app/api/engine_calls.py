@@ -30,9 +30,9 @@ from app.api.tool_calls import (
     tool_call_grammar,
 )
 from engine.cancel import CancelToken
-from engine.errors import BadInputError
+from engine.errors import BadInputError, PromptTooLong
 from engine.generation.logprobs import TokenLogprob
-from engine.generation.prompt_pieces import Piece, TextRun
+from engine.generation.prompt_pieces import Piece, TextRun, check_prompt_fits, prompt_size
 from engine.generation.stats import FinishReason
 from engine.generation.stream import StreamRequest
 from engine.generation.thinking import ThinkingSplitter
@@ -199,12 +199,14 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
         prepared = prepare(call, model)
     pieces, prompt_text, stop = prepared.pieces, prepared.text, prepared.stop
     tool_format, grammar = prepared.tool_format, prepared.grammar
-    size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
+    size = prompt_size(pieces)
     if size == 0:  # nothing to evaluate, so nothing to sample from: it would never end
         raise bad_request("the prompt is empty", "prompt" if call.endpoint != "chat" else None)
     room = pool.n_ctx_per_slot
-    if size + 1 >= room:
-        raise context_exceeded(room, str(size), call.endpoint)
+    try:
+        check_prompt_fits(size, room)
+    except PromptTooLong as exc:
+        raise context_exceeded(exc.room, str(exc.size), call.endpoint) from exc
     request = StreamRequest(
         pieces, call.settings, stop, job.cancel, job.label,
         reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,

@@ -7,9 +7,12 @@ memory, so the encoder may be freed before the language model decodes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from engine.errors import PromptTooLong
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,15 @@ class TextRun:
 
 
 Piece = TextRun | EncodedImage
+
+
+def prompt_size(pieces: Iterable[TextRun | EncodedImage]) -> int:
+    """The tokens a prompt takes in the KV cache: its text tokens and its images' tokens."""
+    return sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
+
+
+def check_prompt_fits(size: int, room: int) -> None:
+    """A prompt of `size` tokens runs in a window of `room` only with room for one reply
+    token after it."""
+    if size + 1 >= room:
+        raise PromptTooLong(size, room)

@@ -40,7 +40,12 @@ from dataclasses import dataclass
 from engine.errors import BadInputError
 from engine.generation.decode_context import DECODE_ABORTED, DECODE_OK, DecodeContext
 from engine.generation.decode_step import DecodeStep
-from engine.generation.prompt_pieces import EncodedImage, TextRun
+from engine.generation.prompt_pieces import (
+    EncodedImage,
+    TextRun,
+    check_prompt_fits,
+    prompt_size,
+)
 from engine.generation.stats import FinishReason
 from engine.generation.step_budget import StepBudget
 from engine.generation.stream import Identity, Stream, StreamRequest, inside_image
@@ -110,10 +115,9 @@ class Scheduler:
         prompt (with `request.reuse_cache`) or, when it shares more, what `copy_from` holds."""
         if self.slots[seq_id] is not None:
             raise RuntimeError(f"sequence {seq_id} is busy")
-        size = sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in request.pieces)
+        size = prompt_size(request.pieces)
         room = min(self.room(seq_id), request.window or self.room(seq_id))
-        if size + 1 >= room:
-            raise BadInputError(f"the prompt takes {size} tokens; the context holds {room}")
+        check_prompt_fits(size, room)
         if not request.pieces or not isinstance(request.pieces[-1], TextRun):
             raise BadInputError("a prompt must end with text (the reply starts after it)")
         need = min(size + request.settings.max_tokens + 1, room)
