@@ -35,16 +35,13 @@ run kept, since on 2 cores a neighbour's load slows any server several fold.
     .venv/bin/python bench/api_throughput.py [--levels 1,4,16] [--threads 2] \
         [--servers shardchat,llama-server,llama-cpp-python] [--json results.json]
 
-Last run (default model, 2-core EPYC, 2 threads, quiet machine, 3.6 minutes in all):
-aggregate tokens/s and median TTFT in ms, ShardChat / llama-server / llama-cpp-python:
-
-    1 client     97.5 / 90.1 / 76.1 tok/s       57 /  57 /    65 ms
-    4 clients   139.2 / 129.1 / 54.2 tok/s     157 / 155 /  3632 ms
-    16 clients  150.9 / 150.7 / 54.7 tok/s    1271 / 673 / 16614 ms
-
-Replies were identical token for token across the three servers (32/32 per level).
-Two later runs of the same code gave ShardChat/llama-server 0.92x and 0.84x at 1 client,
-0.90x and 1.02x at 4, 1.07x and 1.11x at 16: on this shared machine one run is one sample.
+Last runs (default model, 2 cores, 2 threads, quiet machine, one-context engine),
+ShardChat against llama-server, two runs: tokens/s 0.99x and 1.12x at 1 client, 0.82x
+and 1.14x at 4, 0.94x and 0.89x at 16; median time to first token 1.07x and 0.97x,
+1.38x and 0.97x, 1.05x and 1.43x. One run, for example: 106.1 / 94.6, 160.7 / 140.9 and
+159.9 / 179.5 tokens/s. Since the shared KV pool, 2 to 5 of 32 replies per level are
+identical to llama-server's (all 32 with a context per activity); on this shared machine
+one run is one sample.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ each printed as aggregate tokens/s, the conversation's median and longest time
 between tokens, and how many of the 9 streams gave their solo run's tokens.
 
     .venv/bin/python bench/kv_layout.py [--threads 2] [--rounds 2]
+
+Last run (2026-12-03, quiet 2-core machine, before the step budget saved up for whole
+steps): unified 69.7 / 67.7 tok/s in 10,240 cells, a stream each 61.6 / 58.4 in 20,480;
+9 of 9 streams gave their solo tokens with a stream each, 0 of 9 unified.
 """
 
 from __future__ import annotations

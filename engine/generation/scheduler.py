@@ -268,11 +268,11 @@ class Scheduler:
         first), then prompts a few tokens at a time."""
         chat = self.slots[CONVERSATION]
         assert chat is not None
-        budget = self.budget.take()
         others = [s for s in stepping if s is not chat]
         decoding = sorted(
             (s for s in others if s.is_decoding), key=lambda s: -self._waited.get(s.seq_id, 0)
         )
+        budget = self.budget.take(len(decoding))
         riding = decoding[:budget]
         filling = [s for s in others if not s.is_decoding][: max(budget - len(riding), 0)]
         for stream in others:

@@ -139,3 +139,14 @@ def test_a_budget_under_one_token_lets_companions_ride_every_few_steps() -> None
     budget.tokens = 0.25
     granted = [budget.take() for _ in range(8)]
     assert sum(granted) == 2 and set(granted) == {0, 1}
+
+
+def test_the_budget_saves_up_to_carry_every_decoding_companion_in_one_step() -> None:
+    """Four companions decoding and a quarter token a step: one step in sixteen carries all
+    four, not one companion in every fourth step (on a CPU, a step's second token costs as
+    much as its first, and its fifth far less)."""
+    budget = StepBudget(most=511)
+    budget.record(0.010, companions=0)
+    budget.tokens = 0.25
+    granted = [budget.take(ready=4) for _ in range(32)]
+    assert granted.count(4) == 2 and set(granted) == {0, 4}
