@@ -115,9 +115,9 @@ class StepLog:
         )  # fmt: skip
         self.records.append(record)
         log.debug(
-            "llama_decode %d tokens of sequences %s -> tier %d -> %s: predicted %.2f ms, "
-            "measured %.2f ms", n_tokens, ",".join(map(str, step.sequences)), record.tier,
-            family.value, record.predicted_ms, record.measured_ms,
+            "llama_decode %d tokens -> tier %d -> %s (sequences %s): predicted %.2f ms, "
+            "measured %.2f ms", n_tokens, record.tier, family.value,
+            ",".join(map(str, step.sequences)), record.predicted_ms, record.measured_ms,
         )  # fmt: skip
 
 

@@ -237,3 +237,4 @@ def test_a_planned_job_sets_every_step_beside_the_plan(
     logged = [r.getMessage() for r in caplog.records if r.name == "shardchat.steps"]
     assert logged and all("predicted" in line and "measured" in line for line in logged)
     assert any("tokens -> tier" in line for line in logged)
+    assert any("(sequences 1,2)" in line for line in logged), logged  # both documents at once
