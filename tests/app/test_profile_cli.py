@@ -5,12 +5,14 @@ its measurement child is what is tested: then it is a process of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,13 +116,29 @@ def test_importing_a_bad_file_exits_2_with_one_line(
     assert "Traceback" not in done.stderr
 
 
+@contextlib.contextmanager
+def ctrl_c_as_a_terminal_gives_it() -> Iterator[None]:
+    """SIGINT neither ignored nor blocked while a command starts, as a shell starts it: an
+    ignored disposition and the blocked mask survive exec (a handler does not), and Python
+    then installs no KeyboardInterrupt, so a test process that ignored or blocked it would
+    pass that on. Set here, not in preexec_fn, which is unsafe beside other threads."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, handler)
+
+
 def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:
     """Start `profile --smoke` and return it with the first measurement child it spawns
     (not the hardware probe's child, which lists ggml's devices)."""
-    process = subprocess.Popen(
-        [SHARDCHAT, "profile", "--smoke"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+    with ctrl_c_as_a_terminal_gives_it():
+        process = subprocess.Popen(
+            [SHARDCHAT, "profile", "--smoke"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for child in psutil.Process(process.pid).children(recursive=True):
