@@ -95,12 +95,16 @@ class Faults:
                     return fault
         return None
 
-    def stall(self, sock: socket.socket) -> bool:
-        """Wait while stalled; True if released, False if the client left, the hub closed or
-        the time limit passed."""
-        deadline = time.monotonic() + STALL_LIMIT_S
+    def releases(self) -> int:
+        """How many times stalls were released so far: read it before sending the bytes a
+        stall follows, since a client that has them may release the stall at once."""
         with self._stalls:
-            generation = self._release_generation
+            return self._release_generation
+
+    def stall(self, sock: socket.socket, generation: int) -> bool:
+        """Wait until a release after `generation` (from `releases()`); True if released,
+        False if the client left, the hub closed or the time limit passed."""
+        deadline = time.monotonic() + STALL_LIMIT_S
         while time.monotonic() < deadline:
             with self._stalls:
                 if self._release_generation != generation:

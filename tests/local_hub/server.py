@@ -709,8 +709,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._stream(file, start, end, key)
             return
         stop = min(end, start + fault.n_bytes)
+        releases = self.hub.faults.releases()
         self._stream(file, start, stop, key)
-        if fault.kind == "stall" and self.hub.faults.stall(self.connection):
+        if fault.kind == "stall" and self.hub.faults.stall(self.connection, releases):
             self._stream(file, stop, end, key)
             return
         self._cut()
