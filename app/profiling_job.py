@@ -154,6 +154,8 @@ class ProfilingJob:
 
     def _outcome(self) -> ProfilingOutcome:
         try:
+            with ProfileStore(self._store_path):
+                pass  # a store that cannot be opened fails now, not after the measuring
             profile = self._measure()
             if not self._commit():
                 return ProfilingCancelled()

@@ -23,8 +23,8 @@ from cli_run import CliRun
 from app.profiling_job import KEEP_BUSY_VARIABLE
 from app.stores.profile_store import ProfileStore
 from engine.llama.ggml_devices import CHILD_LABEL
-from engine.machine.hardware import probe_hardware
-from engine.machine.profile import StepLoad
+from engine.machine.hardware import llama_build_id, probe_hardware
+from engine.machine.profile import Profile, StepLoad
 from engine.profiling.machine_load import machine_load
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
@@ -40,6 +40,16 @@ def keep_busy_profiles(monkeypatch) -> None:
 def stored_profiles() -> list:
     with ProfileStore() as store:
         return store.list()
+
+
+@pytest.fixture
+def earlier_profile(recorded_profile_here: Profile) -> Profile:
+    """A complete profile of this machine already in the store, as a finished earlier run
+    leaves it (saved, not measured again: the smoke run's own test measures one)."""
+    earlier = replace(recorded_profile_here, llama_build=llama_build_id())
+    with ProfileStore() as store:
+        store.save(earlier)
+    return earlier
 
 
 def test_smoke_profile_is_stored_and_shown_without_measuring(shardchat: CliRun) -> None:
@@ -94,14 +104,15 @@ def test_show_flags_a_profile_measured_on_a_busy_machine(
     assert "62% during dense Q4_0" in line and "profile again when the machine is quiet" in line
 
 
-def test_export_writes_the_stored_profile(tmp_path: Path, shardchat: CliRun) -> None:
-    assert shardchat("profile", "--smoke").returncode == 0
+def test_export_writes_the_stored_profile(
+    tmp_path: Path, shardchat: CliRun, earlier_profile: Profile
+) -> None:
     target = tmp_path / "mine.json"
     done = shardchat("profile", "--export", str(target))
     assert done.returncode == 0, done.stderr
     exported = json.loads(target.read_text())
     assert exported["fingerprint"] == probe_hardware().fingerprint()
-    assert exported["mode"] == "smoke"
+    assert Profile.from_json(target.read_text()) == earlier_profile
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"mode": "fast"}'])
@@ -153,8 +164,9 @@ def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:
     raise AssertionError("no measurement child appeared")
 
 
-def test_a_killed_measurement_child_is_recorded_and_the_run_completes(shardchat: CliRun) -> None:
-    assert shardchat("profile", "--smoke").returncode == 0
+def test_a_killed_measurement_child_is_recorded_and_the_run_completes(
+    earlier_profile: Profile,
+) -> None:
     process, child = start_profiling()
     child.send_signal(signal.SIGKILL)
     out, err = process.communicate(timeout=180)
@@ -166,8 +178,9 @@ def test_a_killed_measurement_child_is_recorded_and_the_run_completes(shardchat:
     assert [u.reason.split(":")[0] for u in latest.unusable] == ["crashed (signal 9, SIGKILL)"]
 
 
-def test_ctrl_c_leaves_the_previous_complete_profile_and_no_child_behind(shardchat: CliRun) -> None:
-    assert shardchat("profile", "--smoke").returncode == 0
+def test_ctrl_c_leaves_the_previous_complete_profile_and_no_child_behind(
+    earlier_profile: Profile,
+) -> None:
     [before] = stored_profiles()
     process, child = start_profiling()
     os.kill(process.pid, signal.SIGINT)

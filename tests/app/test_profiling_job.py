@@ -158,6 +158,7 @@ def test_a_store_that_cannot_be_written_fails_with_one_line(
     outcome = recorder.events[-1]
     assert isinstance(outcome, ProfilingFailed)
     assert "not-a-folder" in outcome.message and "\n" not in outcome.message
+    assert recorder.events == [outcome]  # it failed before measuring anything
     assert stored(hardware) is None
 
 
