@@ -133,6 +133,7 @@ def test_bad_sizes(text: str) -> None:
         parse_size(text)
 
 
+@pytest.mark.serial  # it measures this machine: see the marker
 def test_a_bench_measures_the_profile_it_needs_and_chat_runs_under_its_plan(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], shardchat: CliRun
 ) -> None:

@@ -27,6 +27,8 @@ from engine.machine.hardware import llama_build_id, probe_hardware
 from engine.machine.profile import Profile, StepLoad
 from engine.profiling.machine_load import machine_load
 
+pytestmark = pytest.mark.serial  # it measures this machine: see the marker
+
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -26,6 +26,8 @@ from engine.profiling.machine_load import QUIET_SHARE, LoadWatch
 from engine.profiling.profiler import AGAIN_SUFFIX, plan_for
 from tests.engine.competing_load import competing_load
 
+pytestmark = pytest.mark.serial  # it measures this machine: see the marker
+
 RUN_TIMEOUT_S = 120
 
 

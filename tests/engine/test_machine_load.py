@@ -28,6 +28,8 @@ from engine.profiling.machine_load import (
 )
 from tests.engine.competing_load import competing_load
 
+pytestmark = pytest.mark.serial  # it measures this machine: see the marker
+
 WINDOW_S = 0.4  # the window being measured; samples count 10 ms ticks
 TICKS_S = 0.05  # what tick rounding can cost a share's CPU seconds across both samples
 

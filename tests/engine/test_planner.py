@@ -76,7 +76,13 @@ def test_more_budget_never_predicts_slower_decode(models, laptop, budgets, which
     slow = make_plan(models[which], laptop, PlanRequest(small, **request))
     fast = make_plan(models[which], laptop, PlanRequest(large, **request))
     assert fast.predicted_decode_tokens_per_s >= slow.predicted_decode_tokens_per_s * (1 - 1e-9)
-    assert set(slow.resident) <= set(fast.resident) or slow.n_ubatch != fast.n_ubatch
+    # what stays resident grows with the budget unless the plan's compute buffer changed
+    # shape: another ubatch, or flash attention chosen differently (its scores' buffer)
+    assert (
+        set(slow.resident) <= set(fast.resident)
+        or slow.n_ubatch != fast.n_ubatch
+        or slow.flash_attn != fast.flash_attn
+    )
 
 
 def test_moe_models_place_expert_banks_last(models, laptop) -> None:

@@ -14,6 +14,8 @@ from engine.machine.hardware_info import GpuInfo
 from engine.machine.profile import Device, KernelShape, Profile, ProfileMode
 from engine.profiling.profiler import ProfileProgress, Profiler, plan_for, thread_ladder
 
+pytestmark = pytest.mark.serial  # it measures this machine: see the marker
+
 
 @pytest.fixture(scope="module")
 def hardware():

@@ -32,6 +32,8 @@ from ui.profile_wizard import (
 )
 from ui.profiling_page import ProfilingPage
 
+pytestmark = pytest.mark.serial  # it measures this machine: see the marker
+
 RUN_TIMEOUT_MS = 600_000  # a fast profile: 45 s alone, 280 s with others loading the box
 NEXT = QWizard.WizardButton.NextButton
 # an estimate from the steps measured: seconds, minutes, or a step outlasting it
