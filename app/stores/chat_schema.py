@@ -45,10 +45,13 @@ MESSAGE_COLUMNS = (
 CONVERSATION_SELECT = f"SELECT {', '.join(CONVERSATION_COLUMNS)} FROM conversations"
 MESSAGE_SELECT = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 NEWEST_FIRST = " ORDER BY updated_at DESC, id DESC"
+# What a chat history has had since its first migration: one written before m003 lacks
+# messages.thinking until it is migrated, and must be upgraded, not moved aside.
+FIRST_MESSAGE_COLUMNS = tuple(c for c in MESSAGE_COLUMNS if c != "thinking")
 CHAT_STORE_IDENTITY = StoreIdentity(
     "chat history",
     APPLICATION_ID,
-    (("conversations", CONVERSATION_COLUMNS), ("messages", MESSAGE_COLUMNS)),
+    (("conversations", CONVERSATION_COLUMNS), ("messages", FIRST_MESSAGE_COLUMNS)),
     MIGRATIONS_TABLE,
 )
 

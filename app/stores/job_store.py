@@ -29,8 +29,11 @@ _FILE_COLUMNS = (
     "job_id", "path", "status", "pages", "characters", "tokens_in", "tokens_out", "seconds",
     "error", "note",
 )  # fmt: skip
+# A store written before m002 lacks files.note until it is migrated, so it is not required
+# (moving such a store aside would lose an earlier version's jobs).
+_FIRST_FILE_COLUMNS = tuple(c for c in _FILE_COLUMNS if c != "note")
 _IDENTITY = StoreIdentity(
-    "job store", APPLICATION_ID, (("jobs", _JOB_COLUMNS), ("files", _FILE_COLUMNS)),
+    "job store", APPLICATION_ID, (("jobs", _JOB_COLUMNS), ("files", _FIRST_FILE_COLUMNS)),
     MIGRATIONS_TABLE,
 )  # fmt: skip
 
