@@ -23,12 +23,11 @@ class ContextOverflowError(BadInputError):
 
 class PromptTooLong(BadInputError):
     """A prompt that leaves no room for a reply in the window it would run in: the scheduler
-    refuses it at admission, and the API server before it queues it, by the same rule
-    (engine.generation.prompt_pieces.check_prompt_fits), in OpenAI's words."""
+    refuses it at admission. The API server and batch runs check the same rule first
+    (engine.generation.prompt_pieces.prompt_fits), each in its own words."""
 
     def __init__(self, size: int, room: int) -> None:
         super().__init__(f"the prompt takes {size} tokens; the context holds {room}")
-        self.size, self.room = size, room
 
 
 class GenerationCancelled(ShardChatError):

@@ -30,9 +30,9 @@ from app.api.tool_calls import (
     tool_call_grammar,
 )
 from engine.cancel import CancelToken
-from engine.errors import BadInputError, PromptTooLong
+from engine.errors import BadInputError
 from engine.generation.logprobs import TokenLogprob
-from engine.generation.prompt_pieces import Piece, TextRun, check_prompt_fits, prompt_size
+from engine.generation.prompt_pieces import Piece, TextRun, prompt_fits, prompt_size
 from engine.generation.stats import FinishReason
 from engine.generation.stream import StreamRequest
 from engine.generation.thinking import ThinkingSplitter
@@ -203,10 +203,8 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
     if size == 0:  # nothing to evaluate, so nothing to sample from: it would never end
         raise bad_request("the prompt is empty", "prompt" if call.endpoint != "chat" else None)
     room = pool.n_ctx_per_slot
-    try:
-        check_prompt_fits(size, room)
-    except PromptTooLong as exc:
-        raise context_exceeded(exc.room, str(exc.size), call.endpoint) from exc
+    if not prompt_fits(size, room):
+        raise context_exceeded(room, str(size), call.endpoint)
     request = StreamRequest(
         pieces, call.settings, stop, job.cancel, job.label,
         reuse_cache=True, grammar=grammar, top_logprobs=call.top_logprobs,

@@ -44,8 +44,8 @@ from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
 from app.api.reply_writer import Outbox, write_stream, write_whole
 from app.stores.model_library import ModelEntry, ModelLibrary
-from engine.errors import BadInputError, PromptTooLong
-from engine.generation.prompt_pieces import check_prompt_fits
+from engine.errors import BadInputError
+from engine.generation.prompt_pieces import prompt_fits
 
 
 class ApiEngine(Protocol):
@@ -384,10 +384,8 @@ def _check_fits(call: ApiCall, model: ServedModel, room: int) -> None:
     texts = [prompt.text] if prompt.text is not None else [m["content"] for m in prompt.messages]
     size = sum(len(text.encode("utf-8")) for text in texts)
     at_least = size // model.longest_token_bytes
-    try:
-        check_prompt_fits(at_least, room)
-    except PromptTooLong as exc:
-        raise context_exceeded(room, f"at least {at_least}", call.endpoint) from exc
+    if not prompt_fits(at_least, room):
+        raise context_exceeded(room, f"at least {at_least}", call.endpoint)
 
 
 async def _library() -> list[ModelEntry]:

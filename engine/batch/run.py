@@ -20,9 +20,8 @@ import jinja2
 from engine.batch.results import BatchRequest, BatchResult, BatchStats
 from engine.batch.shared_prefix import SharedPrefix
 from engine.cancel import CancelToken
-from engine.errors import PromptTooLong
 from engine.generation.decode_step import DecodeStep
-from engine.generation.prompt_pieces import TextRun, check_prompt_fits
+from engine.generation.prompt_pieces import TextRun, prompt_fits
 from engine.generation.sampling import SamplingSettings
 from engine.generation.scheduler import NoRoom, Scheduler
 from engine.generation.stats import FinishReason
@@ -169,9 +168,7 @@ class BatchRun:
                 self._refuse(request, 0, f"the prompt could not be rendered ({reason})")
                 continue
             room = self._gen.n_ctx_per_sequence
-            try:
-                check_prompt_fits(len(tokens), room)
-            except PromptTooLong:
+            if not prompt_fits(len(tokens), room):
                 self._refuse(
                     request, len(tokens),
                     f"the prompt has {len(tokens)} tokens; a sequence holds {room}, including "

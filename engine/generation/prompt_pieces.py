@@ -56,8 +56,13 @@ def prompt_size(pieces: Iterable[TextRun | EncodedImage]) -> int:
     return sum(len(p.tokens) if isinstance(p, TextRun) else p.n_tokens for p in pieces)
 
 
-def check_prompt_fits(size: int, room: int) -> None:
+def prompt_fits(size: int, room: int) -> bool:
     """A prompt of `size` tokens runs in a window of `room` only with room for one reply
     token after it."""
-    if size + 1 >= room:
+    return size + 1 < room
+
+
+def check_prompt_fits(size: int, room: int) -> None:
+    """`prompt_fits`, or PromptTooLong saying both sizes."""
+    if not prompt_fits(size, room):
         raise PromptTooLong(size, room)
