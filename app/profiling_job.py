@@ -154,15 +154,14 @@ class ProfilingJob:
 
     def _outcome(self) -> ProfilingOutcome:
         try:
-            with ProfileStore(self._store_path):
-                pass  # a store that cannot be opened fails now, not after the measuring
-            profile = self._measure()
-            if not self._commit():
-                return ProfilingCancelled()
-            refused = too_busy_message(profile)
-            if refused is not None:
-                return ProfilingTooBusy(profile, refused)
+            # opened first: a store that cannot be opened fails now, not after the measuring
             with ProfileStore(self._store_path) as store:
+                profile = self._measure()
+                if not self._commit():
+                    return ProfilingCancelled()
+                refused = too_busy_message(profile)
+                if refused is not None:
+                    return ProfilingTooBusy(profile, refused)
                 return ProfilingSaved(profile, store.save(profile))
         except Cancelled:
             return ProfilingCancelled()

@@ -91,6 +91,7 @@ def test_a_download_added_while_another_thread_opens_the_store_is_kept(tmp_path:
         assert _moved_aside(path.parent) == [], f"round {round_}"
 
 
+# every store with more than one migration (the hub store has one, so no earlier version)
 EARLIER_VERSIONS: dict[str, tuple[Callable[[Path], object], tuple[Migration, ...], str]] = {
     "chats": (ChatStore, chat_schema.MIGRATIONS, chat_schema.MIGRATIONS_TABLE),
     "jobs": (JobStore, job_store.MIGRATIONS, job_store.MIGRATIONS_TABLE),
