@@ -152,6 +152,10 @@ def inspect(path: Path, identity: StoreIdentity) -> None:
         raise UnusableFile("not an SQLite database")
     conn = _connect_read_only(path, identity.label)
     try:
+        # one read transaction, so every check sees one state of the file: read in separate
+        # statements, another thread's first migration could commit between reading the
+        # application_id (still 0) and the tables (now there), a "foreign database"
+        conn.execute("BEGIN")
         _check_identity(conn, identity)
         _check_integrity(conn)
     except BaseException as exc:
