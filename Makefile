@@ -56,12 +56,20 @@ cuda: $(INSTALLED)
 	@$(call apt_ensure,cmake:cmake patchelf:patchelf g++:g++)
 	$(PY) installer/cuda_module.py build $(if $(CUDA_ARCHS),--archs "$(CUDA_ARCHS)")
 
+# The suite runs on two pytest-xdist workers, a test file each at a time (module fixtures stay
+# one per file), then the tests marked serial alone: they measure this machine, and a test
+# running beside them would be measured too. Two, not one per core: most tests load a
+# model on every core, so more workers only queue. A crashed worker ends the run (no restart):
+# xdist once hung replacing one.
+TEST_WORKERS ?= 2
+
 test: $(INSTALLED)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu"
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu and not serial" -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "serial and not gpu"
 
 # The GPU tier (tests/gpu) on a real Vulkan device: Mesa's software GPU (lavapipe) where
 # there is no other, with the same install as `make test`. llama.cpp skips CPU-type Vulkan

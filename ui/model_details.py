@@ -58,10 +58,10 @@ class ModelDetails(QWidget):
         self.breakdown = read_only_table(("Part", "Size", "Share"), stretch_column=0)
         self.prompt_format = QComboBox()
         self.prompt_format.addItems(prompt_format_choices())
-        self.reader = Background("model-reader", parent=self)  # inventories, in the order asked
+        self.reader = Background("model-reader", owner=self)  # inventories, in the order asked
         # a model's prompt format takes a vocabulary read (0.1 s for 49k tokens, more for
         # 256k-token vocabularies): off the GUI thread, its row filled in when known
-        self._describer = Background("prompt-format", parent=self)
+        self._describer = Background("prompt-format", owner=self)
         self._readings: dict[FileKey, Reading] = {}  # touched on the GUI thread only
         self._shown: ModelEntry | None = None  # the entry the pane describes
         self._wanted: FileKey | None = None  # the file version it waits for (read by the worker)

@@ -45,7 +45,7 @@ class SuggestionsBox(QWidget):
     def __init__(self, suggest: Suggest = suggest_models, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._suggest = suggest
-        self._worker = Background("suggestions", parent=self)
+        self._worker = Background("suggestions", owner=self)
         self.suggestions: list[ModelSuggestion] = []
         self.title = QLabel("<b>Suggested for this machine</b>")
         self.status = QLabel(wordWrap=True)

@@ -144,7 +144,7 @@ class ModelPage(QWizardPage):
         """`read_inventory` is the engine's reader; a test wraps it to see its thread."""
         super().__init__()
         self._read_inventory = read_inventory
-        self._reader = Background("wizard-model", parent=self)
+        self._reader = Background("wizard-model", owner=self)
         self._checking = 0  # imports being read: no Next or Finish meanwhile
         self.setTitle("Choose a model")
         self.setSubTitle("The small embedded model works at once; import a bigger GGUF any time.")

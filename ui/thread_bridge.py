@@ -2,20 +2,26 @@
 
 Qt widgets may only be touched from the GUI thread, and a file read, a Hub
 query, a decode or a server's start must not run there. A `GuiRelay` takes a
-callback and its argument from any thread and calls it on the thread the relay
-lives on (the GUI's), through a queued signal: Qt queues an emission that
-crosses threads, and a queued emission is an event, so it is seen even when it
-was posted before the receiving loop started. `Background` adds worker threads:
-`run` hands a call's result (or its exception) to a callback on the GUI thread;
-`in_daemon_thread` does the same from a daemon thread of its own, for work that
-must never hold up the process's exit (a server that does not stop). Once a
-relay is closed, late answers are dropped rather than delivered to widgets
-that are going away (or to a page that has started over).
+callback and its argument from any thread and calls it on the GUI thread,
+through a queued signal: Qt queues an emission that crosses threads, and a
+queued emission is an event, so it is seen even when it was posted before the
+receiving loop started. `Background` adds worker threads: `run` hands a call's
+result (or its exception) to a callback on the GUI thread; `in_daemon_thread`
+does the same from a daemon thread of its own, for work that must never hold up
+the process's exit (a server that does not stop).
+
+Every answer travels through one courier, a QObject that lives as long as the
+process. A relay is a plain object tied to the widget that owns it: emitting on
+a QObject while the GUI thread deletes it crashes the process (a pool thread's
+answer raced a page's deletion that way), so no thread ever emits on anything
+that can be deleted. When the owner is destroyed, or the relay is closed, late
+answers are dropped on arrival rather than delivered to widgets that are gone
+(or to a page that has started over); the check runs on the GUI thread, where
+the deletion happens, so the two cannot interleave.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -23,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,22 +37,49 @@ Then = Callable[[T], None]
 Failed = Callable[[BaseException], None]
 
 
-class GuiRelay(QObject):
-    """Calls posted from any thread, made on the thread this object lives on."""
+class _Courier(QObject):
+    """Carries (relay, callback, value) to the GUI thread; never deleted while the process runs."""
 
-    _call = Signal(object, object)  # the callback, its argument; emitted from any thread
+    call = Signal(object, object, object)
 
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+    def __init__(self) -> None:
+        super().__init__()
+        self.call.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+
+    def _deliver(self, relay: GuiRelay, callback: Callable[[Any], None], value: object) -> None:
+        if not relay.closed:
+            callback(value)
+
+
+_courier: _Courier | None = None
+_courier_made = threading.Lock()
+
+
+def _the_courier() -> _Courier:
+    """The process's courier, made on first use and moved to the application's thread."""
+    global _courier
+    with _courier_made:
+        if _courier is None:
+            _courier = _Courier()
+            app = QCoreApplication.instance()
+            if app is not None and _courier.thread() is not app.thread():
+                _courier.moveToThread(app.thread())
+        return _courier
+
+
+class GuiRelay:
+    """Calls posted from any thread, made on the GUI thread while the relay is open."""
+
+    def __init__(self, owner: QObject | None = None) -> None:
         self.closed = False
-        self._call.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+        self._courier = _the_courier()
+        if owner is not None:
+            owner.destroyed.connect(self._owner_destroyed)
 
     def post(self, callback: Callable[[Any], None], value: object = None) -> None:
-        """From any thread: `callback(value)` on the relay's thread, unless it is closed first."""
-        if self.closed:
-            return
-        with contextlib.suppress(RuntimeError):  # the owner was deleted meanwhile
-            self._call.emit(callback, value)
+        """From any thread: `callback(value)` on the GUI thread, unless the relay closes first."""
+        if not self.closed:
+            self._courier.call.emit(self, callback, value)
 
     def close(self) -> None:
         """Deliver nothing more, not even what is already on its way."""
@@ -56,7 +89,7 @@ class GuiRelay(QObject):
         self, name: str, call: Callable[[], T], then: Then[T], failed: Failed | None = None
     ) -> threading.Thread:
         """Run `call` on a daemon thread of its own; `then(result)` or `failed(exception)`
-        on the relay's thread."""
+        on the GUI thread."""
 
         def run() -> None:
             try:
@@ -70,22 +103,21 @@ class GuiRelay(QObject):
         thread.start()
         return thread
 
+    def _owner_destroyed(self, _owner: object = None) -> None:
+        self.close()
+
     def _fail(self, failed: Failed | None, error: BaseException) -> None:
         if failed is not None:
             self.post(failed, error)
         else:
             log.error("a call off the GUI thread failed", exc_info=error)
 
-    def _deliver(self, callback: Callable[[Any], None], value: object) -> None:
-        if not self.closed:
-            callback(value)
-
 
 class Background(GuiRelay):
     """A small pool of worker threads whose answers arrive on the GUI thread."""
 
-    def __init__(self, name: str, workers: int = 1, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+    def __init__(self, name: str, workers: int = 1, owner: QObject | None = None) -> None:
+        super().__init__(owner)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
 
     def run(self, call: Callable[[], T], then: Then[T], failed: Failed | None = None) -> Future[T]:
@@ -99,6 +131,9 @@ class Background(GuiRelay):
         """Cancel what has not started, and deliver nothing more."""
         self.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _owner_destroyed(self, _owner: object = None) -> None:
+        self.shutdown()
 
     def _finished(self, then: Then[T], failed: Failed | None, future: Future[T]) -> None:
         if future.cancelled():

@@ -30,7 +30,7 @@ class Thumbnails(QObject):
         self._source: ImageSource | None = None
         self._kept: dict[Key, QImage] = {}
         self._decoding: set[Key] = set()
-        self._decoder = Background("thumbnails", parent=self)
+        self._decoder = Background("thumbnails", owner=self)
         self.images_read: list[Key] = []  # what was fetched from the store, in order
 
     def set_source(self, source: ImageSource | None) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from PySide6.QtCore import QCoreApplication
+import shiboken6
+from PySide6.QtCore import QCoreApplication, QObject
 
 from ui.thread_bridge import Background, GuiRelay
 
@@ -82,3 +83,48 @@ def test_a_daemon_threads_answer_or_failure_arrives_on_the_gui_thread(qtbot) -> 
     qtbot.waitUntil(lambda: len(answers) == 2, timeout=5000)
     assert {str(value) for value, _thread in answers} == {"up", "port taken"}
     assert all(thread is threading.current_thread() for _value, thread in answers)
+
+
+def _flood(
+    relay: Background, delivered: list[int], posting: threading.Event, stop: threading.Event
+) -> None:
+    posting.set()
+    while not stop.is_set():
+        relay.post(delivered.append, 1)
+
+
+def test_answers_racing_their_owners_deletion_are_dropped_without_a_crash(qtbot) -> None:
+    """A pool thread's answer once reached a relay while the GUI thread deleted its owner,
+    and the process died in the emission: posts racing the deletion must do nothing."""
+    for _round in range(30):
+        owner = QObject()
+        relay = Background("bridge-race", owner=owner)
+        delivered: list[int] = []
+        posting, stop = threading.Event(), threading.Event()
+
+        thread = threading.Thread(target=_flood, args=(relay, delivered, posting, stop))
+        thread.start()
+        posting.wait()
+        shiboken6.delete(owner)  # on the GUI thread, while the other thread posts
+        stop.set()
+        thread.join()
+        QCoreApplication.processEvents()  # every queued answer arrives now, or is dropped
+        assert relay.closed and delivered == []
+
+
+def test_an_owners_deletion_cancels_the_work_not_yet_started(qtbot) -> None:
+    owner = QObject()
+    calls = Background("bridge-owner", owner=owner)
+    started, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        started.set()
+        release.wait(5)
+
+    running = calls.run(first, lambda _v: None)
+    waiting = calls.run(lambda: None, lambda _v: None)
+    started.wait(5)
+    shiboken6.delete(owner)
+    release.set()
+    running.result(timeout=5)
+    assert waiting.cancelled()
