@@ -8,6 +8,7 @@ PIP := $(PY) -m pip
 WHEELS := .cache/wheels
 LLAMA_VERSION := 0.3.36
 LLAMA_PATCHES := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-backend-modules.patch \
+	installer/patches/llama-cpp-python-$(LLAMA_VERSION)-rpc-server.patch \
 	installer/patches/llama-cpp-python-$(LLAMA_VERSION)-vulkan-headers-1.3.239.patch
 LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-backend-dl
 INSTALLED := $(VENV)/.installed
@@ -63,7 +64,9 @@ cuda: $(INSTALLED)
 # xdist once hung replacing one.
 TEST_WORKERS ?= 2
 
+# The lent-computer tests start OpenSSH's server on a loopback port (tests/app/test_devices_cli.py).
 test: $(INSTALLED)
+	@$(call apt_ensure,sshd:openssh-server ssh:openssh-client)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(VENV)/bin/mypy

@@ -17,6 +17,7 @@ from app.commands.arg_types import add_prompt_format_option, positive_int, size
 from app.commands.ask_image_command import add_ask_image_command
 from app.commands.chat_command import run_chat
 from app.commands.chats_command import add_chats_command
+from app.commands.devices_command import add_devices_command
 from app.commands.gui_command import add_gui_command
 from app.commands.info_command import run_info
 from app.commands.models_command import add_models_command
@@ -24,6 +25,7 @@ from app.commands.plan_command import add_plan_command
 from app.commands.profile_command import add_profile_command
 from app.commands.sampling_options import add_sampling_options
 from app.commands.serve_command import add_serve_command
+from app.commands.share_command import add_share_command
 from app.commands.summarize_command import add_summarize_command
 from app.logging_setup import configure_logging
 from app.selftest import run_selftest
@@ -97,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     add_chats_command(commands)
     add_models_command(commands)
     add_serve_command(commands)
+    add_share_command(commands)
+    add_devices_command(commands)
     return parser
 
 

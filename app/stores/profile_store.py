@@ -40,6 +40,7 @@ from typing import Any
 
 from app.paths import app_paths
 from app.stores.atomic_files import write_text_atomic
+from app.stores.remote_machines import RemoteMachines, m003_remote_machines
 from app.stores.sqlite_file import (
     StoreIdentity,
     connect_with,
@@ -60,7 +61,7 @@ STORE_FILE_NAME = "profiles.sqlite3"
 MAX_PROFILE_BYTES = 200 * 1024
 KEEP_PER_BUILD = 3
 APPLICATION_ID = 0x53684368  # "ShCh": marks the file as ShardChat's (PRAGMA application_id)
-SCHEMA_VERSION = 2  # PRAGMA user_version after the last migration below
+SCHEMA_VERSION = 3  # PRAGMA user_version after the last migration below
 MIGRATIONS_TABLE = "_migrations"
 
 _COLUMNS = ("id", "fingerprint", "llama_build", "mode", "created_at", "described", "json")
@@ -102,7 +103,7 @@ def m002_step_corrections(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA user_version = 2")
 
 
-MIGRATIONS = (m001_profiles, m002_step_corrections)
+MIGRATIONS = (m001_profiles, m002_step_corrections, m003_remote_machines)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,11 @@ class ProfileStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    @property
+    def remotes(self) -> RemoteMachines:
+        """The computers lent to this one (shardchat devices), kept in the same file."""
+        return RemoteMachines(self._conn)
 
     # -- writing -------------------------------------------------------------------------------
 

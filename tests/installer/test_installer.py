@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -381,3 +382,26 @@ def say(pytestconfig: pytest.Config):
             print(f"\n[installer] {message}", flush=True)
 
     return write
+
+
+def test_the_bundle_lends_this_computer_with_its_own_rpc_server(
+    deb_root: Path, tmp_path: Path
+) -> None:
+    """`shardchat share` from the bundle: llama.cpp's RPC server was shipped beside the
+    backend modules, runs, and answers the protocol version the app speaks."""
+    from engine.remote.rpc_probe import PROTOCOL_VERSION, probe
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [str(installed_executable(deb_root)), "share", "--port", str(port)]
+    env = clean_env(tmp_path / "home", SHARDCHAT_HOME=str(tmp_path / "data"))
+    sharing = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sharing.stdout is not None
+        line = sharing.stdout.readline()
+        assert line.startswith(f"Lending this computer on 127.0.0.1:{port}"), line
+        assert probe("127.0.0.1", port).version == PROTOCOL_VERSION
+    finally:
+        sharing.terminate()
+        assert sharing.wait(30) == 0

@@ -1,0 +1,121 @@
+"""`shardchat devices`: the other computers lent to this one (add, list, remove).
+
+Adding one probes its RPC server first, with a connection of our own (engine.remote):
+llama.cpp's client aborts the process on a server it cannot use, so nothing unprobed
+is ever kept. An ssh:// address is probed through an SSH forward, as it will be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.commands.arg_types import positive_int
+from app.stores.profile_store import ProfileStore
+from app.stores.remote_machines import RemoteMachine
+from engine.errors import BadInputError
+from engine.remote.addresses import RemoteAddress, parse_address
+from engine.remote.rpc_probe import RemoteError, RemoteServer, probe
+from engine.remote.ssh_forward import SshForward
+
+
+def add_devices_command(commands: argparse._SubParsersAction) -> None:
+    devices = commands.add_parser(
+        "devices",
+        help="other computers lent to this one (shardchat share on them): add, list, remove",
+        description="The computers whose devices ShardChat may use besides this one's. Run "
+        "`shardchat share` on the other computer first.",
+    )
+    devices.add_argument("--json", action="store_true", help="print the list as JSON")
+    devices.set_defaults(command="devices", run=run_devices_list)
+    actions = devices.add_subparsers(title="actions", metavar="ACTION")
+    add = actions.add_parser(
+        "add",
+        help="check a lent computer and keep it",
+        description="Probe the RPC server at ADDRESS (tcp://HOST:PORT, or ssh://USER@HOST "
+        "through an SSH forward with your own SSH key) and keep it with its devices' memory.",
+    )
+    add.add_argument("address", metavar="ADDRESS", help="tcp://HOST:PORT or ssh://USER@HOST")
+    add.add_argument(
+        "--rpc-port",
+        type=positive_int,
+        default=None,
+        help="the RPC server's port on an ssh:// host (default 50052)",
+    )
+    add.add_argument(
+        "--ssh-option",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an ssh -o setting for the forward (e.g. IdentityFile=~/.ssh/lab); repeatable",
+    )
+    add.set_defaults(run=run_devices_add)
+    remove = actions.add_parser(
+        "remove", help="forget a lent computer", description="Forget the computer at ADDRESS."
+    )
+    remove.add_argument("address", metavar="ADDRESS")
+    remove.set_defaults(run=run_devices_remove)
+
+
+def run_devices_add(args: argparse.Namespace) -> int:
+    address = parse_address(args.address, args.rpc_port)
+    probed = probe_address(address, args.ssh_option)
+    with ProfileStore() as store:
+        kept = store.remotes.save(str(address), probed)
+    print(f"Added {kept.address}:")
+    _print_devices(kept)
+    return 0
+
+
+def probe_address(address: RemoteAddress, ssh_options: list[str]) -> RemoteServer:
+    """The remote's RPC server, probed the way it will be reached."""
+    if not address.through_ssh:
+        return probe(address.host, address.rpc_port)
+    with SshForward(address, ssh_options) as forward:
+        port = forward.open()
+        try:
+            found = probe("127.0.0.1", port)
+        except RemoteError as exc:
+            raise RemoteError(
+                f"through ssh to {address.host}, port {address.rpc_port} there: {exc} "
+                "(is `shardchat share` running on it?)"
+            ) from None
+    return RemoteServer(address.host, address.rpc_port, found.version, found.devices)
+
+
+def run_devices_list(args: argparse.Namespace) -> int:
+    with ProfileStore() as store:
+        machines = store.remotes.all()
+    if args.json:
+        print(json.dumps([_as_json(machine) for machine in machines], indent=2))
+    elif not machines:
+        print("No other computers. Add one with: shardchat devices add ssh://USER@HOST")
+    for machine in [] if args.json else machines:
+        print(f"{machine.address}  (protocol {machine.protocol}, checked {machine.probed_at})")
+        _print_devices(machine)
+    return 0
+
+
+def run_devices_remove(args: argparse.Namespace) -> int:
+    address = str(parse_address(args.address))
+    with ProfileStore() as store:
+        if not store.remotes.remove(address):
+            raise BadInputError(f"no computer at {address} (see: shardchat devices)")
+    print(f"Removed {address}.", file=sys.stdout)
+    return 0
+
+
+def _print_devices(machine: RemoteMachine) -> None:
+    for device in machine.devices:
+        free, total = device.free_bytes / 2**30, device.total_bytes / 2**30
+        print(f"  device {device.index}: {free:.1f} GiB free of {total:.1f} GiB")
+
+
+def _as_json(machine: RemoteMachine) -> dict[str, object]:
+    return {
+        "address": machine.address,
+        "protocol": machine.protocol,
+        "probed_at": machine.probed_at,
+        "devices": [vars(device) for device in machine.devices],
+    }

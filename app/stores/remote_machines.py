@@ -1,0 +1,92 @@
+"""The computers lent to this one (`shardchat devices`), kept in the profile database.
+
+A remote is stored under its canonical address (engine.remote.addresses) with what
+its last probe found: the protocol version and each device's memory. The table is the
+profile store's migration m003; this module holds its queries.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from app.stores.sqlite_file import transaction
+from engine.remote.rpc_probe import RemoteDevice, RemoteServer
+
+
+def m003_remote_machines(conn: sqlite3.Connection) -> None:
+    """Computers lent to this one, by address, with their last probe."""
+    conn.execute(
+        "CREATE TABLE remote_machines ("
+        " address TEXT PRIMARY KEY,"
+        " added_at TEXT NOT NULL,"
+        " probed_at TEXT NOT NULL,"
+        " protocol TEXT NOT NULL,"
+        " devices TEXT NOT NULL)"  # JSON: [{"index", "free_bytes", "total_bytes"}]
+    )
+    conn.execute("PRAGMA user_version = 3")
+
+
+@dataclass(frozen=True)
+class RemoteMachine:
+    address: str
+    added_at: str
+    probed_at: str
+    protocol: str
+    devices: tuple[RemoteDevice, ...]
+
+
+class RemoteMachines:
+    """Queries on the remote_machines table of one open profile store connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def save(self, address: str, probed: RemoteServer) -> RemoteMachine:
+        """Add a remote or refresh its probe (its first `added_at` stays)."""
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        devices = json.dumps([vars(device) for device in probed.devices])
+        protocol = ".".join(str(part) for part in probed.version)
+        with transaction(self._conn):
+            self._conn.execute(
+                "INSERT INTO remote_machines"
+                " (address, added_at, probed_at, protocol, devices) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (address) DO UPDATE SET probed_at = excluded.probed_at,"
+                " protocol = excluded.protocol, devices = excluded.devices",
+                (address, now, now, protocol, devices),
+            )
+        found = self.get(address)
+        assert found is not None
+        return found
+
+    def get(self, address: str) -> RemoteMachine | None:
+        row = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM remote_machines WHERE address = ?", (address,)
+        ).fetchone()
+        return _machine(row) if row else None
+
+    def all(self) -> list[RemoteMachine]:
+        rows = self._conn.execute(f"SELECT {_COLUMNS} FROM remote_machines ORDER BY added_at")
+        return [_machine(row) for row in rows]
+
+    def remove(self, address: str) -> bool:
+        """Forget a remote; False when there was none at that address."""
+        with transaction(self._conn):
+            gone = self._conn.execute("DELETE FROM remote_machines WHERE address = ?", (address,))
+        return gone.rowcount > 0
+
+
+_COLUMNS = "address, added_at, probed_at, protocol, devices"
+
+
+def _machine(row: tuple[str, str, str, str, str]) -> RemoteMachine:
+    address, added_at, probed_at, protocol, devices = row
+    return RemoteMachine(
+        address,
+        added_at,
+        probed_at,
+        protocol,
+        tuple(RemoteDevice(**device) for device in json.loads(devices)),
+    )

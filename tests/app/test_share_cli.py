@@ -1,0 +1,57 @@
+"""`shardchat share`: this build's RPC server lent until Ctrl-C or SIGTERM, which stop it."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.remote.rpc_probe import PROTOCOL_VERSION, RemoteUnreachable, probe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_sharing_lends_this_computer_on_loopback_until_stopped(stop: signal.Signals) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "app.cli", "share", "--port", str(port), "--device", "CPU"]
+    sharing = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert sharing.stdout is not None
+        said = []
+        for line in sharing.stdout:  # the command says when the server answers
+            said.append(line)
+            if line.startswith("Stop sharing"):
+                break
+        text = "".join(said)
+        assert f"Lending this computer on 127.0.0.1:{port}" in text, sharing.stderr
+        assert "Only this computer can reach it" in text and "ssh://" in text
+        assert probe("127.0.0.1", port).version == PROTOCOL_VERSION
+        sharing.send_signal(stop)
+        out, err = sharing.communicate(timeout=30)
+    finally:
+        if sharing.poll() is None:
+            sharing.kill()
+    assert sharing.returncode == 0, err
+    assert "Stopped sharing this computer." in out and "Traceback" not in err
+    with pytest.raises(RemoteUnreachable):  # nothing stays lent
+        probe("127.0.0.1", port, connect_timeout_s=1.0)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "my-laptop"])
+def test_sharing_on_every_network_or_a_name_is_refused(shardchat, address: str) -> None:
+    run = shardchat("share", "--listen", address)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+    assert "every network" in run.stderr or "not an IP address" in run.stderr
