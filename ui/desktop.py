@@ -35,6 +35,7 @@ from ui.model_drop import GgufDropFilter
 from ui.model_manager import ModelManager
 from ui.profile_wizard import ProfileWizard
 from ui.server_controller import ServerController
+from ui.sharing_controller import SharingController
 from ui.theme import DARK, LIGHT, ThemeManager, theme_menu
 from ui.vram_controller import GpuReader, VramController, read_first_gpu
 from ui.window_state import WindowState
@@ -73,6 +74,8 @@ class Desktop:
         self.batch = BatchController(self.window.batch_panel, self.worker, self.bridge)
         # the local API server: off unless switched on; it serves the model loaded here
         self.server = ServerController(self.window.server_panel, self.worker, self.bridge)
+        # lending this computer to others (llama.cpp's RPC server): off unless switched on
+        self.sharing = SharingController(self.window.sharing_panel)
         # the Discover tab's searches and downloads: kept here so downloads outlive the dialog
         self.discover = DiscoverJobs(DiscoverModel(profile, None, n_ctx), parent=self.window)
         self.theme = theme or ThemeManager(parent=self.window)
@@ -198,7 +201,8 @@ class Desktop:
         threading.Thread(target=warm_up, args=(styles,), name="warm-up", daemon=True).start()
 
     def close(self) -> None:
-        """Remember the window, stop the engine, close the history (idempotent)."""
+        """Stop lending, remember the window, stop the engine, close the history (idempotent)."""
+        self.sharing.shutdown()  # nothing stays lent after the app
         if self.worker.is_running:
             self.state.save(self.window, self.chat.conversation_id)
             self.chat.shutdown()  # a reply in progress is kept as far as it got

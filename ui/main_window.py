@@ -40,6 +40,7 @@ from ui.jobs_view import JobsView
 from ui.message_input import MessageInput
 from ui.model_picker import ModelPicker
 from ui.server_panel import ServerPanel
+from ui.sharing_panel import SharingPanel
 from ui.vram_panel import VramPanel
 
 CONVERSATION_ID = Qt.ItemDataRole.UserRole
@@ -77,11 +78,14 @@ class MainWindow(QMainWindow):
         self.batch_panel = BatchPanel()
         self.batch_dock = QDockWidget("Summarise a folder", self)
         self.server_panel = ServerPanel()
-        self.server_dock = QDockWidget("API", self)  # a short tab: five share the panel
+        self.server_dock = QDockWidget("API", self)  # a short tab: six share the panel
+        self.sharing_panel = SharingPanel()
+        self.sharing_dock = QDockWidget("Share", self)
         self.jobs_view = JobsView()
         self.jobs_dock = QDockWidget("Jobs", self)
         self.side_docks = (
-            self.settings_dock, self.vram_dock, self.batch_dock, self.server_dock, self.jobs_dock,
+            self.settings_dock, self.vram_dock, self.batch_dock, self.server_dock,
+            self.sharing_dock, self.jobs_dock,
         )  # fmt: skip
         self._make_actions()
         self._lay_out()
@@ -196,7 +200,8 @@ class MainWindow(QMainWindow):
         return chat
 
     def _side_panel(self) -> None:
-        """Settings, VRAM, the folder summary and the API server as tabs of one panel."""
+        """Settings, VRAM, the folder summary, the API server, sharing and the jobs as tabs of one
+        panel."""
         scroller = QScrollArea()
         scroller.setWidgetResizable(True)
         scroller.setFrameShape(QFrame.Shape.NoFrame)
@@ -206,6 +211,7 @@ class MainWindow(QMainWindow):
             (self.vram_dock, "vram-dock", self.vram_panel),
             (self.batch_dock, "batch-dock", self.batch_panel),
             (self.server_dock, "server-dock", self.server_panel),
+            (self.sharing_dock, "sharing-dock", self.sharing_panel),
             (self.jobs_dock, "jobs-dock", self.jobs_view),
         ):
             dock.setObjectName(name)
@@ -215,7 +221,8 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.settings_dock, self.vram_dock)
         self.tabifyDockWidget(self.vram_dock, self.batch_dock)
         self.tabifyDockWidget(self.batch_dock, self.server_dock)
-        self.tabifyDockWidget(self.server_dock, self.jobs_dock)
+        self.tabifyDockWidget(self.server_dock, self.sharing_dock)
+        self.tabifyDockWidget(self.sharing_dock, self.jobs_dock)
         self.settings_dock.raise_()
         self.resizeDocks([self.settings_dock], [320], Qt.Orientation.Horizontal)
         for dock in self.side_docks:

@@ -62,7 +62,7 @@ def run_devices_add(args: argparse.Namespace) -> int:
     address = parse_address(args.address, args.rpc_port)
     probed = probe_address(address, args.ssh_option)
     with ProfileStore() as store:
-        kept = store.remotes.save(str(address), probed)
+        kept = store.remotes.save(str(address), probed, tuple(args.ssh_option))
     print(f"Added {kept.address}:")
     _print_devices(kept)
     return 0

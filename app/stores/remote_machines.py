@@ -1,7 +1,8 @@
 """The computers lent to this one (`shardchat devices`), kept in the profile database.
 
 A remote is stored under its canonical address (engine.remote.addresses) with what
-its last probe found: the protocol version and each device's memory. The table is the
+its last probe found: the protocol version and each device's memory, and the ssh
+settings it was added with (an identity file), used again to reach it. The table is the
 profile store's migration m003; this module holds its queries.
 """
 
@@ -24,7 +25,8 @@ def m003_remote_machines(conn: sqlite3.Connection) -> None:
         " added_at TEXT NOT NULL,"
         " probed_at TEXT NOT NULL,"
         " protocol TEXT NOT NULL,"
-        " devices TEXT NOT NULL)"  # JSON: [{"index", "free_bytes", "total_bytes"}]
+        " devices TEXT NOT NULL,"  # JSON: [{"index", "free_bytes", "total_bytes"}]
+        " ssh_options TEXT NOT NULL DEFAULT '[]')"  # JSON: the -o settings it was added with
     )
     conn.execute("PRAGMA user_version = 3")
 
@@ -36,6 +38,7 @@ class RemoteMachine:
     probed_at: str
     protocol: str
     devices: tuple[RemoteDevice, ...]
+    ssh_options: tuple[str, ...] = ()
 
 
 class RemoteMachines:
@@ -44,7 +47,9 @@ class RemoteMachines:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    def save(self, address: str, probed: RemoteServer) -> RemoteMachine:
+    def save(
+        self, address: str, probed: RemoteServer, ssh_options: tuple[str, ...] = ()
+    ) -> RemoteMachine:
         """Add a remote or refresh its probe (its first `added_at` stays)."""
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         devices = json.dumps([vars(device) for device in probed.devices])
@@ -52,10 +57,12 @@ class RemoteMachines:
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT INTO remote_machines"
-                " (address, added_at, probed_at, protocol, devices) VALUES (?, ?, ?, ?, ?)"
+                " (address, added_at, probed_at, protocol, devices, ssh_options)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (address) DO UPDATE SET probed_at = excluded.probed_at,"
-                " protocol = excluded.protocol, devices = excluded.devices",
-                (address, now, now, protocol, devices),
+                " protocol = excluded.protocol, devices = excluded.devices,"
+                " ssh_options = excluded.ssh_options",
+                (address, now, now, protocol, devices, json.dumps(list(ssh_options))),
             )
         found = self.get(address)
         assert found is not None
@@ -78,15 +85,16 @@ class RemoteMachines:
         return gone.rowcount > 0
 
 
-_COLUMNS = "address, added_at, probed_at, protocol, devices"
+_COLUMNS = "address, added_at, probed_at, protocol, devices, ssh_options"
 
 
-def _machine(row: tuple[str, str, str, str, str]) -> RemoteMachine:
-    address, added_at, probed_at, protocol, devices = row
+def _machine(row: tuple[str, str, str, str, str, str]) -> RemoteMachine:
+    address, added_at, probed_at, protocol, devices, ssh_options = row
     return RemoteMachine(
         address,
         added_at,
         probed_at,
         protocol,
         tuple(RemoteDevice(**device) for device in json.loads(devices)),
+        tuple(json.loads(ssh_options)),
     )
