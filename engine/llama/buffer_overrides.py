@@ -209,22 +209,29 @@ load_patch_lock = threading.RLock()
 
 
 @contextlib.contextmanager
-def loading_with_overrides(overrides: TensorOverrides | None) -> Iterator[None]:
-    """Make `llama_cpp.Llama(...)` constructed in this block load with `overrides`.
+def loading_with_overrides(
+    overrides: TensorOverrides | None, devices: Sequence[int] | None = None
+) -> Iterator[None]:
+    """Make `llama_cpp.Llama(...)` constructed in this block load with `overrides`, and on
+    `devices` (ggml device pointers, in llama.cpp's order) instead of every GPU.
 
     llama-cpp-python 0.3.36 has no public hook: `Llama.__init__` calls
     `llama_cpp.llama_cpp.llama_model_default_params()` (looked up on that module at
     call time) and loads the model right away. So, for the duration of this block only
     and under a lock, that module attribute is wrapped so that calls from this thread
-    get params whose `tensor_buft_overrides` points at our array; other threads get the
-    untouched defaults, and the original is restored in `finally`. If nothing called the
-    defaults (an upgrade changed how Llama builds its params) this raises RuntimeError
-    rather than silently loading without overrides, and tests/engine/test_buffer_overrides.py
-    checks in a real load that the overrides reach llama.cpp. None or empty: no-op.
+    get params whose `tensor_buft_overrides` points at our array (and `devices` at a
+    NULL-terminated list); other threads get the untouched defaults, and the original
+    is restored in `finally`. If nothing called the defaults (an upgrade changed how
+    Llama builds its params) this raises RuntimeError rather than silently loading
+    without them, and tests/engine/test_buffer_overrides.py checks in a real load that
+    the overrides reach llama.cpp. Neither given: no-op.
     """
-    if overrides is None or len(overrides) == 0:
+    if (overrides is None or len(overrides) == 0) and devices is None:
         yield
         return
+    device_list = None
+    if devices is not None:  # kept alive for the block: llama.cpp reads it during the load
+        device_list = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
     with load_patch_lock:
         original = llama_low_level.llama_model_default_params
         owner = threading.get_ident()
@@ -234,13 +241,20 @@ def loading_with_overrides(overrides: TensorOverrides | None) -> Iterator[None]:
             nonlocal applied
             params: llama_low_level.llama_model_params = original()
             if threading.get_ident() == owner:
-                # the field is a pointer; ctypes takes the array's address for it
-                params.tensor_buft_overrides = overrides.pointer  # type: ignore[assignment]
+                # the fields are pointers; ctypes takes the arrays' addresses for them
+                if overrides is not None and len(overrides):
+                    params.tensor_buft_overrides = overrides.pointer  # type: ignore[assignment]
+                if device_list is not None:
+                    params.devices = ctypes.addressof(device_list)  # type: ignore[assignment]
                 applied += 1
             return params
 
         llama_low_level.llama_model_default_params = defaults_with_overrides
-        LOGGER.debug("loading with %d tensor buffer type overrides", len(overrides))
+        LOGGER.debug(
+            "loading with %d tensor buffer type overrides on %s",
+            len(overrides) if overrides is not None else 0,
+            "every GPU" if devices is None else f"{len(devices)} devices",
+        )
         try:
             yield
         finally:

@@ -90,6 +90,11 @@ class LoadParams:
     n_parallel: int = DEFAULT_PARALLEL
     n_ctx_shared: int = DEFAULT_SHARED_CELLS
     kv_unified: bool = True  # False only to measure the other layout (bench/kv_layout.py)
+    # lent computers' RPC servers (host:port, probed first: engine.remote.rpc_probe) whose
+    # devices take the last n_gpu_layers layers, in this order, each the share tensor_split
+    # gives it (engine.remote.split); only ever in a process that may die of them
+    rpc_servers: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -170,6 +175,8 @@ def make_llama_kwargs(params: LoadParams) -> dict[str, Any]:
         # own Python-level chatter is captured by the runtime instead.
         "verbose": True,
     }
+    if params.tensor_split:
+        kwargs["tensor_split"] = list(params.tensor_split)
     if params.main_gpu != 0:
         # llama.cpp reads main_gpu only in single-GPU mode (split_mode NONE): there it keeps
         # that one device, or none for -1; the default layer split spreads over every GPU

@@ -31,6 +31,7 @@ from engine.llama.buffer_overrides import TensorOverrides, loading_with_override
 from engine.llama.context_shape import loading_with_sequences
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs
+from engine.llama.rpc_devices import rpc_server_devices
 from engine.llama.vocabulary import VocabularyFacts, read_vocabulary, vocabulary_facts
 from engine.model.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
 from engine.model.gguf_file import check_model_path
@@ -151,11 +152,12 @@ def load_model(params: LoadParams, prompt_format: str = AUTO) -> LoadedModel:
     set_op_offload_boundary(params.op_offload_min_batch)
     backends.start_ggml()
     overrides = TensorOverrides(params.tensor_overrides) if params.tensor_overrides else None
+    devices = rpc_server_devices(params.rpc_servers) if params.rpc_servers else None
     chatter = io.StringIO()
     try:
         with (
             contextlib.redirect_stderr(chatter),
-            loading_with_overrides(overrides),
+            loading_with_overrides(overrides, devices),
             loading_with_sequences(params.n_sequences, params.kv_unified),
         ):
             llm = llama_cpp.Llama(**make_llama_kwargs(params))

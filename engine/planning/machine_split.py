@@ -1,0 +1,120 @@
+"""How a model's blocks are split between this machine and lent computers (issue 31).
+
+Until the planner costs the links (the activations crossing each hop, the round
+trips, the remote compute), the split is the simplest one that keeps hops few:
+contiguous ranges. This machine keeps the first blocks its budget holds (and the
+embeddings, which llama.cpp always keeps on the CPU), each lent device in order takes
+the next blocks its budget holds, and the output layer rides with the last range.
+
+llama.cpp places exactly such a split from two parameters: it offloads the last
+`n_gpu_layers` layers (the output layer counted as one) to its devices, in order,
+each the share `tensor_split` gives it. So a split is those two numbers and the list
+of RPC servers, and llama.cpp's buffer lines show whether it was followed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from engine.errors import BadInputError
+from engine.llama.load_params import LoadParams
+from engine.model.inventory import ModelInventory, SubLayerKind
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class RemoteShare:
+    """The contiguous blocks one lent device runs."""
+
+    endpoint: str  # host:port of its RPC server (one device each, for now)
+    blocks: int
+
+
+@dataclass(frozen=True)
+class MachineSplit:
+    n_layer: int
+    local_blocks: int  # the first blocks, on this machine
+    shares: tuple[RemoteShare, ...]  # then each lent device's, in order
+
+    @property
+    def uses_remotes(self) -> bool:
+        return any(share.blocks for share in self.shares)
+
+    def load_params(self, params: LoadParams) -> LoadParams:
+        """`params` loading this split: the servers, the offloaded layers and their shares
+        (the output layer is the last device's)."""
+        used = [share for share in self.shares if share.blocks]
+        if not used:
+            return replace(params, rpc_servers=(), tensor_split=(), n_gpu_layers=0)
+        counts = [float(share.blocks) for share in used]
+        counts[-1] += 1  # the output layer
+        return replace(
+            params,
+            rpc_servers=tuple(share.endpoint for share in used),
+            n_gpu_layers=self.n_layer + 1 - self.local_blocks,
+            tensor_split=tuple(counts),
+        )
+
+    def describe(self) -> str:
+        ranges, start = [f"blocks 0-{self.local_blocks - 1} here"], self.local_blocks
+        if self.local_blocks == 0:
+            ranges = ["no blocks here"]
+        for share in self.shares:
+            if share.blocks:
+                ranges.append(f"{start}-{start + share.blocks - 1} on {share.endpoint}")
+                start += share.blocks
+        return ", ".join(ranges) + (" (and the output layer)" if self.uses_remotes else "")
+
+
+def output_bytes(inventory: ModelInventory) -> int:
+    """What the device that runs the output layer holds of it: the output head and its
+    norm, and for a tied head llama.cpp's copy of the token embedding."""
+    kinds = {SubLayerKind.OUTPUT_HEAD, SubLayerKind.OUTPUT_NORM}
+    if inventory.tied_output or not any(
+        s.kind is SubLayerKind.OUTPUT_HEAD for s in inventory.globals
+    ):
+        kinds.add(SubLayerKind.TOKEN_EMBEDDING)
+    return sum(sublayer.n_bytes for sublayer in inventory.globals if sublayer.kind in kinds)
+
+
+def split_across(
+    inventory: ModelInventory,
+    n_ctx: int,
+    local_budget_bytes: int,
+    remotes: Sequence[tuple[str, int]],
+) -> MachineSplit:
+    """The contiguous split of `inventory`'s blocks (weights and KV cache for `n_ctx`):
+    this machine first, then each (endpoint, budget) in order, the last one also holding
+    the output layer. BadInputError when all of them together cannot hold the model.
+
+    This machine's budget holds the globals too (the input embedding stays on the CPU in
+    llama.cpp); with no lent computer, it holds the whole model or the split fails."""
+    blocks = [block.n_bytes + block.kv_cache_bytes(n_ctx) for block in inventory.blocks]
+    globals_bytes = sum(sublayer.n_bytes for sublayer in inventory.globals)
+    local = _fitting(blocks, 0, local_budget_bytes - globals_bytes)
+    shares, start = [], local
+    for number, (endpoint, budget) in enumerate(remotes):
+        last = number == len(remotes) - 1
+        taken = _fitting(blocks, start, budget - (output_bytes(inventory) if last else 0))
+        shares.append(RemoteShare(endpoint, taken))
+        start += taken
+    if start < len(blocks):
+        need = sum(blocks) + globals_bytes
+        held = local_budget_bytes + sum(budget for _endpoint, budget in remotes)
+        raise BadInputError(
+            f"{inventory.name} needs {need / GIB:.2f} GiB with a {n_ctx}-token context; this "
+            f"machine and the lent computers give it {held / GIB:.2f} GiB"
+        )
+    return MachineSplit(len(blocks), local, tuple(shares))
+
+
+def _fitting(blocks: Sequence[int], start: int, budget: int) -> int:
+    """How many blocks from `start` on fit `budget`."""
+    used, count = 0, 0
+    for size in blocks[start:]:
+        if used + size > budget:
+            break
+        used, count = used + size, count + 1
+    return count
