@@ -53,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         _fail(f"cannot write the log file: {exc}")
         return EXIT_BAD_INPUT
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a supervisor re-runs them
     try:
         return args.run(args)
     except BadInputError as exc:
@@ -156,6 +157,29 @@ def _add_chat(commands: argparse._SubParsersAction) -> None:
         help="let a reasoning model think, or not, where its chat template has the switch "
         "(default: the template's own choice)",
     )
+    chat.add_argument(
+        "--resume",
+        type=positive_int,
+        default=None,
+        metavar="ID",
+        help="go on with saved conversation ID (interactive; see: shardchat chats)",
+    )
+    chat.add_argument(
+        "--lent",
+        action="store_true",
+        help="place what this machine cannot hold on the lent computers (shardchat devices), "
+        "in a child process that a lent computer's failure cannot take the chat down with",
+    )
+    chat.add_argument(
+        "--here",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help="with --lent: the memory this machine gives the model (default: what is free, "
+        "less 1 GiB)",
+    )
+    chat.add_argument("--split", default=None, help=argparse.SUPPRESS)  # the supervisor's
+    chat.add_argument("--conversation-file", default=None, help=argparse.SUPPRESS)
     chat.set_defaults(command="chat", run=run_chat)
 
 

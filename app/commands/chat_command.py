@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import queue
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from app.commands.lent_chat import run_lent_chat
 from app.commands.plan_command import load_profile_for_planning
 from app.commands.sampling_options import sampling_from
 from app.commands.terminal_chat import TerminalChat, Vision, read_line, say
@@ -29,6 +31,7 @@ from app.events import (
     TokenStreamed,
 )
 from app.model_lifecycle.load_planning import PlannedLoad, planned_load, with_vision
+from app.paths import app_paths
 from app.screen_text.units import speed_text
 from app.stop_signals import on_ctrl_c
 from app.stores.chat_store import ChatStore
@@ -42,21 +45,31 @@ from engine.machine.hardware import probe_hardware
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.execution import check_profile_is_this_machine
+from engine.planning.machine_split import MachineSplit
 from engine.planning.placement_choice import AUTO, CPU_ONLY, PlacementChoice
 from engine.runtime.loaded_model import inspect_model
 
 
 def run_chat(args: argparse.Namespace) -> int:
+    if args.lent:
+        if args.vram is not None or args.placement or args.cpu_only or args.gpu is not None:
+            raise BadInputError("--lent places the model itself: leave out --vram and --placement")
+        return run_lent_chat(args)
     choice = _placement(args)
     model_path = Path(args.model) if args.model else default_model_path()
     inspect_model(model_path)  # bad input fails here, before any thread starts
     try:
         settings = sampling_from(args, SamplingSettings())
         params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
+        if args.split:  # the child of `chat --lent`: the supervisor's split
+            params = MachineSplit.from_json(args.split).load_params(params)
+            native_stderr_to_log()
         load = PlannedLoad(params, None, None)
-        if args.vram is not None or choice.is_manual or args.gpu is not None:
+        if not args.split and (args.vram is not None or choice.is_manual or args.gpu is not None):
             load = _planned(args, model_path, choice)
         prompt = _prompt_from(args)
+        if prompt is not None and args.resume is not None:
+            raise BadInputError("--resume goes on with a conversation on a terminal, not a PROMPT")
         if prompt is None:  # only a conversation can be given images (/image)
             load = _with_projector(load, model_path, args.vram, choice)
     except ValueError as exc:
@@ -78,8 +91,19 @@ def run_chat(args: argparse.Namespace) -> int:
         if prompt is not None:
             _one_reply(engine, prompt, settings, show_stats=args.stats)
         else:
-            _interactive(engine, args.system, settings, loaded)
+            _interactive(engine, args, settings, loaded)
     return 0
+
+
+def native_stderr_to_log() -> None:
+    """In `chat --lent`'s child: what native code prints on standard error (llama.cpp's
+    RPC client aborting, with its file and line) goes to the log file, and the chat's own
+    words still reach the terminal, in order with the replies. The supervisor says what
+    happened in one line."""
+    terminal = os.dup(2)
+    with open(app_paths().log_file, "ab") as log_file:
+        os.dup2(log_file.fileno(), 2)
+    sys.stderr = open(terminal, "w", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
 
 
 def _placement(args: argparse.Namespace) -> PlacementChoice:
@@ -233,16 +257,33 @@ def _one_reply(engine: _Engine, text: str, settings: SamplingSettings, show_stat
 
 
 def _interactive(
-    engine: _Engine, system: str | None, settings: SamplingSettings, loaded: EngineEvent
+    engine: _Engine, args: argparse.Namespace, settings: SamplingSettings, loaded: EngineEvent
 ) -> None:
-    """The conversation, saved in the chat history the window shows."""
+    """The conversation, saved in the chat history the window shows (--resume: a saved one)."""
     vision = Vision(False, "")
     if isinstance(loaded, ModelLoaded):
         vision = Vision(loaded.vision is not None, loaded.model_name, loaded.vision_problem)
     with ChatStore() as store:
         if store.recovered_from is not None:
             say(f"shardchat: the chat history was unreadable; moved to {store.recovered_from}")
-        TerminalChat(engine, store, settings, system, vision, _print_stats).run(read_line)
+        chat = TerminalChat(
+            engine, store, settings, args.system, vision, _print_stats, _noting(args)
+        )
+        if args.resume is not None:
+            chat.resume(args.resume)
+        chat.run(read_line)
+
+
+def _noting(args: argparse.Namespace) -> Callable[[int], None] | None:
+    """For `chat --lent`'s child: each conversation's id into the supervisor's file."""
+    path = args.conversation_file
+    if path is None:
+        return None
+
+    def note(conversation_id: int) -> None:
+        Path(path).write_text(str(conversation_id), encoding="utf-8")
+
+    return note
 
 
 def _print_stats(reply: ReplyFinished) -> None:

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import positive_int, size
 from app.stores.profile_store import ProfileStore
 from app.stores.remote_machines import RemoteMachine
 from engine.errors import BadInputError
@@ -50,6 +50,14 @@ def add_devices_command(commands: argparse._SubParsersAction) -> None:
         metavar="OPTION",
         help="an ssh -o setting for the forward (e.g. IdentityFile=~/.ssh/lab); repeatable",
     )
+    add.add_argument(
+        "--budget",
+        type=size,
+        default=None,
+        metavar="SIZE",
+        help="how much of its memory ShardChat may fill (e.g. 12GiB; default: 90%% of what "
+        "is free when a model is loaded)",
+    )
     add.set_defaults(run=run_devices_add)
     remove = actions.add_parser(
         "remove", help="forget a lent computer", description="Forget the computer at ADDRESS."
@@ -61,8 +69,14 @@ def add_devices_command(commands: argparse._SubParsersAction) -> None:
 def run_devices_add(args: argparse.Namespace) -> int:
     address = parse_address(args.address, args.rpc_port)
     probed = probe_address(address, args.ssh_option)
+    memory = sum(device.total_bytes for device in probed.devices[:1])
+    if args.budget is not None and args.budget > memory:
+        raise BadInputError(
+            f"a {args.budget / 2**30:.1f} GiB budget is more than {address} has "
+            f"({memory / 2**30:.1f} GiB)"
+        )
     with ProfileStore() as store:
-        kept = store.remotes.save(str(address), probed, tuple(args.ssh_option))
+        kept = store.remotes.save(str(address), probed, tuple(args.ssh_option), args.budget)
     print(f"Added {kept.address}:")
     _print_devices(kept)
     return 0
@@ -92,7 +106,14 @@ def run_devices_list(args: argparse.Namespace) -> int:
     elif not machines:
         print("No other computers. Add one with: shardchat devices add ssh://USER@HOST")
     for machine in [] if args.json else machines:
-        print(f"{machine.address}  (protocol {machine.protocol}, checked {machine.probed_at})")
+        budget = (
+            ""
+            if machine.budget_bytes is None
+            else f", budget {machine.budget_bytes / 2**30:.2f} GiB"
+        )
+        print(
+            f"{machine.address}  (protocol {machine.protocol}, checked {machine.probed_at}{budget})"
+        )
         _print_devices(machine)
     return 0
 
@@ -106,6 +127,13 @@ def run_devices_remove(args: argparse.Namespace) -> int:
     return 0
 
 
+def _facts(machine: RemoteMachine) -> str:
+    facts = [f"protocol {machine.protocol}", f"checked {machine.probed_at}"]
+    if machine.budget_bytes is not None:
+        facts.append(f"budget {machine.budget_bytes / 2**30:.2f} GiB")
+    return ", ".join(facts)
+
+
 def _print_devices(machine: RemoteMachine) -> None:
     for device in machine.devices:
         free, total = device.free_bytes / 2**30, device.total_bytes / 2**30
@@ -117,5 +145,6 @@ def _as_json(machine: RemoteMachine) -> dict[str, object]:
         "address": machine.address,
         "protocol": machine.protocol,
         "probed_at": machine.probed_at,
+        "budget_bytes": machine.budget_bytes,
         "devices": [vars(device) for device in machine.devices],
     }

@@ -96,8 +96,12 @@ class TerminalChat:
         system: str | None,
         vision: Vision,
         on_reply: Callable[[ReplyFinished], None],
+        on_conversation: Callable[[int], None] | None = None,
     ) -> None:
+        """`on_conversation`: told the id of each conversation this session makes or opens
+        (the supervisor of a chat on lent computers goes on with it after a crash)."""
         self.engine, self.store, self.settings = engine, store, settings
+        self.on_conversation = on_conversation
         self.default_system = system or ""  # --system: every new conversation starts with it
         self.system = self.default_system
         self.vision = vision
@@ -113,6 +117,17 @@ class TerminalChat:
             "/exit": lambda _rest: False,
             "/quit": lambda _rest: False,
         }
+
+    def resume(self, conversation_id: int) -> None:
+        """Go on with a saved conversation: the model hears it again, as when the window
+        opens it. BadInputError when there is no such conversation."""
+        conversation = self.store.conversation(conversation_id)  # unknown: BadInputError
+        self.conversation_id, self.system = conversation_id, conversation.system_prompt
+        history = self.store.history(conversation_id)
+        self.engine.call(self.engine.worker.start_conversation(None, history))
+        say(f'(continuing "{conversation.title}", {len(history)} messages)')
+        if self.on_conversation is not None:
+            self.on_conversation(conversation_id)
 
     def run(self, read_line: Callable[[], str | None]) -> None:
         """Until /exit, /quit or the end of input (Ctrl-D, Ctrl-C at the prompt)."""
@@ -222,6 +237,8 @@ class TerminalChat:
         if self.conversation_id is None:
             change = self.store.create_conversation(NEW_TITLE, self.system)
             self.conversation_id = change.conversation_id
+            if self.on_conversation is not None:
+                self.on_conversation(self.conversation_id)
         return self.conversation_id
 
     def _retitle(self, conversation_id: int, first_message: str) -> None:

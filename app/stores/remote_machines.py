@@ -2,7 +2,9 @@
 
 A remote is stored under its canonical address (engine.remote.addresses) with what
 its last probe found: the protocol version and each device's memory, and the ssh
-settings it was added with (an identity file), used again to reach it. The table is the
+settings it was added with (an identity file), used again to reach it, and the budget
+the user gave it: llama.cpp's RPC server has no memory limit of its own, so how much of
+a lent device ShardChat fills is decided here. The table is the
 profile store's migration m003; this module holds its queries.
 """
 
@@ -26,7 +28,8 @@ def m003_remote_machines(conn: sqlite3.Connection) -> None:
         " probed_at TEXT NOT NULL,"
         " protocol TEXT NOT NULL,"
         " devices TEXT NOT NULL,"  # JSON: [{"index", "free_bytes", "total_bytes"}]
-        " ssh_options TEXT NOT NULL DEFAULT '[]')"  # JSON: the -o settings it was added with
+        " ssh_options TEXT NOT NULL DEFAULT '[]',"  # JSON: the -o settings it was added with
+        " budget_bytes INTEGER)"  # what ShardChat may fill; NULL: a share of what is free
     )
     conn.execute("PRAGMA user_version = 3")
 
@@ -39,6 +42,7 @@ class RemoteMachine:
     protocol: str
     devices: tuple[RemoteDevice, ...]
     ssh_options: tuple[str, ...] = ()
+    budget_bytes: int | None = None
 
 
 class RemoteMachines:
@@ -48,7 +52,11 @@ class RemoteMachines:
         self._conn = conn
 
     def save(
-        self, address: str, probed: RemoteServer, ssh_options: tuple[str, ...] = ()
+        self,
+        address: str,
+        probed: RemoteServer,
+        ssh_options: tuple[str, ...] = (),
+        budget_bytes: int | None = None,
     ) -> RemoteMachine:
         """Add a remote or refresh its probe (its first `added_at` stays)."""
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -57,12 +65,12 @@ class RemoteMachines:
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT INTO remote_machines"
-                " (address, added_at, probed_at, protocol, devices, ssh_options)"
-                " VALUES (?, ?, ?, ?, ?, ?)"
+                " (address, added_at, probed_at, protocol, devices, ssh_options, budget_bytes)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (address) DO UPDATE SET probed_at = excluded.probed_at,"
                 " protocol = excluded.protocol, devices = excluded.devices,"
-                " ssh_options = excluded.ssh_options",
-                (address, now, now, protocol, devices, json.dumps(list(ssh_options))),
+                " ssh_options = excluded.ssh_options, budget_bytes = excluded.budget_bytes",
+                (address, now, now, protocol, devices, json.dumps(list(ssh_options)), budget_bytes),
             )
         found = self.get(address)
         assert found is not None
@@ -85,11 +93,11 @@ class RemoteMachines:
         return gone.rowcount > 0
 
 
-_COLUMNS = "address, added_at, probed_at, protocol, devices, ssh_options"
+_COLUMNS = "address, added_at, probed_at, protocol, devices, ssh_options, budget_bytes"
 
 
-def _machine(row: tuple[str, str, str, str, str, str]) -> RemoteMachine:
-    address, added_at, probed_at, protocol, devices, ssh_options = row
+def _machine(row: tuple[str, str, str, str, str, str, int | None]) -> RemoteMachine:
+    address, added_at, probed_at, protocol, devices, ssh_options, budget = row
     return RemoteMachine(
         address,
         added_at,
@@ -97,4 +105,5 @@ def _machine(row: tuple[str, str, str, str, str, str]) -> RemoteMachine:
         protocol,
         tuple(RemoteDevice(**device) for device in json.loads(devices)),
         tuple(json.loads(ssh_options)),
+        budget,
     )

@@ -14,8 +14,9 @@ of RPC servers, and llama.cpp's buffer lines show whether it was followed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
@@ -37,6 +38,15 @@ class MachineSplit:
     n_layer: int
     local_blocks: int  # the first blocks, on this machine
     shares: tuple[RemoteShare, ...]  # then each lent device's, in order
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> MachineSplit:
+        data = json.loads(text)
+        shares = tuple(RemoteShare(share["endpoint"], share["blocks"]) for share in data["shares"])
+        return cls(data["n_layer"], data["local_blocks"], shares)
 
     @property
     def uses_remotes(self) -> bool:

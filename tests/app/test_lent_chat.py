@@ -1,0 +1,157 @@
+"""`shardchat chat --lent`: a chat whose model is split onto two lent computers (two real RPC
+servers of this build on loopback, each given a small budget), supervised so that a lent
+computer dying mid-reply ends that reply with one line, not the chat."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.model.inventory import read_inventory
+from engine.planning.machine_split import output_bytes
+from engine.remote.sharing import ShareSettings, SharingServer
+from tests.app.pty_terminal import Terminal
+
+ROOT = Path(__file__).resolve().parents[2]
+STORY = "Write a long story about a dragon who learns to bake bread."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def two_lent(shardchat, tmp_path: Path, default_model_file) -> Iterator[list[str]]:
+    """Two lent computers, the first with a budget of ten blocks, the second of twenty and
+    the output layer (so that it can take the first one's blocks too); their addresses."""
+    inventory = read_inventory(default_model_file)
+    block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
+    budgets = [10 * block + block // 2, 20 * block + block // 2 + output_bytes(inventory)]
+    servers = [
+        SharingServer(
+            ShareSettings(port=free_port(), devices=("CPU",), threads=1),
+            tmp_path / f"cache-{n}",
+            tmp_path / f"rpc-{n}.log",
+        )
+        for n in range(2)
+    ]
+    try:
+        addresses = []
+        for server, budget in zip(servers, budgets, strict=True):
+            server.start()
+            address = f"tcp://127.0.0.1:{server.settings.port}"
+            added = shardchat("devices", "add", address, "--budget", str(budget))
+            assert added.returncode == 0, added.stderr
+            addresses.append(address)
+        yield addresses
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def here_budget(default_model_file) -> str:
+    """Room for the globals and ten blocks: the rest must go to the lent computers."""
+    inventory = read_inventory(default_model_file)
+    block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
+    return str(sum(s.n_bytes for s in inventory.globals) + 10 * block + block // 2)
+
+
+def chat(*args: str) -> list[str]:
+    return [sys.executable, "-m", "app.cli", "chat", "--temperature", "0", *args]
+
+
+def test_a_chat_across_two_lent_computers_answers_as_this_machine_alone(
+    shardchat, two_lent, default_model_file
+) -> None:
+    here = here_budget(default_model_file)
+    across = subprocess.run(
+        chat("--lent", "--here", here, "--max-tokens", "32", STORY),
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert across.returncode == 0, across.stderr
+    port_a, port_b = (port(address) for address in two_lent)
+    assert f"split: blocks 0-9 here, 10-19 on 127.0.0.1:{port_a}, 20-29 on 127.0.0.1:{port_b}" in (
+        across.stderr
+    )
+    alone = shardchat("chat", "--temperature", "0", "--max-tokens", "32", STORY)
+    assert alone.returncode == 0 and across.stdout.strip() == alone.stdout.strip() != ""
+
+
+def test_a_lent_computer_dying_mid_reply_ends_the_reply_with_one_line(
+    two_lent, default_model_file
+) -> None:
+    here = here_budget(default_model_file)
+    child = subprocess.Popen(
+        chat("--lent", "--here", here, "--max-tokens", "800", STORY),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdout.read(1)  # the reply has begun
+    kill_server(two_lent[1])
+    _out, err = child.communicate(timeout=120)
+    said = err.decode().strip().splitlines()
+    assert child.returncode == 1
+    assert said[-1] == (
+        f"shardchat: error: the lent computer {two_lent[1]} stopped answering mid-reply; "
+        "the reply ended there"
+    )
+    assert "ggml-rpc.cpp" not in err.decode() and "Traceback" not in err.decode()
+
+
+def test_an_interactive_chat_goes_on_without_the_computer_that_died(
+    two_lent, default_model_file
+) -> None:
+    here = here_budget(default_model_file)
+    args = ("chat", "--temperature", "0", "--max-tokens", "800", "--lent", "--here", here)
+    with Terminal(*args) as term:
+        term.expect("> ")
+        term.type(STORY + "\n")
+        term.expect("Once")  # the reply has begun
+        kill_server(two_lent[0])
+        term.expect(f"the lent computer {two_lent[0]} stopped answering mid-reply")
+        term.expect(f"split: blocks 0-9 here, 10-29 on 127.0.0.1:{port(two_lent[1])}")
+        term.expect("(continuing")  # the same conversation, in a new engine process
+        term.expect("> ")
+        term.type("Say the word yes.\n")
+        term.expect("tokens/s")  # the next message is answered
+        term.expect("> ")
+        term.type("/exit\n")
+        assert term.exit_code() == 0
+
+
+def port(address: str) -> str:
+    return address.rsplit(":", 1)[1]
+
+
+def kill_server(address: str) -> None:
+    (server,) = [
+        p for p in psutil.Process().children()
+        if p.name() == "ggml-rpc-server" and port(address) in p.cmdline()
+    ]  # fmt: skip
+    server.kill()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--lent", "--vram", "1GiB", "hi"), "--lent places the model itself"),
+        (
+            ("--lent", "--here", "1MiB", "hi"),
+            "needs 0.18 GiB with a 4096-token context; this machine and the lent computers",
+        ),
+        (("--resume", "3", "hi"), "--resume goes on with a conversation on a terminal"),
+    ],
+)
+def test_what_a_lent_chat_cannot_do_is_one_line_and_exit_2(
+    shardchat, args: tuple[str, ...], said: str
+) -> None:
+    run = shardchat("chat", *args)
+    assert run.returncode == 2 and said in run.stderr and len(run.stderr.splitlines()) == 1
