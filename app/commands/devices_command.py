@@ -16,7 +16,8 @@ from app.stores.profile_store import ProfileStore
 from app.stores.remote_machines import RemoteMachine
 from engine.errors import BadInputError
 from engine.remote.addresses import RemoteAddress, parse_address
-from engine.remote.rpc_probe import RemoteError, RemoteServer, probe
+from engine.remote.link_measure import LinkFigures, measure_link
+from engine.remote.rpc_probe import RemoteError, RemoteServer, RpcSession
 from engine.remote.ssh_forward import SshForward
 
 
@@ -68,7 +69,7 @@ def add_devices_command(commands: argparse._SubParsersAction) -> None:
 
 def run_devices_add(args: argparse.Namespace) -> int:
     address = parse_address(args.address, args.rpc_port)
-    probed = probe_address(address, args.ssh_option)
+    probed, link = probe_address(address, args.ssh_option)
     memory = sum(device.total_bytes for device in probed.devices[:1])
     if args.budget is not None and args.budget > memory:
         raise BadInputError(
@@ -76,26 +77,33 @@ def run_devices_add(args: argparse.Namespace) -> int:
             f"({memory / 2**30:.1f} GiB)"
         )
     with ProfileStore() as store:
-        kept = store.remotes.save(str(address), probed, tuple(args.ssh_option), args.budget)
+        kept = store.remotes.save(str(address), probed, link, tuple(args.ssh_option), args.budget)
     print(f"Added {kept.address}:")
     _print_devices(kept)
     return 0
 
 
-def probe_address(address: RemoteAddress, ssh_options: list[str]) -> RemoteServer:
-    """The remote's RPC server, probed the way it will be reached."""
+def probe_address(
+    address: RemoteAddress, ssh_options: list[str]
+) -> tuple[RemoteServer, LinkFigures]:
+    """The remote's RPC server, probed the way it will be reached, and its link measured."""
     if not address.through_ssh:
-        return probe(address.host, address.rpc_port)
+        return _probed(address.host, address.rpc_port)
     with SshForward(address, ssh_options) as forward:
         port = forward.open()
         try:
-            found = probe("127.0.0.1", port)
+            found, link = _probed("127.0.0.1", port)
         except RemoteError as exc:
             raise RemoteError(
                 f"through ssh to {address.host}, port {address.rpc_port} there: {exc} "
                 "(is `shardchat share` running on it?)"
             ) from None
-    return RemoteServer(address.host, address.rpc_port, found.version, found.devices)
+    return RemoteServer(address.host, address.rpc_port, found.version, found.devices), link
+
+
+def _probed(host: str, port: int) -> tuple[RemoteServer, LinkFigures]:
+    with RpcSession.open(host, port) as session:
+        return session.server, measure_link(session)
 
 
 def run_devices_list(args: argparse.Namespace) -> int:
@@ -106,14 +114,7 @@ def run_devices_list(args: argparse.Namespace) -> int:
     elif not machines:
         print("No other computers. Add one with: shardchat devices add ssh://USER@HOST")
     for machine in [] if args.json else machines:
-        budget = (
-            ""
-            if machine.budget_bytes is None
-            else f", budget {machine.budget_bytes / 2**30:.2f} GiB"
-        )
-        print(
-            f"{machine.address}  (protocol {machine.protocol}, checked {machine.probed_at}{budget})"
-        )
+        print(f"{machine.address}  ({_facts(machine)})")
         _print_devices(machine)
     return 0
 
@@ -129,6 +130,8 @@ def run_devices_remove(args: argparse.Namespace) -> int:
 
 def _facts(machine: RemoteMachine) -> str:
     facts = [f"protocol {machine.protocol}", f"checked {machine.probed_at}"]
+    if machine.link is not None:
+        facts.append(machine.link.describe())
     if machine.budget_bytes is not None:
         facts.append(f"budget {machine.budget_bytes / 2**30:.2f} GiB")
     return ", ".join(facts)
@@ -146,5 +149,6 @@ def _as_json(machine: RemoteMachine) -> dict[str, object]:
         "protocol": machine.protocol,
         "probed_at": machine.probed_at,
         "budget_bytes": machine.budget_bytes,
+        "link": None if machine.link is None else vars(machine.link),
         "devices": [vars(device) for device in machine.devices],
     }

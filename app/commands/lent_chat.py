@@ -33,6 +33,7 @@ from engine.planning.machine_split import MachineSplit, split_across
 from engine.remote.rpc_probe import RemoteError, probe
 from engine.runtime.loaded_model import inspect_model
 
+EXIT_TERMINATED = 128 + signal.SIGTERM
 HERE_MARGIN = 2**30  # left to the system and the app itself by the default --here
 _SUPERVISOR_ONLY = {"--lent": 0, "--here": 1, "--resume": 1}  # option: values it takes
 
@@ -119,9 +120,23 @@ def _child_argv(argv: list[str], split: str, noted: Path, resume: int | None) ->
 
 def _run_child(command: list[str]) -> int:
     """The child's exit code (negative: the signal it died of). Ctrl-C is the child's own:
-    it stops its reply, so this process lets it through."""
+    it stops its reply, so this process lets it through. SIGTERM stops the child too, and
+    this process then exits as a terminated one would (143), since nothing failed."""
+    terminated = False
     with _ignoring_ctrl_c():
-        return subprocess.call(command)
+        child = subprocess.Popen(command)
+
+        def stop(_number: int, _frame: object) -> None:
+            nonlocal terminated
+            terminated = True
+            child.terminate()
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            code = child.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return EXIT_TERMINATED if terminated else code
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 A remote is stored under its canonical address (engine.remote.addresses) with what
 its last probe found: the protocol version and each device's memory, and the ssh
-settings it was added with (an identity file), used again to reach it, and the budget
+settings it was added with (an identity file), used again to reach it, the link as
+measured then (round trip, bandwidth both ways), and the budget
 the user gave it: llama.cpp's RPC server has no memory limit of its own, so how much of
 a lent device ShardChat fills is decided here. The table is the
 profile store's migration m003; this module holds its queries.
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from app.stores.sqlite_file import transaction
+from engine.remote.link_measure import LinkFigures
 from engine.remote.rpc_probe import RemoteDevice, RemoteServer
 
 
@@ -29,7 +32,8 @@ def m003_remote_machines(conn: sqlite3.Connection) -> None:
         " protocol TEXT NOT NULL,"
         " devices TEXT NOT NULL,"  # JSON: [{"index", "free_bytes", "total_bytes"}]
         " ssh_options TEXT NOT NULL DEFAULT '[]',"  # JSON: the -o settings it was added with
-        " budget_bytes INTEGER)"  # what ShardChat may fill; NULL: a share of what is free
+        " budget_bytes INTEGER,"  # what ShardChat may fill; NULL: a share of what is free
+        " round_trip_s REAL, upload_bytes_per_s REAL, download_bytes_per_s REAL)"  # the link
     )
     conn.execute("PRAGMA user_version = 3")
 
@@ -43,6 +47,7 @@ class RemoteMachine:
     devices: tuple[RemoteDevice, ...]
     ssh_options: tuple[str, ...] = ()
     budget_bytes: int | None = None
+    link: LinkFigures | None = None  # measured when it was added
 
 
 class RemoteMachines:
@@ -55,6 +60,7 @@ class RemoteMachines:
         self,
         address: str,
         probed: RemoteServer,
+        link: LinkFigures | None = None,
         ssh_options: tuple[str, ...] = (),
         budget_bytes: int | None = None,
     ) -> RemoteMachine:
@@ -65,12 +71,23 @@ class RemoteMachines:
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT INTO remote_machines"
-                " (address, added_at, probed_at, protocol, devices, ssh_options, budget_bytes)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)"
+                f" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (address) DO UPDATE SET probed_at = excluded.probed_at,"
                 " protocol = excluded.protocol, devices = excluded.devices,"
-                " ssh_options = excluded.ssh_options, budget_bytes = excluded.budget_bytes",
-                (address, now, now, protocol, devices, json.dumps(list(ssh_options)), budget_bytes),
+                " ssh_options = excluded.ssh_options, budget_bytes = excluded.budget_bytes,"
+                " round_trip_s = excluded.round_trip_s,"
+                " upload_bytes_per_s = excluded.upload_bytes_per_s,"
+                " download_bytes_per_s = excluded.download_bytes_per_s",
+                (
+                    address,
+                    now,
+                    now,
+                    protocol,
+                    devices,
+                    json.dumps(list(ssh_options)),
+                    budget_bytes,
+                    *(astuple(link) if link else (None, None, None)),
+                ),  # fmt: skip
             )
         found = self.get(address)
         assert found is not None
@@ -93,11 +110,14 @@ class RemoteMachines:
         return gone.rowcount > 0
 
 
-_COLUMNS = "address, added_at, probed_at, protocol, devices, ssh_options, budget_bytes"
+_COLUMNS = (
+    "address, added_at, probed_at, protocol, devices, ssh_options, budget_bytes,"
+    " round_trip_s, upload_bytes_per_s, download_bytes_per_s"
+)
 
 
-def _machine(row: tuple[str, str, str, str, str, str, int | None]) -> RemoteMachine:
-    address, added_at, probed_at, protocol, devices, ssh_options, budget = row
+def _machine(row: tuple[Any, ...]) -> RemoteMachine:
+    address, added_at, probed_at, protocol, devices, ssh_options, budget, *link = row
     return RemoteMachine(
         address,
         added_at,
@@ -106,4 +126,5 @@ def _machine(row: tuple[str, str, str, str, str, str, int | None]) -> RemoteMach
         tuple(RemoteDevice(**device) for device in json.loads(devices)),
         tuple(json.loads(ssh_options)),
         budget,
+        LinkFigures(*link) if link[0] is not None else None,
     )

@@ -44,6 +44,10 @@ def test_a_lent_computer_is_probed_kept_listed_and_removed(shardchat, lent) -> N
     listed = json.loads(shardchat("devices", "--json").stdout)
     assert [entry["address"] for entry in listed] == [address]
     assert listed[0]["protocol"] == "7.0.0" and listed[0]["devices"][0]["total_bytes"] > 0
+    link = listed[0]["link"]  # measured through the server: timed transfers, a round trip
+    assert 0 < link["round_trip_s"] < 1 and link["upload_bytes_per_s"] > 1e6
+    assert link["download_bytes_per_s"] > 1e6
+    assert "round trip" in shardchat("devices").stdout
     removed = shardchat("devices", "remove", address)
     assert removed.returncode == 0 and "Removed" in removed.stdout
     assert "No other computers" in shardchat("devices").stdout

@@ -106,6 +106,21 @@ def test_a_lent_computer_dying_mid_reply_ends_the_reply_with_one_line(
     assert "ggml-rpc.cpp" not in err.decode() and "Traceback" not in err.decode()
 
 
+def test_sigterm_stops_the_supervised_chat_and_its_child(two_lent, default_model_file) -> None:
+    here = here_budget(default_model_file)
+    supervisor = subprocess.Popen(
+        chat("--lent", "--here", here, "--max-tokens", "800", STORY),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert supervisor.stdout is not None
+    assert supervisor.stdout.read(1)  # the reply has begun, in the child
+    (child,) = psutil.Process(supervisor.pid).children()
+    supervisor.terminate()
+    _out, err = supervisor.communicate(timeout=60)
+    assert supervisor.returncode == 143 and "error" not in err.decode()
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
 def test_an_interactive_chat_goes_on_without_the_computer_that_died(
     two_lent, default_model_file
 ) -> None:
