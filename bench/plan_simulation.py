@@ -16,6 +16,13 @@ ubatch 512 without flash attention (a CPU-only plan, half an hour to the first
 token); with flash attention and the ubatch chosen per budget it gets a GPU plan.
 The script fails when that plan is not a GPU plan.
 
+The last cells (issue 31) join two described 16 GB desktops by 1, 2.5 and 10 GbE and
+split a model across them (engine.planning.split_costing): Qwen3-235B-A22B at Q4_0,
+which no one of them holds (the split must be chosen), and Qwen3-30B-A3B, which one
+holds (the split is chosen only where it is predicted faster). The script fails when
+a faster link is predicted slower. The links are assumptions, not measurements: 94%
+of the line rate both ways, and round trips of 0.25, 0.2 and 0.1 ms.
+
     .venv/bin/python bench/plan_simulation.py [--hardware rtx5090-desktop]
 """
 
@@ -35,7 +42,9 @@ from engine.planning.llama_fit import fit_baseline
 from engine.planning.llama_placements import layer_offload_baseline, n_cpu_moe_baseline
 from engine.planning.plan import Plan, PlanRequest
 from engine.planning.planner import make_plan
+from engine.planning.split_costing import Computer, predict_split
 from engine.planning.vram_account import compute_bytes
+from engine.remote.link_measure import LinkFigures
 
 GIB = 1 << 30
 BUDGETS_GIB = (2, 4, 8, 16, 24)
@@ -94,7 +103,47 @@ def main() -> int:
     if losses:
         print(f"{losses} decode speedup(s) below 1.00: the planner lost to llama.cpp")
     on_gpu = working_memory_case(inventories[WORKING_MEMORY_MODEL], profile)
-    return 1 if losses or not on_gpu else 0
+    with tempfile.TemporaryDirectory(prefix="plan-simulation-") as folder:
+        lent_right = lent_computers_case(Path(folder))
+    return 1 if losses or not on_gpu or not lent_right else 0
+
+
+LENT_HARDWARE = "desktop-16gb"
+LENT_MODELS = {  # shown as: (its shape in MODELS, the quantisation here)
+    "Qwen3-235B-A22B Q4_0": ("Qwen3-235B-A22B Q2_K", "Q4_0"),
+    "Qwen3-30B-A3B Q4_0": ("Qwen3-30B-A3B Q4_0", "Q4_0"),
+}
+LINKS = {  # name: (round trip s, line rate bit/s)
+    "1 GbE": (0.25e-3, 1e9),
+    "2.5 GbE": (0.2e-3, 2.5e9),
+    "10 GbE": (0.1e-3, 10e9),
+}
+
+
+def lent_computers_case(folder: Path) -> bool:
+    """Two described desktops joined by each link: the best split's prediction against
+    one desktop alone; False when a model one desktop cannot hold is not split, or a
+    slower link is predicted faster."""
+    profile = load_profile_for_planning(LENT_HARDWARE)
+    vram = profile.gpu.vram_total_bytes - GIB if profile.gpu else 0
+    desktops = [Computer(f"desktop-{n}", profile, vram) for n in (1, 2)]
+    print(f"\ntwo {LENT_HARDWARE} computers ({desktops[0].memory_bytes / GIB:.0f} GiB each for "
+          "the model: free RAM and VRAM, each less 1 GiB), 4096 context")  # fmt: skip
+    right = True
+    for name, (shape, quant) in LENT_MODELS.items():
+        spec = MODELS[shape][0]
+        path = write_shape_only_model(folder / f"{spec.n_layer}-{quant}.gguf", spec, quant)
+        inventory = read_inventory(path)
+        speeds = []
+        for link_name, (round_trip, rate) in LINKS.items():
+            link = LinkFigures(round_trip, rate / 8 * 0.94, rate / 8 * 0.94)
+            cell = predict_split(inventory, 4096, desktops, [link])
+            chosen = "" if cell.chosen else " - not chosen"
+            print(f"  {name:22}{link_name:>8}: {cell.describe()}{chosen}")
+            right &= cell.chosen or cell.alone_tokens_per_s is not None
+            speeds.append(cell.decode_tokens_per_s)
+        right &= speeds == sorted(speeds)
+    return right
 
 
 WORKING_MEMORY_MODEL = "Qwen3-235B-A22B Q2_K"

@@ -1,0 +1,207 @@
+"""What a model split across computers is predicted to do, against this machine alone.
+
+Each computer runs its range of blocks under its own plan (the planner, on that
+computer's profile and VRAM budget: its resident set, streaming, threads), so a range
+costs what the planner predicts for those blocks there. What the split adds is the
+link: llama.cpp's RPC client drives every lent device from this process, so each
+decode step sends each remote range its input activations (n_embd x tokens x 4
+bytes), waits for its graph to run, and reads its output back (the activations, or
+the logits from the last range); that is two round trips and two transfers per
+range and step. Loading sends each remote its weights once (its tensor cache keeps
+them for the next load).
+
+The split is chosen over this machine alone only when it is predicted faster, or when
+the model does not fit this machine (then the prediction says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from engine.errors import BadInputError
+from engine.machine.profile import Profile
+from engine.model.inventory import BlockInventory, ModelInventory, SubLayerKind
+from engine.planning.machine_split import MachineSplit, output_bytes, split_across
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.remote.link_measure import LinkFigures
+
+RAM_MARGIN = 2**30  # of a computer's available memory, left to its system and the app
+ACTIVATION_BYTES = 4  # llama.cpp passes f32 activations between devices
+
+
+@dataclass(frozen=True)
+class Computer:
+    """A computer as the planner sees it: its profile and what it gives the model."""
+
+    name: str
+    profile: Profile
+    vram_budget_bytes: int
+
+    @property
+    def memory_bytes(self) -> int:
+        """What its blocks may take in all: its VRAM budget and its available RAM, less a
+        margin."""
+        available = self.profile.hardware.get("memory", {}).get("available_bytes", 0)
+        return max(int(available) - RAM_MARGIN, 0) + self.vram_budget_bytes
+
+
+@dataclass(frozen=True)
+class SplitPrediction:
+    split: MachineSplit
+    decode_tokens_per_s: float
+    compute_s: tuple[float, ...]  # one decode step's compute on each computer, this one first
+    link_s: float  # one decode step's time on the links
+    load_transfer_s: float  # the weights sent to the lent computers, once
+    alone_tokens_per_s: float | None  # this computer alone; None where the model does not fit
+    chosen: bool  # the split is worth it: faster, or the only way the model runs
+
+    def describe(self) -> str:
+        alone = (
+            "does not fit this computer alone"
+            if self.alone_tokens_per_s is None
+            else f"{self.alone_tokens_per_s:.2f} tok/s alone"
+        )
+        return (
+            f"{self.decode_tokens_per_s:.2f} tok/s split ({self.split.describe()}; links "
+            f"{self.link_s * 1000:.2f} ms a token, {self.load_transfer_s:.0f} s to send the "
+            f"weights once), {alone}"
+        )
+
+
+def predict_split(
+    inventory: ModelInventory,
+    n_ctx: int,
+    computers: Sequence[Computer],
+    links: Sequence[LinkFigures],
+) -> SplitPrediction:
+    """The fastest contiguous split over `computers` (this one first, then each lent one,
+    whose link is `links[i - 1]`), against this one alone. The candidates keep less and
+    less here (all it holds, down to its VRAM budget and nothing), the lent computers
+    taking the rest in order; BadInputError when none holds the model."""
+    here, lent = computers[0], computers[1:]
+    remotes = [(computer.name, computer.memory_bytes) for computer in lent]
+    alone = _alone_tokens_per_s(inventory, n_ctx, here)
+    best: SplitPrediction | None = None
+    for room in _rooms_here(here):
+        try:
+            split = split_across(inventory, n_ctx, room, remotes)
+        except BadInputError:
+            continue
+        if not split.uses_remotes:
+            continue  # that is this computer alone
+        costed = _costed(inventory, n_ctx, computers, links, split, alone)
+        if best is None or costed.decode_tokens_per_s > best.decode_tokens_per_s:
+            best = costed
+    if best is None:
+        split_across(inventory, n_ctx, here.memory_bytes, remotes)  # says why it does not fit
+        raise BadInputError("the lent computers can take none of this model's blocks")
+    return best
+
+
+def _rooms_here(here: Computer) -> list[int]:
+    steps = 12
+    rooms = {here.memory_bytes * step // steps for step in range(steps, -1, -1)}
+    rooms.add(here.vram_budget_bytes)
+    return sorted(rooms, reverse=True)
+
+
+def _costed(
+    inventory: ModelInventory,
+    n_ctx: int,
+    computers: Sequence[Computer],
+    links: Sequence[LinkFigures],
+    split: MachineSplit,
+    alone: float | None,
+) -> SplitPrediction:
+    ranges = _ranges(split)
+    holding = [number for number, (start, end) in enumerate(ranges) if end > start]
+    compute = tuple(
+        _range_seconds(inventory, n_ctx, computer, start, end, last=number == holding[-1])
+        for number, (computer, (start, end)) in enumerate(zip(computers, ranges, strict=True))
+    )
+    used = [index for index, share in enumerate(split.shares) if share.blocks]
+    link_s = sum(_hop_seconds(inventory, links[index], last=index == used[-1]) for index in used)
+    shipped = _shipped_bytes(inventory, split)
+    load_s = sum(shipped[i] / links[i].upload_bytes_per_s for i in used)
+    tokens_per_s = 1.0 / (sum(compute) + link_s)
+    chosen = alone is None or tokens_per_s > alone
+    return SplitPrediction(split, tokens_per_s, compute, link_s, load_s, alone, chosen)
+
+
+def _ranges(split: MachineSplit) -> list[tuple[int, int]]:
+    ranges, start = [(0, split.local_blocks)], split.local_blocks
+    for share in split.shares:
+        ranges.append((start, start + share.blocks))
+        start += share.blocks
+    return ranges
+
+
+def _range_seconds(
+    inventory: ModelInventory, n_ctx: int, computer: Computer, start: int, end: int, last: bool
+) -> float:
+    """One decode step of blocks [start, end) on `computer`, under its own plan (the output
+    head too when it is the last range)."""
+    if start == end and not last:
+        return 0.0
+    heads = {SubLayerKind.OUTPUT_HEAD, SubLayerKind.OUTPUT_NORM}
+    if not any(s.kind is SubLayerKind.OUTPUT_HEAD for s in inventory.globals):
+        heads.add(SubLayerKind.TOKEN_EMBEDDING)  # a tied head multiplies by the embedding
+    globals_ = tuple(s for s in inventory.globals if last and s.kind in heads)
+    part = replace(
+        inventory, n_layer=end - start, blocks=_renumbered(inventory, start, end), globals=globals_
+    )
+    budget = min(computer.vram_budget_bytes, _vram(computer.profile))
+    plan = make_plan(part, computer.profile, PlanRequest(budget, n_ctx=n_ctx))
+    return 1.0 / plan.predicted_decode_tokens_per_s
+
+
+def _renumbered(inventory: ModelInventory, start: int, end: int) -> tuple[BlockInventory, ...]:
+    """Blocks [start, end) as a model of their own (the planner indexes blocks by number)."""
+    return tuple(
+        replace(
+            block,
+            index=block.index - start,
+            sublayers=tuple(
+                replace(sub, block=None if sub.block is None else sub.block - start)
+                for sub in block.sublayers
+            ),
+        )
+        for block in inventory.blocks[start:end]
+    )
+
+
+def _hop_seconds(inventory: ModelInventory, link: LinkFigures, last: bool) -> float:
+    """One decode step's traffic to a remote range and back."""
+    activations = (inventory.n_embd or 0) * ACTIVATION_BYTES
+    back = (inventory.n_vocab or 0) * ACTIVATION_BYTES if last else activations
+    return (
+        2 * link.round_trip_s
+        + activations / link.upload_bytes_per_s
+        + back / link.download_bytes_per_s
+    )
+
+
+def _shipped_bytes(inventory: ModelInventory, split: MachineSplit) -> list[int]:
+    shipped, start = [], split.local_blocks
+    used = [index for index, share in enumerate(split.shares) if share.blocks]
+    for index, share in enumerate(split.shares):
+        blocks = sum(block.n_bytes for block in inventory.blocks[start : start + share.blocks])
+        shipped.append(blocks + (output_bytes(inventory) if used and index == used[-1] else 0))
+        start += share.blocks
+    return shipped
+
+
+def _alone_tokens_per_s(inventory: ModelInventory, n_ctx: int, here: Computer) -> float | None:
+    weights = sum(block.n_bytes + block.kv_cache_bytes(n_ctx) for block in inventory.blocks)
+    weights += sum(sublayer.n_bytes for sublayer in inventory.globals)
+    if weights > here.memory_bytes:
+        return None
+    budget = min(here.vram_budget_bytes, _vram(here.profile))
+    plan = make_plan(inventory, here.profile, PlanRequest(budget, n_ctx=n_ctx))
+    return plan.predicted_decode_tokens_per_s
+
+
+def _vram(profile: Profile) -> int:
+    return profile.gpu.vram_total_bytes if profile.gpu is not None else 0

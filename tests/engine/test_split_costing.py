@@ -1,0 +1,89 @@
+"""engine.planning.split_costing: a model split across two described desktops, each range
+under its own plan, the links costed per step; chosen only when it runs faster than one
+desktop, or when one desktop cannot hold the model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from engine.errors import BadInputError
+from engine.machine.described_machines import load_described
+from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_spec import SyntheticSpec
+from engine.planning.split_costing import Computer, predict_split
+from engine.remote.link_measure import LinkFigures
+
+GIB = 2**30
+MOE = SyntheticSpec(
+    "qwen3moe",
+    n_layer=48,
+    n_embd=2048,
+    n_head=32,
+    n_head_kv=4,
+    head_dim=128,
+    n_ff=6144,
+    n_expert=128,
+    n_expert_used=8,
+    n_ff_expert=768,
+    vocab_size=151936,
+    context_length=40960,
+)  # fmt: skip  (Qwen3-30B-A3B's shape)
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> ModelInventory:
+    folder = tmp_path_factory.mktemp("split-costing")
+    return read_inventory(write_shape_only_model(folder / "moe.gguf", MOE, "Q4_0"))
+
+
+def desktops(ram_gib: float | None = None) -> list[Computer]:
+    profile = load_described("desktop-16gb")
+    if ram_gib is not None:  # a desktop with less memory free
+        memory = {**profile.hardware["memory"], "available_bytes": int(ram_gib * GIB)}
+        profile = replace(profile, hardware={**profile.hardware, "memory": memory})
+    return [Computer(f"desktop-{n}", profile, 15 * GIB) for n in (1, 2)]
+
+
+def link(gbit: float, round_trip_ms: float) -> LinkFigures:
+    rate = gbit * 1e9 / 8
+    return LinkFigures(round_trip_ms / 1000, rate, rate)
+
+
+def test_a_faster_link_is_never_predicted_slower(moe) -> None:
+    speeds = [
+        predict_split(moe, 4096, desktops(), [link(gbit, ms)]).decode_tokens_per_s
+        for gbit, ms in ((0.1, 1.0), (1, 0.25), (10, 0.1), (100, 0.01))
+    ]
+    assert speeds == sorted(speeds) and speeds[0] < speeds[-1]
+
+
+def test_a_slow_link_is_not_chosen_where_this_desktop_holds_the_model(moe) -> None:
+    slow = predict_split(moe, 4096, desktops(), [link(0.1, 2.0)])
+    assert slow.alone_tokens_per_s is not None and not slow.chosen
+    assert slow.decode_tokens_per_s < slow.alone_tokens_per_s
+    assert slow.link_s > 0 and slow.load_transfer_s > 0
+
+
+def test_a_model_this_desktop_cannot_hold_is_split_and_chosen(moe) -> None:
+    small = desktops(ram_gib=1)  # 1 GiB free and a 15 GiB budget: not the 17 GiB model
+    cell = predict_split(moe, 4096, small, [link(1, 0.25)])
+    assert cell.alone_tokens_per_s is None and cell.chosen and cell.split.uses_remotes
+    assert "does not fit this computer alone" in cell.describe()
+    assert len(cell.compute_s) == 2 and all(seconds > 0 for seconds in cell.compute_s)
+
+
+def test_a_model_neither_can_hold_is_refused(moe) -> None:
+    tiny = [replace(computer, vram_budget_bytes=2 * GIB) for computer in desktops(ram_gib=1)]
+    with pytest.raises(BadInputError, match="needs .* GiB"):
+        predict_split(moe, 4096, tiny, [link(1, 0.25)])
+
+
+def test_the_link_cost_is_what_crosses_each_hop(moe) -> None:
+    cell = predict_split(moe, 4096, desktops(ram_gib=1), [link(1, 0.25)])
+    rate = 1e9 / 8
+    # the activations go out and the logits come back, each after a round trip
+    expected = 2 * 0.25e-3 + (2048 * 4) / rate + (151936 * 4) / rate
+    assert cell.link_s == pytest.approx(expected)
