@@ -85,6 +85,7 @@ def terminal_chat_args(model_path: str, ctx: int, verbose: bool) -> argparse.Nam
     vars(chat_args).update(
         prompt=[], model=model_path, system=None, ctx=ctx, threads=None, vram=None,
         placement=None, cpu_only=False, gpu=None, stats=False, show_thinking=False,
-        think=None, verbose=verbose,
+        think=None, verbose=verbose, resume=None, lent=False, here=None, split=None,
+        conversation_file=None,
     )  # fmt: skip
     return chat_args

@@ -91,7 +91,7 @@ def predict_split(
             continue
         if not split.uses_remotes:
             continue  # that is this computer alone
-        costed = _costed(inventory, n_ctx, computers, links, split, alone)
+        costed = cost_split(inventory, n_ctx, computers, links, split, alone)
         if best is None or costed.decode_tokens_per_s > best.decode_tokens_per_s:
             best = costed
     if best is None:
@@ -107,14 +107,15 @@ def _rooms_here(here: Computer) -> list[int]:
     return sorted(rooms, reverse=True)
 
 
-def _costed(
+def cost_split(
     inventory: ModelInventory,
     n_ctx: int,
     computers: Sequence[Computer],
     links: Sequence[LinkFigures],
     split: MachineSplit,
-    alone: float | None,
+    alone: float | None = None,
 ) -> SplitPrediction:
+    """The prediction for one given split (`alone`: this computer's own speed, if known)."""
     ranges = _ranges(split)
     holding = [number for number, (start, end) in enumerate(ranges) if end > start]
     compute = tuple(
