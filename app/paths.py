@@ -27,6 +27,15 @@ class AppPaths:
     def log_file(self) -> Path:
         return self.log_dir / "shardchat.log"
 
+    @property
+    def lent_tensors_dir(self) -> Path:
+        """Where this computer's RPC server caches the tensors others sent (shardchat share)."""
+        return self.data_dir / "lent-tensors"
+
+    @property
+    def rpc_server_log(self) -> Path:
+        return self.log_dir / "rpc-server.log"
+
     def ensure(self) -> AppPaths:
         for folder in (self.data_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +29,9 @@ from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.remote.sharing import SharingServer
 from engine.runtime.loaded_model import LoadedModel, load_model
+from tests.lent_computers import lent_computer
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -216,3 +218,22 @@ def local_hub(
     with LocalHub() as hub:
         publish_test_repos(hub, hub_workdir)
         yield hub
+
+
+# ---------------------------------------------------------------- lent computers (issue 31)
+
+
+@pytest.fixture
+def lend(tmp_path: Path) -> Iterator[Callable[[], SharingServer]]:
+    """Starts a lent computer (tests.lent_computers) on each call; all stop after the test."""
+    servers: list[SharingServer] = []
+
+    def start() -> SharingServer:
+        server = lent_computer(tmp_path / f"lent-{len(servers)}")
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

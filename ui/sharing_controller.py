@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 
 SWITCH_THREAD = "shardchat-share-switch"
 WATCH_THREAD = "shardchat-share-watch"
-TENSOR_CACHE = "lent-tensors"  # as `shardchat share`: one cache for both
-SERVER_LOG = "rpc-server.log"
 
 
 class SharingController(QObject):
@@ -71,8 +69,8 @@ class SharingController(QObject):
         paths = app_paths().ensure()
         server = SharingServer(
             ShareSettings(port=self.view.port),
-            paths.data_dir / TENSOR_CACHE,
-            paths.log_dir / SERVER_LOG,
+            paths.lent_tensors_dir,
+            paths.rpc_server_log,
         )
         self._server = server
         self._show(starting(self.view))

@@ -25,9 +25,6 @@ from engine.remote.addresses import DEFAULT_RPC_PORT
 from engine.remote.rpc_probe import RemoteServer
 from engine.remote.sharing import LOOPBACK, ShareSettings, SharingServer
 
-TENSOR_CACHE = "lent-tensors"  # under the data folder: tensors other computers sent
-SERVER_LOG = "rpc-server.log"
-
 
 def add_share_command(commands: argparse._SubParsersAction) -> None:
     share = commands.add_parser(
@@ -73,7 +70,7 @@ def run_share(args: argparse.Namespace) -> int:
         cache=not args.no_cache,
     )
     paths = app_paths().ensure()
-    server = SharingServer(settings, paths.data_dir / TENSOR_CACHE, paths.log_dir / SERVER_LOG)
+    server = SharingServer(settings, paths.lent_tensors_dir, paths.rpc_server_log)
     if settings.on_network:
         print(_network_warning(settings), file=sys.stderr)
     with _sigterm_as_interrupt():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from engine.errors import BadInputError, ShardChatError
 from engine.remote.addresses import DEFAULT_RPC_PORT
+from engine.remote.processes import end_process
 from engine.remote.rpc_probe import RemoteBusy, RemoteServer, RemoteUnreachable, probe
 
 LOOPBACK = "127.0.0.1"
@@ -125,14 +126,8 @@ class SharingServer:
     def stop(self) -> None:
         """Stop the server: nothing is lent once this returns."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            end_process(process)
 
     def _wait_until_answering(self, timeout_s: float) -> RemoteServer:
         """The server's own probe, once it answers. Whatever else holds the port answers

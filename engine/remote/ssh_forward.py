@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from engine.errors import ShardChatError
 from engine.remote.addresses import RemoteAddress
+from engine.remote.processes import end_process
 from engine.remote.rpc_probe import RemoteUnreachable
 
 OPEN_TIMEOUT_S = 15.0
@@ -85,13 +86,7 @@ class SshForward:
         process, self._process = self._process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        end_process(process)
         if process.stderr is not None:
             process.stderr.close()
 

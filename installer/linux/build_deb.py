@@ -39,6 +39,7 @@ from system_libraries import is_driver, is_optional_module  # noqa: E402
 
 PACKAGE = "shardchat"
 MAINTAINER = "ShardChat maintainers <maintainers@users.noreply.github.com>"
+HELPER_EXECUTABLES = {"ggml-rpc-server"}  # beside the backend modules in llama_cpp/lib
 SUMMARY = "desktop chat with big local language models on small GPUs"
 DESCRIPTION = """\
  ShardChat runs dense, mixture-of-experts and vision-language models from GGUF
@@ -148,14 +149,16 @@ def _gzip(source: Path, target: Path) -> None:
 
 
 def _normalise_permissions(stage: Path) -> None:
-    """Directories 0755; the executable 0755; everything else (shared libraries too) 0644."""
+    """Directories 0755; the executables 0755 (the app, and llama.cpp's RPC server that
+    `shardchat share` runs); everything else (shared libraries too) 0644."""
     executable = stage / "usr" / "lib" / PACKAGE / PACKAGE
     for folder, dirs, files in os.walk(stage):
         Path(folder).chmod(0o755)
         for name in files:
             path = Path(folder) / name
             if not path.is_symlink():
-                path.chmod(0o755 if path == executable else 0o644)
+                runs = path == executable or name in HELPER_EXECUTABLES
+                path.chmod(0o755 if runs else 0o644)
         for name in dirs:
             (Path(folder) / name).chmod(0o755)
 

@@ -13,15 +13,22 @@ import time
 from pathlib import Path
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Terminal:
     """A child process on a pseudo-terminal, read until expected text shows up."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(
+        self, *args: str, argv: list[str] | None = None, environ: dict[str, str] | None = None
+    ) -> None:
+        """`shardchat ARGS`, or the command `argv` (run from the repository's root), with
+        this environment or `environ`."""
+        command = argv or [SHARDCHAT, *args]
         self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child becomes shardchat
-            os.execv(SHARDCHAT, [SHARDCHAT, *args])
+        if self.pid == 0:  # the child becomes the command
+            os.chdir(ROOT)
+            os.execve(command[0], command, environ if environ is not None else dict(os.environ))
         self.screen = ""
 
     def expect(self, text: str, timeout: float = 60) -> str:
@@ -45,7 +52,7 @@ class Terminal:
             if pid:
                 return os.waitstatus_to_exitcode(status)
             self._drain()
-        raise AssertionError(f"shardchat did not exit; screen:\n{self.screen}")
+        raise AssertionError(f"the command did not exit; screen:\n{self.screen}")
 
     def _drain(self) -> None:
         ready, _, _ = select.select([self.fd], [], [], 0.1)
@@ -57,7 +64,7 @@ class Terminal:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        """Never leave a shardchat behind, even when an expectation failed."""
+        """Never leave the command behind, even when an expectation failed."""
         with contextlib.suppress(ChildProcessError):
             if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
                 os.kill(self.pid, signal.SIGKILL)

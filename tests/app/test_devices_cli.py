@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,26 +12,14 @@ from pathlib import Path
 import pytest
 
 from engine.remote.rpc_probe import RemoteUnreachable, probe
-from engine.remote.sharing import ShareSettings, SharingServer
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from engine.remote.sharing import SharingServer
+from tests.lent_computers import free_port
 
 
 @pytest.fixture
-def lent(tmp_path: Path) -> Iterator[SharingServer]:
+def lent(lend) -> SharingServer:
     """`shardchat share`'s server on 127.0.0.1, serving the CPU device."""
-    server = SharingServer(
-        ShareSettings(port=free_port(), devices=("CPU",), threads=1),
-        tmp_path / "lent-cache",
-        tmp_path / "rpc-server.log",
-    )
-    server.start()
-    yield server
-    server.stop()
+    return lend()
 
 
 def test_a_lent_computer_is_probed_kept_listed_and_removed(shardchat, lent) -> None:

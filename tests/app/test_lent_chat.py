@@ -4,10 +4,8 @@ computer dying mid-reply ends that reply with one line, not the chat."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -15,46 +13,27 @@ import pytest
 
 from engine.model.inventory import read_inventory
 from engine.planning.machine_split import output_bytes
-from engine.remote.sharing import ShareSettings, SharingServer
 from tests.app.pty_terminal import Terminal
+from tests.lent_computers import endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 STORY = "Write a long story about a dragon who learns to bake bread."
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def two_lent(shardchat, tmp_path: Path, default_model_file) -> Iterator[list[str]]:
+def two_lent(shardchat, lend, default_model_file) -> list[str]:
     """Two lent computers, the first with a budget of ten blocks, the second of twenty and
     the output layer (so that it can take the first one's blocks too); their addresses."""
     inventory = read_inventory(default_model_file)
     block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
     budgets = [10 * block + block // 2, 20 * block + block // 2 + output_bytes(inventory)]
-    servers = [
-        SharingServer(
-            ShareSettings(port=free_port(), devices=("CPU",), threads=1),
-            tmp_path / f"cache-{n}",
-            tmp_path / f"rpc-{n}.log",
-        )
-        for n in range(2)
-    ]
-    try:
-        addresses = []
-        for server, budget in zip(servers, budgets, strict=True):
-            server.start()
-            address = f"tcp://127.0.0.1:{server.settings.port}"
-            added = shardchat("devices", "add", address, "--budget", str(budget))
-            assert added.returncode == 0, added.stderr
-            addresses.append(address)
-        yield addresses
-    finally:
-        for server in servers:
-            server.stop()
+    addresses = []
+    for budget in budgets:
+        address = f"tcp://{endpoint(lend())}"
+        added = shardchat("devices", "add", address, "--budget", str(budget))
+        assert added.returncode == 0, added.stderr
+        addresses.append(address)
+    return addresses
 
 
 def here_budget(default_model_file) -> str:

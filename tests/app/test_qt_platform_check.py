@@ -8,16 +8,11 @@ libxcb-icccm4. The gui command is pointed at it through SHARDCHAT_QT_XCB_PLUGIN.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pty
 import re
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +28,7 @@ from app.qt_platform_check import (
     qt_platforms,
     xcb_plugin_path,
 )
+from tests.app.pty_terminal import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 GHOST_A, GHOST_B = (
@@ -329,7 +325,8 @@ def test_on_a_terminal_the_gui_command_says_why_and_starts_the_terminal_chat(
     built: dict[str, Path],
 ) -> None:
     environ = _gui_environ(built["plugin"], LD_LIBRARY_PATH=str(built["middle"]))
-    with _Terminal([sys.executable, "-m", "app.cli", "gui", "--ctx", "512"], environ) as term:
+    argv = [sys.executable, "-m", "app.cli", "gui", "--ctx", "512"]
+    with Terminal(argv=argv, environ=environ) as term:
         said = term.expect("; starting the terminal chat instead")
         assert f"Qt's xcb platform needs {GHOST_A}, {GHOST_B}" in said
         term.expect("/exit")  # the chat's help: the model is loaded
@@ -363,50 +360,3 @@ def test_without_a_display_the_gui_command_runs_the_chat_command_on_piped_input(
         "shardchat: no display here; starting the terminal chat instead",
         "shardchat: error: the prompt is empty; give PROMPT or pipe text to standard input",
     ]
-
-
-class _Terminal:
-    """A child process on a pseudo-terminal (stdin and stdout are TTYs), read until text shows."""
-
-    def __init__(self, argv: list[str], environ: dict[str, str]) -> None:
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child becomes the command
-            os.chdir(ROOT)
-            os.execve(argv[0], argv, environ)
-        self.screen = ""
-
-    def expect(self, text: str, timeout: float = 90) -> str:
-        deadline = time.monotonic() + timeout
-        while text not in self.screen:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"timed out waiting for {text!r}; screen:\n{self.screen}"
-            ready, _, _ = select.select([self.fd], [], [], remaining)
-            if ready:
-                self.screen += os.read(self.fd, 4096).decode("utf-8", errors="replace")
-        seen, self.screen = self.screen.split(text, 1)
-        return seen
-
-    def type(self, text: str) -> None:
-        os.write(self.fd, text.encode())
-
-    def exit_code(self, timeout: float = 30) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                return os.waitstatus_to_exitcode(status)
-            ready, _, _ = select.select([self.fd], [], [], 0.1)
-            if ready:
-                with contextlib.suppress(OSError):  # the child closed the terminal
-                    self.screen += os.read(self.fd, 4096).decode("utf-8", errors="replace")
-        raise AssertionError(f"the command did not exit; screen:\n{self.screen}")
-
-    def __enter__(self) -> _Terminal:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-        os.close(self.fd)

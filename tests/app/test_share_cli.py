@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.remote.rpc_probe import PROTOCOL_VERSION, RemoteUnreachable, probe
+from tests.lent_computers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])

@@ -5,10 +5,8 @@ process that used it, not ours."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -19,39 +17,16 @@ from engine.errors import BadInputError
 from engine.model.inventory import read_inventory
 from engine.planning.machine_split import MachineSplit, RemoteShare, output_bytes, split_across
 from engine.remote.rpc_probe import RemoteUnreachable, probe
-from engine.remote.sharing import ShareSettings, SharingServer
+from engine.remote.sharing import SharingServer
 from tests.engine.split_runs import greedy_reply
+from tests.lent_computers import endpoint
 
 MIB = 2**20
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def two_lent(tmp_path: Path) -> Iterator[list[SharingServer]]:
-    servers = [
-        SharingServer(
-            ShareSettings(port=free_port(), devices=("CPU",), threads=1),
-            tmp_path / f"cache-{n}",
-            tmp_path / f"rpc-{n}.log",
-        )
-        for n in range(2)
-    ]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
-def endpoint(server: SharingServer) -> str:
-    return f"127.0.0.1:{server.settings.port}"
+def two_lent(lend) -> list[SharingServer]:
+    return [lend(), lend()]
 
 
 def test_blocks_fill_this_machine_then_each_lent_device_in_order(default_model_file) -> None:

@@ -21,22 +21,13 @@ from engine.remote.rpc_probe import (
     probe,
 )
 from engine.remote.sharing import ShareSettings, SharingServer, checked_settings
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.lent_computers import free_port, lent_computer
 
 
 @pytest.fixture
 def lent(tmp_path: Path) -> Iterator[SharingServer]:
-    """This build's RPC server on a loopback port, serving the CPU device."""
-    server = SharingServer(
-        ShareSettings(port=free_port(), devices=("CPU",), threads=1),
-        tmp_path / "cache",
-        tmp_path / "rpc-server.log",
-    )
+    """This build's RPC server on a loopback port, serving the CPU device (not started)."""
+    server = lent_computer(tmp_path)
     yield server
     server.stop()
 

@@ -10,14 +10,9 @@ import pytest
 
 from app.screen_text.sharing_view import SharingPhase
 from engine.remote.rpc_probe import PROTOCOL_VERSION, RemoteUnreachable, probe
+from tests.lent_computers import free_port
 from ui.sharing_controller import SharingController
 from ui.sharing_panel import SharingPanel
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
