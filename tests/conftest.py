@@ -38,6 +38,21 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 RECORDED_PROFILE = Path(__file__).resolve().parent / "data" / "profile-epyc-2core-fast.json"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A home for fixtures wider than one test (a module's API server and its worker, which
+    save what their steps taught the cost model): pytest makes them before any test's own
+    home is set, and they once wrote to the person's real profile store."""
+    home = tmp_path_factory.mktemp("session-home")
+    previous = os.environ.get("SHARDCHAT_HOME")
+    os.environ["SHARDCHAT_HOME"] = str(home)
+    yield home
+    if previous is None:
+        os.environ.pop("SHARDCHAT_HOME", None)
+    else:
+        os.environ["SHARDCHAT_HOME"] = previous
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "shardchat-home"
