@@ -78,18 +78,27 @@ class StopSignals:
         exit_now(EXIT_INTERRUPTED)
 
 
+def on_ctrl_c(
+    handler: Callable[[int, FrameType | None], object] | int,
+) -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C (SIGINT) handled by `handler` (or ignored: signal.SIG_IGN) for the block."""
+    return on_signal(signal.SIGINT, handler)
+
+
 @contextlib.contextmanager
-def on_ctrl_c(handler: Callable[[int, FrameType | None], object]) -> Iterator[None]:
-    """Ctrl-C (SIGINT) handled by `handler` for the block, then as before; off the main
+def on_signal(
+    number: int, handler: Callable[[int, FrameType | None], object] | int
+) -> Iterator[None]:
+    """Signal `number` handled by `handler` for the block, then as before; off the main
     thread, which may not set handlers, the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = signal.signal(number, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(number, previous)
 
 
 def run_on_thread(work: Callable[[], T], name: str = "shardchat-work") -> T:

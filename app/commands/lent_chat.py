@@ -15,17 +15,16 @@ a model that fits here uses none of them.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
 from app.lent_computers import ReachedComputer, reached_computers
+from app.stop_signals import on_ctrl_c, on_signal
 from engine.errors import BadInputError, ShardChatError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
@@ -123,7 +122,7 @@ def _run_child(command: list[str]) -> int:
     it stops its reply, so this process lets it through. SIGTERM stops the child too, and
     this process then exits as a terminated one would (143), since nothing failed."""
     terminated = False
-    with _ignoring_ctrl_c():
+    with on_ctrl_c(signal.SIG_IGN):
         child = subprocess.Popen(command)
 
         def stop(_number: int, _frame: object) -> None:
@@ -131,21 +130,9 @@ def _run_child(command: list[str]) -> int:
             terminated = True
             child.terminate()
 
-        previous = signal.signal(signal.SIGTERM, stop)
-        try:
+        with on_signal(signal.SIGTERM, stop):
             code = child.wait()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
     return EXIT_TERMINATED if terminated else code
-
-
-@contextlib.contextmanager
-def _ignoring_ctrl_c() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _answers(computer: ReachedComputer) -> bool:

@@ -12,15 +12,13 @@ this computer.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from types import FrameType
 
 from app.commands.arg_types import positive_int
 from app.paths import app_paths
+from app.stop_signals import on_signal
 from engine.remote.addresses import DEFAULT_RPC_PORT
 from engine.remote.rpc_probe import RemoteServer
 from engine.remote.sharing import LOOPBACK, ShareSettings, SharingServer
@@ -73,7 +71,7 @@ def run_share(args: argparse.Namespace) -> int:
     server = SharingServer(settings, paths.lent_tensors_dir, paths.rpc_server_log)
     if settings.on_network:
         print(_network_warning(settings), file=sys.stderr)
-    with _sigterm_as_interrupt():
+    with on_signal(signal.SIGTERM, _interrupt):  # SIGTERM stops sharing as Ctrl-C does
         try:
             lent = server.start()
             print(_lending(settings, lent), flush=True)
@@ -116,18 +114,5 @@ def _network_warning(settings: ShareSettings) -> str:
     )
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops sharing as Ctrl-C does, so the server never outlives the command."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_number: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _interrupt(_number: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

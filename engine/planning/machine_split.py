@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
-from engine.model.inventory import ModelInventory, SubLayerKind
+from engine.model.inventory import ModelInventory, SubLayer, SubLayerKind
 
 GIB = 2**30
 
@@ -78,7 +78,7 @@ class MachineSplit:
         return ", ".join(ranges) + (" (and the output layer)" if self.uses_remotes else "")
 
 
-def output_bytes(inventory: ModelInventory) -> int:
+def output_sublayers(inventory: ModelInventory) -> tuple[SubLayer, ...]:
     """What the device that runs the output layer holds of it: the output head and its
     norm, and for a tied head llama.cpp's copy of the token embedding."""
     kinds = {SubLayerKind.OUTPUT_HEAD, SubLayerKind.OUTPUT_NORM}
@@ -86,7 +86,11 @@ def output_bytes(inventory: ModelInventory) -> int:
         s.kind is SubLayerKind.OUTPUT_HEAD for s in inventory.globals
     ):
         kinds.add(SubLayerKind.TOKEN_EMBEDDING)
-    return sum(sublayer.n_bytes for sublayer in inventory.globals if sublayer.kind in kinds)
+    return tuple(sublayer for sublayer in inventory.globals if sublayer.kind in kinds)
+
+
+def output_bytes(inventory: ModelInventory) -> int:
+    return sum(sublayer.n_bytes for sublayer in output_sublayers(inventory))
 
 
 def split_across(

@@ -21,8 +21,13 @@ from dataclasses import dataclass, replace
 
 from engine.errors import BadInputError
 from engine.machine.profile import Profile
-from engine.model.inventory import BlockInventory, ModelInventory, SubLayerKind
-from engine.planning.machine_split import MachineSplit, output_bytes, split_across
+from engine.model.inventory import BlockInventory, ModelInventory
+from engine.planning.machine_split import (
+    MachineSplit,
+    output_bytes,
+    output_sublayers,
+    split_across,
+)
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.remote.link_measure import LinkFigures
@@ -146,10 +151,7 @@ def _range_seconds(
     head too when it is the last range)."""
     if start == end and not last:
         return 0.0
-    heads = {SubLayerKind.OUTPUT_HEAD, SubLayerKind.OUTPUT_NORM}
-    if not any(s.kind is SubLayerKind.OUTPUT_HEAD for s in inventory.globals):
-        heads.add(SubLayerKind.TOKEN_EMBEDDING)  # a tied head multiplies by the embedding
-    globals_ = tuple(s for s in inventory.globals if last and s.kind in heads)
+    globals_ = output_sublayers(inventory) if last else ()
     part = replace(
         inventory, n_layer=end - start, blocks=_renumbered(inventory, start, end), globals=globals_
     )
