@@ -92,7 +92,7 @@ class LoadParams:
     kv_unified: bool = True  # False only to measure the other layout (bench/kv_layout.py)
     # lent computers' RPC servers (host:port, probed first: engine.remote.rpc_probe) whose
     # devices take the last n_gpu_layers layers, in this order, each the share tensor_split
-    # gives it (engine.remote.split); only ever in a process that may die of them
+    # gives it (engine.planning.machine_split); only ever in a process that may die of them
     rpc_servers: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
 
