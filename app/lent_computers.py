@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from app.stores.profile_store import ProfileStore
 from engine.remote.addresses import parse_address
+from engine.remote.link_measure import LinkFigures
+from engine.remote.remote_speed import RemoteSpeed
 from engine.remote.rpc_probe import RemoteError, probe
 from engine.remote.ssh_forward import SshForward
 
@@ -25,6 +27,26 @@ class ReachedComputer:
     address: str  # as stored
     endpoint: str  # host:port that reaches its RPC server from here (a forward's, for ssh)
     budget_bytes: int
+    link: LinkFigures | None  # as measured when it was added
+    speed: RemoteSpeed | None
+
+
+def stored_computers() -> list[ReachedComputer]:
+    """Every stored lent computer as it was when added, not contacted: what `plan --lent`
+    plans with (each named by its address, its budget from its last probe)."""
+    with ProfileStore() as store:
+        stored = store.remotes.all()
+    return [
+        ReachedComputer(
+            machine.address,
+            machine.address,
+            machine.budget_bytes or int(machine.devices[0].free_bytes * REMOTE_SHARE),
+            machine.link,
+            machine.speed,
+        )
+        for machine in stored
+        if machine.devices
+    ]
 
 
 @contextlib.contextmanager
@@ -48,5 +70,9 @@ def reached_computers(say: Callable[[str], None]) -> Iterator[list[ReachedComput
                 continue
             free = sum(device.free_bytes for device in found.devices[:1])  # one device a server
             budget = machine.budget_bytes or int(free * REMOTE_SHARE)
-            reached.append(ReachedComputer(machine.address, f"{host}:{port}", budget))
+            reached.append(
+                ReachedComputer(
+                    machine.address, f"{host}:{port}", budget, machine.link, machine.speed
+                )
+            )
         yield reached

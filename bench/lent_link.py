@@ -4,11 +4,18 @@ The lent computer is this build's RPC server in a network namespace the bench ma
 joined to this one by a veth pair whose both ends are rate-limited with `tc tbf` (this
 kernel has no netem, so no delay is added: the measured round trip goes into the
 prediction as it is). For each rate the bench measures the link as `devices add` does
-(engine.remote.link_measure), then loads the default model with half its blocks on
-the lent computer and times a greedy reply (prompt and decode tokens/s, from the
+(engine.remote.link_measure) and the lent device's speed through it
+(engine.remote.remote_speed: timed blocks there and here, and what a step through the
+link adds), as `devices add` does; then it loads the default model with half its blocks
+on the lent computer and times a greedy reply (prompt and decode tokens/s, from the
 reply's statistics), beside engine.planning.split_costing's prediction for that split
-and link on this machine's profile. The lent computer is this machine too (its cores
-serve both halves in turn), so both ranges are costed on the same profile.
+from those measurements. The lent computer is this machine too (its cores serve both
+halves in turn, one thread each, and the profile is read at one thread).
+
+The planner's error on this machine alone is printed first: a split's prediction carries
+it. "of alone" is the split's decode speed as a share of this machine alone's, measured
+and predicted side by side; "added ms/token" is what the split adds to a token over
+this machine alone, measured, beside the predicted link term ("link ms/token").
 
 Needs root (ip netns, tc) and a stored profile of this machine (shardchat profile
 --fast; the recorded one of the test suite otherwise).
@@ -25,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from app.commands.plan_command import load_profile_for_planning
@@ -35,20 +43,24 @@ from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.machine_split import MachineSplit, RemoteShare
-from engine.planning.split_costing import Computer, cost_split
+from engine.planning.plan import PlanRequest
+from engine.planning.planner import make_plan
+from engine.planning.split_costing import Computer, MeasuredDevice, cost_split
 from engine.remote.link_measure import LinkFigures, measure_link
+from engine.remote.remote_speed import measured_speed
 from engine.remote.rpc_probe import RemoteError, RpcSession
 from engine.remote.sharing import rpc_server_binary
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import load_model
 
-ROOT = Path(__file__).resolve().parent.parent
-RECORDED = ROOT / "tests" / "data" / "profile-epyc-2core-fast.json"
+RECORDED = Path(__file__).resolve().parent.parent / "tests/data/profile-epyc-2core-fast.json"
 NAMESPACE = f"shardchat-lent-{os.getpid()}"
 HOST_SIDE, LENT_SIDE = "vsc-host", "vsc-lent"
 HOST_IP, LENT_IP, PORT = "10.231.7.1", "10.231.7.2", 50052
 PROMPT = "Write a long story about a dragon who learns to bake bread."
-THREADS = 1  # each side: the two "computers" share this machine's two cores
+# each side: the two "computers" share this machine's cores (two threads a side measured
+# 6 ms a token slower, the idle side's threads spinning while the other computes)
+THREADS = 1
 N_CTX = 1024
 
 
@@ -57,44 +69,56 @@ def main() -> int:
     parser.add_argument("--rates", default="1gbit,10gbit")
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
-    profile = this_machines_profile()
+    profile = this_machines_profile(THREADS)
     model = str(default_model_path())
     inventory = read_inventory(model)
     half = inventory.n_layer // 2
     split = MachineSplit(inventory.n_layer, half, (RemoteShare(f"{LENT_IP}:{PORT}", half),))
-    computers = [Computer("this", profile, 0), Computer("lent", profile, 0)]
     print(f"lent_link: {inventory.name}, {split.describe()}, {THREADS} threads, "
           f"{args.tokens} tokens; the lent computer is a namespace of this one")  # fmt: skip
-    print(f"{'rate':>8}  {'round trip':>10} {'up':>10} {'down':>10}  {'prompt tok/s':>12}  "
-          f"{'decode tok/s':>12}  {'ms/token over alone':>19}  {'predicted':>9}  "
-          f"{'error':>6}")  # fmt: skip
+    print(f"{'rate':>8}  {'round trip':>10} {'up':>10} {'down':>10}  {'ms a step':>9}  "
+          f"{'prompt tok/s':>12}  {'decode tok/s':>12}  {'predicted':>9}  {'error':>6}  "
+          f"{'of alone':>8}  {'predicted':>9}  {'added ms/token':>14}  "
+          f"{'link ms/token':>13}")  # fmt: skip
     _prompt, alone_tps = measured(model, None, args.tokens)
-    print(f"{'alone':>8}  {'':>32}  {_prompt:>12.1f}  {alone_tps:>12.1f}", flush=True)
+    alone = make_plan(inventory, profile, PlanRequest(0, n_ctx=N_CTX))
+    predicted = alone_predicted = alone.predicted_decode_tokens_per_s
+    print(f"{'alone':>8}  {'':>43}  {_prompt:>12.1f}  {alone_tps:>12.1f}  {predicted:>9.1f}  "
+          f"{predicted / alone_tps - 1:>+6.0%}", flush=True)  # fmt: skip
     with lent_computer():
         for rate in args.rates.split(","):
             limit(rate)
             with RpcSession.open(LENT_IP, PORT) as session:
                 link = measure_link(session)
+            speed = measured_speed(f"{LENT_IP}:{PORT}", threads=THREADS)
+            here = Computer("this", profile, 0)
+            lent = MeasuredDevice("lent", 0, speed)
+            cell = cost_split(inventory, N_CTX, here, [lent], [link], split)
             prompt_tps, decode_tps = measured(model, split, args.tokens)
-            extra = 1 / decode_tps - 1 / alone_tps
-            predicted = cost_split(inventory, N_CTX, computers, [link], split).link_s
-            print(f"{rate:>8}  {_link(link)}  {prompt_tps:>12.1f}  {decode_tps:>12.1f}  "
-                  f"{extra * 1000:>19.2f}  {predicted * 1000:>9.2f}  "
-                  f"{extra / predicted - 1:>+6.0%}", flush=True)  # fmt: skip
+            predicted = cell.decode_tokens_per_s
+            print(f"{rate:>8}  {_link(link)}  {speed.step_overhead_s * 1000:>9.2f}  "
+                  f"{prompt_tps:>12.1f}  {decode_tps:>12.1f}  {predicted:>9.1f}  "
+                  f"{predicted / decode_tps - 1:>+6.0%}  {decode_tps / alone_tps:>8.2f}  "
+                  f"{predicted / alone_predicted:>9.2f}  "
+                  f"{(1 / decode_tps - 1 / alone_tps) * 1000:>14.2f}  {cell.link_s * 1000:>13.2f}",
+                  flush=True)  # fmt: skip
     return 0
+
+
+def this_machines_profile(threads: int) -> Profile:
+    """This machine's profile, its CPU figures at `threads` only (as the bench runs)."""
+    try:
+        profile = load_profile_for_planning(None)
+    except BadInputError:
+        print(f"lent_link: no stored profile of this machine; using {RECORDED.name}")
+        profile = load_profile_for_planning(str(RECORDED))
+    kernels = tuple(point for point in profile.cpu_kernels if point.threads == threads)
+    return replace(profile, cpu_kernels=kernels)
 
 
 def _link(link: LinkFigures) -> str:
     up, down = link.upload_bytes_per_s * 8 / 1e9, link.download_bytes_per_s * 8 / 1e9
     return f"{link.round_trip_s * 1000:>8.3f}ms {up:>6.2f}Gb/s {down:>6.2f}Gb/s"
-
-
-def this_machines_profile() -> Profile:
-    try:
-        return load_profile_for_planning(None)
-    except BadInputError:
-        print(f"lent_link: no stored profile of this machine; using {RECORDED.name}")
-        return load_profile_for_planning(str(RECORDED))
 
 
 def measured(model: str, split: MachineSplit | None, tokens: int) -> tuple[float, float]:

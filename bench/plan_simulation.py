@@ -137,7 +137,7 @@ def lent_computers_case(folder: Path) -> bool:
         speeds = []
         for link_name, (round_trip, rate) in LINKS.items():
             link = LinkFigures(round_trip, rate / 8 * 0.94, rate / 8 * 0.94)
-            cell = predict_split(inventory, 4096, desktops, [link])
+            cell = predict_split(inventory, 4096, desktops[0], desktops[1:], [link])
             chosen = "" if cell.chosen else " - not chosen"
             print(f"  {name:22}{link_name:>8}: {cell.describe()}{chosen}")
             right &= cell.chosen or cell.alone_tokens_per_s is not None

@@ -3,6 +3,8 @@
 Adding one probes its RPC server first, with a connection of our own (engine.remote):
 llama.cpp's client aborts the process on a server it cannot use, so nothing unprobed
 is ever kept. An ssh:// address is probed through an SSH forward, as it will be used.
+Then the link and the device's speed are measured through it, as the planner costs a
+split with them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from app.stores.remote_machines import RemoteMachine
 from engine.errors import BadInputError
 from engine.remote.addresses import RemoteAddress, parse_address
 from engine.remote.link_measure import LinkFigures, measure_link
+from engine.remote.remote_speed import RemoteSpeed, measured_speed
 from engine.remote.rpc_probe import RemoteError, RemoteServer, RpcSession
 from engine.remote.ssh_forward import SshForward
 
@@ -69,7 +72,7 @@ def add_devices_command(commands: argparse._SubParsersAction) -> None:
 
 def run_devices_add(args: argparse.Namespace) -> int:
     address = parse_address(args.address, args.rpc_port)
-    probed, link = probe_address(address, args.ssh_option)
+    probed, link, speed = probe_address(address, args.ssh_option)
     memory = sum(device.total_bytes for device in probed.devices[:1])
     if args.budget is not None and args.budget > memory:
         raise BadInputError(
@@ -77,33 +80,41 @@ def run_devices_add(args: argparse.Namespace) -> int:
             f"({memory / 2**30:.1f} GiB)"
         )
     with ProfileStore() as store:
-        kept = store.remotes.save(str(address), probed, link, tuple(args.ssh_option), args.budget)
-    print(f"Added {kept.address}:")
+        kept = store.remotes.save(
+            str(address), probed, link, tuple(args.ssh_option), args.budget, speed
+        )
+    print(f"Added {kept.address}  ({_facts(kept)})")
     _print_devices(kept)
     return 0
 
 
 def probe_address(
     address: RemoteAddress, ssh_options: list[str]
-) -> tuple[RemoteServer, LinkFigures]:
-    """The remote's RPC server, probed the way it will be reached, and its link measured."""
+) -> tuple[RemoteServer, LinkFigures, RemoteSpeed]:
+    """The remote's RPC server, probed the way it will be reached, its link and its
+    device's speed measured."""
     if not address.through_ssh:
         return _probed(address.host, address.rpc_port)
     with SshForward(address, ssh_options) as forward:
         port = forward.open()
         try:
-            found, link = _probed("127.0.0.1", port)
+            found, link, speed = _probed("127.0.0.1", port)
         except RemoteError as exc:
             raise RemoteError(
                 f"through ssh to {address.host}, port {address.rpc_port} there: {exc} "
                 "(is `shardchat share` running on it?)"
             ) from None
-    return RemoteServer(address.host, address.rpc_port, found.version, found.devices), link
+    server = RemoteServer(address.host, address.rpc_port, found.version, found.devices)
+    return server, link, speed
 
 
-def _probed(host: str, port: int) -> tuple[RemoteServer, LinkFigures]:
+def _probed(host: str, port: int) -> tuple[RemoteServer, LinkFigures, RemoteSpeed]:
+    """The probe and the link on our own connection; then, that one closed (a server
+    serves one client at a time), the speed through llama.cpp's client in a child."""
     with RpcSession.open(host, port) as session:
-        return session.server, measure_link(session)
+        server, link = session.server, measure_link(session)
+    print(f"Measuring the speed of {host}:{port}...", file=sys.stderr, flush=True)
+    return server, link, measured_speed(f"{host}:{port}")
 
 
 def run_devices_list(args: argparse.Namespace) -> int:
@@ -132,6 +143,8 @@ def _facts(machine: RemoteMachine) -> str:
     facts = [f"protocol {machine.protocol}", f"checked {machine.probed_at}"]
     if machine.link is not None:
         facts.append(machine.link.describe())
+    if machine.speed is not None:
+        facts.append(machine.speed.describe())
     if machine.budget_bytes is not None:
         facts.append(f"budget {machine.budget_bytes / 2**30:.2f} GiB")
     return ", ".join(facts)
@@ -150,5 +163,6 @@ def _as_json(machine: RemoteMachine) -> dict[str, object]:
         "probed_at": machine.probed_at,
         "budget_bytes": machine.budget_bytes,
         "link": None if machine.link is None else vars(machine.link),
+        "speed": None if machine.speed is None else vars(machine.speed),
         "devices": [vars(device) for device in machine.devices],
     }

@@ -7,9 +7,13 @@ the child dies of a signal, every lent computer it used is probed: the ones gone
 named; a one-off reply ends there (exit 1); an interactive chat is saved as it goes,
 so it goes on in a new child without them, on the same conversation.
 
-The split (engine.planning.machine_split) keeps on this machine what `--here` holds
-and puts the rest on the lent computers that answer now, in the order they were added;
-a model that fits here uses none of them.
+The split is the planner's (engine.planning.split_costing): over this machine (what
+`--here` holds) and the lent computers that answer now, in the order they were added,
+the contiguous split predicted fastest from this machine's profile and each lent
+computer's link and speed as `devices add` measured them, or this machine alone when
+that is predicted faster and the model fits. Without a profile of this machine, or for a
+lent computer added before its speed was measured, it is the plain memory fill
+(engine.planning.machine_split): this machine's share first, the rest in order.
 """
 
 from __future__ import annotations
@@ -21,19 +25,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-import psutil
-
 from app.lent_computers import ReachedComputer, reached_computers
+from app.lent_split import choose_split, default_here_budget
+from app.machine_profile import this_machine_profile
 from app.stop_signals import on_ctrl_c, on_signal
 from engine.errors import BadInputError, ShardChatError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
-from engine.planning.machine_split import MachineSplit, split_across
+from engine.planning.machine_split import MachineSplit
 from engine.remote.rpc_probe import RemoteError, probe
 from engine.runtime.loaded_model import inspect_model
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
-HERE_MARGIN = 2**30  # left to the system and the app itself by the default --here
 _SUPERVISOR_ONLY = {"--lent": 0, "--here": 1, "--resume": 1}  # option: values it takes
 
 
@@ -50,9 +53,7 @@ def run_lent_chat(args: argparse.Namespace) -> int:
         while True:
             with reached_computers(_say) as reached:
                 using = [computer for computer in reached if computer.address not in left_out]
-                budgets = [(computer.endpoint, computer.budget_bytes) for computer in using]
-                split = _split(inventory, args.ctx, here, budgets, resume if left_out else None)
-                _say(f"split: {split.describe()}")
+                split = _split(inventory, args.ctx, here, using, resume if left_out else None)
                 code = _run_child(_child_argv(args.argv, split.to_json(), noted, resume))
                 if code >= 0:
                     return code
@@ -76,24 +77,21 @@ def _split(
     inventory: ModelInventory,
     n_ctx: int,
     here: int,
-    budgets: list[tuple[str, int]],
+    using: list[ReachedComputer],
     kept: int | None,
 ) -> MachineSplit:
-    """The split over what answers now; `kept`: the conversation to name when, after a
-    lent computer died, the rest cannot hold the model."""
+    """The split over what answers now, said on stderr; `kept`: the conversation to name
+    when, after a lent computer died, the rest cannot hold the model."""
     try:
-        return split_across(inventory, n_ctx, here, budgets)
+        chosen = choose_split(inventory, n_ctx, here, using, this_machine_profile())
     except BadInputError as exc:
         if kept is None:
             raise
         raise BadInputError(
             f"{exc}; the conversation is saved: go on with it with shardchat chat --resume {kept}"
         ) from None
-
-
-def default_here_budget() -> int:
-    """What this machine gives the model by default: the memory free now, less a margin."""
-    return max(int(psutil.virtual_memory().available) - HERE_MARGIN, 0)
+    _say(chosen.said)
+    return chosen.split
 
 
 def _child_argv(argv: list[str], split: str, noted: Path, resume: int | None) -> list[str]:

@@ -19,6 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.commands.arg_types import positive_int, size
+from app.lent_computers import stored_computers
+from app.lent_split import LentSplit, choose_split, default_here_budget
 from app.machine_profile import this_machine_profile
 from app.model_lifecycle.auto_budget import AutoBudget
 from app.screen_text.plan_words import plan_details, plan_in_words
@@ -28,7 +30,7 @@ from engine.machine.described_machines import described_names, load_described
 from engine.machine.gpu_probe import probe_gpus
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
-from engine.model.inventory import read_inventory
+from engine.model.inventory import ModelInventory, read_inventory
 from engine.planning.execution import llama_gpu_layers
 from engine.planning.placement_choice import AUTO, PlacementChoice, plan_for_choice, select_gpu
 from engine.planning.plan import Plan, PlanRequest
@@ -92,6 +94,16 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
         "--details", action="store_true",
         help="also show llama.cpp's parameters and the cost of each step size (token tier)",
     )  # fmt: skip
+    plan.add_argument(
+        "--lent", action="store_true",
+        help="also plan a split onto the lent computers (shardchat devices), from what was "
+        "measured when they were added; nothing is contacted",
+    )  # fmt: skip
+    plan.add_argument(
+        "--here", type=size, metavar="SIZE",
+        help="with --lent: what this machine gives the model (default: the memory free now, "
+        "less 1 GiB)",
+    )  # fmt: skip
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(command="plan", run=run_plan)
 
@@ -114,6 +126,13 @@ def run_plan(args: argparse.Namespace) -> int:
     inventory = read_inventory(args.model or default_model_path())
     if args.image_px and not args.mmproj:
         raise BadInputError("--image-px needs --mmproj (the projector to plan the image for)")
+    if args.lent and args.hardware:
+        raise BadInputError(
+            "--lent plans with this machine's own profile: the lent computers' speeds were "
+            "measured against it (leave out --hardware)"
+        )
+    if args.here is not None and not args.lent:
+        raise BadInputError("--here goes with --lent (what this machine gives a split model)")
     facts = projector_facts(args.mmproj) if args.mmproj else None
     selection = select_gpu(load_profile_for_planning(args.hardware), args.gpu)
     profile = selection.profile
@@ -135,8 +154,11 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise BadInputError(str(exc)) from exc
+    lent = _lent_split(inventory, args.ctx, args.here, profile) if args.lent else None
     if args.json:
         data = plan.to_dict()
+        if args.lent:
+            data["lent"] = None if lent is None else lent_dict(lent)
         if vision is not None:
             data["vision"] = vision_dict(vision)
         if choice.is_manual:
@@ -151,7 +173,40 @@ def run_plan(args: argparse.Namespace) -> int:
             print(render_comparison(planner, plan, len(inventory.all_sublayers())))
         if vision is not None:
             print(render_vision(vision, args.details))
+        if args.lent:
+            print(render_lent(lent))
     return 0
+
+
+def _lent_split(
+    inventory: ModelInventory, n_ctx: int, here: int | None, profile: Profile
+) -> LentSplit | None:
+    """The split `chat --lent` would run, planned on the stored figures (None: no lent
+    computer is stored)."""
+    stored = stored_computers()
+    if not stored:
+        return None
+    here_bytes = here if here is not None else default_here_budget()
+    return choose_split(inventory, n_ctx, here_bytes, stored, profile)
+
+
+def render_lent(lent: LentSplit | None) -> str:
+    if lent is None:
+        return "With lent computers: none is kept; add one with shardchat devices add"
+    return f"With lent computers: {lent.said}"
+
+
+def lent_dict(lent: LentSplit) -> dict[str, object]:
+    cell = lent.prediction
+    return {
+        "split": json.loads(lent.split.to_json()),
+        "said": lent.said,
+        "predicted_decode_tokens_per_s": cell.decode_tokens_per_s if cell else None,
+        "alone_tokens_per_s": cell.alone_tokens_per_s if cell else None,
+        "chosen": cell.chosen if cell else True,
+        "link_s": cell.link_s if cell else None,
+        "load_transfer_s": cell.load_transfer_s if cell else None,
+    }
 
 
 def _budget(

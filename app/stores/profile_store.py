@@ -40,7 +40,7 @@ from typing import Any
 
 from app.paths import app_paths
 from app.stores.atomic_files import write_text_atomic
-from app.stores.remote_machines import RemoteMachines, m003_remote_machines
+from app.stores.remote_machines import RemoteMachines, m003_remote_machines, m004_remote_speed
 from app.stores.sqlite_file import (
     StoreIdentity,
     connect_with,
@@ -61,7 +61,7 @@ STORE_FILE_NAME = "profiles.sqlite3"
 MAX_PROFILE_BYTES = 200 * 1024
 KEEP_PER_BUILD = 3
 APPLICATION_ID = 0x53684368  # "ShCh": marks the file as ShardChat's (PRAGMA application_id)
-SCHEMA_VERSION = 3  # PRAGMA user_version after the last migration below
+SCHEMA_VERSION = 4  # PRAGMA user_version after the last migration below
 MIGRATIONS_TABLE = "_migrations"
 
 _COLUMNS = ("id", "fingerprint", "llama_build", "mode", "created_at", "described", "json")
@@ -103,7 +103,7 @@ def m002_step_corrections(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA user_version = 2")
 
 
-MIGRATIONS = (m001_profiles, m002_step_corrections, m003_remote_machines)
+MIGRATIONS = (m001_profiles, m002_step_corrections, m003_remote_machines, m004_remote_speed)
 
 
 @dataclass(frozen=True)

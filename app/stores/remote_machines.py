@@ -3,22 +3,25 @@
 A remote is stored under its canonical address (engine.remote.addresses) with what
 its last probe found: the protocol version and each device's memory, and the ssh
 settings it was added with (an identity file), used again to reach it, the link as
-measured then (round trip, bandwidth both ways), and the budget
-the user gave it: llama.cpp's RPC server has no memory limit of its own, so how much of
-a lent device ShardChat fills is decided here. The table is the
-profile store's migration m003; this module holds its queries.
+measured then (round trip, bandwidth both ways), its device's speed as measured then
+(engine.remote.remote_speed, added by m004), and the budget the user gave it:
+llama.cpp's RPC server has no memory limit of its own, so how much of a lent device
+ShardChat fills is decided here. The table is the profile store's migration m003; this
+module holds its queries.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import astuple, dataclass
+from dataclasses import asdict, astuple, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from app.stores.sqlite_file import transaction
+from engine.known_fields import known_fields
 from engine.remote.link_measure import LinkFigures
+from engine.remote.remote_speed import RemoteSpeed
 from engine.remote.rpc_probe import RemoteDevice, RemoteServer
 
 
@@ -38,6 +41,13 @@ def m003_remote_machines(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA user_version = 3")
 
 
+def m004_remote_speed(conn: sqlite3.Connection) -> None:
+    """Each lent computer's device speed, measured when it was added (JSON; NULL: not
+    measured, as for a remote added by an older ShardChat)."""
+    conn.execute("ALTER TABLE remote_machines ADD COLUMN speed TEXT")
+    conn.execute("PRAGMA user_version = 4")
+
+
 @dataclass(frozen=True)
 class RemoteMachine:
     address: str
@@ -48,6 +58,7 @@ class RemoteMachine:
     ssh_options: tuple[str, ...] = ()
     budget_bytes: int | None = None
     link: LinkFigures | None = None  # measured when it was added
+    speed: RemoteSpeed | None = None  # likewise
 
 
 class RemoteMachines:
@@ -63,6 +74,7 @@ class RemoteMachines:
         link: LinkFigures | None = None,
         ssh_options: tuple[str, ...] = (),
         budget_bytes: int | None = None,
+        speed: RemoteSpeed | None = None,
     ) -> RemoteMachine:
         """Add a remote or refresh its probe (its first `added_at` stays)."""
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -71,13 +83,14 @@ class RemoteMachines:
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT INTO remote_machines"
-                f" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                f" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (address) DO UPDATE SET probed_at = excluded.probed_at,"
                 " protocol = excluded.protocol, devices = excluded.devices,"
                 " ssh_options = excluded.ssh_options, budget_bytes = excluded.budget_bytes,"
                 " round_trip_s = excluded.round_trip_s,"
                 " upload_bytes_per_s = excluded.upload_bytes_per_s,"
-                " download_bytes_per_s = excluded.download_bytes_per_s",
+                " download_bytes_per_s = excluded.download_bytes_per_s,"
+                " speed = excluded.speed",
                 (
                     address,
                     now,
@@ -87,6 +100,7 @@ class RemoteMachines:
                     json.dumps(list(ssh_options)),
                     budget_bytes,
                     *(astuple(link) if link else (None, None, None)),
+                    json.dumps(asdict(speed)) if speed else None,
                 ),  # fmt: skip
             )
         found = self.get(address)
@@ -112,12 +126,12 @@ class RemoteMachines:
 
 _COLUMNS = (
     "address, added_at, probed_at, protocol, devices, ssh_options, budget_bytes,"
-    " round_trip_s, upload_bytes_per_s, download_bytes_per_s"
+    " round_trip_s, upload_bytes_per_s, download_bytes_per_s, speed"
 )
 
 
 def _machine(row: tuple[Any, ...]) -> RemoteMachine:
-    address, added_at, probed_at, protocol, devices, ssh_options, budget, *link = row
+    address, added_at, probed_at, protocol, devices, ssh_options, budget, *link, speed = row
     return RemoteMachine(
         address,
         added_at,
@@ -127,4 +141,5 @@ def _machine(row: tuple[Any, ...]) -> RemoteMachine:
         tuple(json.loads(ssh_options)),
         budget,
         LinkFigures(*link) if link[0] is not None else None,
+        RemoteSpeed(**known_fields(RemoteSpeed, json.loads(speed))) if speed else None,
     )

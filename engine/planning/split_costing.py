@@ -1,14 +1,21 @@
 """What a model split across computers is predicted to do, against this machine alone.
 
-Each computer runs its range of blocks under its own plan (the planner, on that
-computer's profile and VRAM budget: its resident set, streaming, threads), so a range
-costs what the planner predicts for those blocks there. What the split adds is the
-link: llama.cpp's RPC client drives every lent device from this process, so each
-decode step sends each remote range its input activations (n_embd x tokens x 4
-bytes), waits for its graph to run, and reads its output back (the activations, or
-the logits from the last range); that is two round trips and two transfers per
-range and step. Loading sends each remote its weights once (its tensor cache keeps
-them for the next load).
+A computer described by a profile (a machine of the bench's, or this one) runs its
+range of blocks under its own plan (the planner, on that profile and VRAM budget: its
+resident set, streaming, threads), so a range costs what the planner predicts for those
+blocks there. A lent device measured through its RPC server (`shardchat devices add`,
+engine.remote.remote_speed) holds its range whole; it costs what this computer's plan
+predicts for those blocks, divided by how many times faster than this computer the
+device ran the same blocks when it was measured.
+
+What the split adds is the link: llama.cpp's RPC client drives every lent device from
+this process, so each decode step sends each remote range its input activations
+(n_embd x tokens x 4 bytes), waits for its graph to run, and reads its output back (the
+activations, or the logits from the last range). For a described link that is two round
+trips, two transfers and the client's fixed work per range and step; for a measured
+device, what a step through it cost beyond its compute when it was measured, plus what
+the model's wider activations add. Loading sends each remote its weights once (its
+tensor cache keeps them for the next load).
 
 The split is chosen over this machine alone only when it is predicted faster, or when
 the model does not fit this machine (then the prediction says so).
@@ -31,9 +38,14 @@ from engine.planning.machine_split import (
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.remote.link_measure import LinkFigures
+from engine.remote.remote_speed import RemoteSpeed
 
 RAM_MARGIN = 2**30  # of a computer's available memory, left to its system and the app
 ACTIVATION_BYTES = 4  # llama.cpp passes f32 activations between devices
+# The RPC client's own work a step, per remote range, beyond round trips and transfers
+# (the graph serialised and sent, the server's dispatch): bench/lent_link.py measured a
+# split over a 10 Gbit link at about 1 ms a token more than its round trips and transfers.
+RPC_STEP_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -43,13 +55,34 @@ class Computer:
     name: str
     profile: Profile
     vram_budget_bytes: int
+    room_bytes: int | None = None  # what it gives the model, where known better than the
+    # profile's free memory (this computer: what is free now, or what the user said)
 
     @property
     def memory_bytes(self) -> int:
-        """What its blocks may take in all: its VRAM budget and its available RAM, less a
-        margin."""
+        """What its blocks may take in all: its room, or its VRAM budget and the RAM its
+        profile found available, less a margin."""
+        if self.room_bytes is not None:
+            return self.room_bytes
         available = self.profile.hardware.get("memory", {}).get("available_bytes", 0)
         return max(int(available) - RAM_MARGIN, 0) + self.vram_budget_bytes
+
+
+@dataclass(frozen=True)
+class MeasuredDevice:
+    """A lent computer's device, measured through its RPC server against this computer
+    (all of its range lives there: the server has no streaming)."""
+
+    name: str
+    budget_bytes: int
+    speed: RemoteSpeed
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.budget_bytes
+
+
+Placed = Computer | MeasuredDevice  # what a range of blocks may run on
 
 
 @dataclass(frozen=True)
@@ -78,14 +111,14 @@ class SplitPrediction:
 def predict_split(
     inventory: ModelInventory,
     n_ctx: int,
-    computers: Sequence[Computer],
+    here: Computer,
+    lent: Sequence[Placed],
     links: Sequence[LinkFigures],
 ) -> SplitPrediction:
-    """The fastest contiguous split over `computers` (this one first, then each lent one,
-    whose link is `links[i - 1]`), against this one alone. The candidates keep less and
-    less here (all it holds, down to its VRAM budget and nothing), the lent computers
-    taking the rest in order; BadInputError when none holds the model."""
-    here, lent = computers[0], computers[1:]
+    """The fastest contiguous split over this computer and the `lent` ones (whose links
+    are `links`, in order), against this one alone. The candidates keep less and less
+    here (all it holds, down to its VRAM budget and nothing), the lent computers taking
+    the rest in order; BadInputError when none holds the model."""
     remotes = [(computer.name, computer.memory_bytes) for computer in lent]
     alone = _alone_tokens_per_s(inventory, n_ctx, here)
     best: SplitPrediction | None = None
@@ -96,7 +129,7 @@ def predict_split(
             continue
         if not split.uses_remotes:
             continue  # that is this computer alone
-        costed = cost_split(inventory, n_ctx, computers, links, split, alone)
+        costed = cost_split(inventory, n_ctx, here, lent, links, split, alone)
         if best is None or costed.decode_tokens_per_s > best.decode_tokens_per_s:
             best = costed
     if best is None:
@@ -115,7 +148,8 @@ def _rooms_here(here: Computer) -> list[int]:
 def cost_split(
     inventory: ModelInventory,
     n_ctx: int,
-    computers: Sequence[Computer],
+    here: Computer,
+    lent: Sequence[Placed],
     links: Sequence[LinkFigures],
     split: MachineSplit,
     alone: float | None = None,
@@ -123,12 +157,15 @@ def cost_split(
     """The prediction for one given split (`alone`: this computer's own speed, if known)."""
     ranges = _ranges(split)
     holding = [number for number, (start, end) in enumerate(ranges) if end > start]
+    computers: list[Placed] = [here, *lent]
     compute = tuple(
-        _range_seconds(inventory, n_ctx, computer, start, end, last=number == holding[-1])
+        _range_seconds(inventory, n_ctx, here, computer, start, end, last=number == holding[-1])
         for number, (computer, (start, end)) in enumerate(zip(computers, ranges, strict=True))
     )
     used = [index for index, share in enumerate(split.shares) if share.blocks]
-    link_s = sum(_hop_seconds(inventory, links[index], last=index == used[-1]) for index in used)
+    link_s = sum(
+        _hop_seconds(inventory, lent[index], links[index], last=index == used[-1]) for index in used
+    )
     shipped = _shipped_bytes(inventory, split)
     load_s = sum(shipped[i] / links[i].upload_bytes_per_s for i in used)
     tokens_per_s = 1.0 / (sum(compute) + link_s)
@@ -145,16 +182,26 @@ def _ranges(split: MachineSplit) -> list[tuple[int, int]]:
 
 
 def _range_seconds(
-    inventory: ModelInventory, n_ctx: int, computer: Computer, start: int, end: int, last: bool
+    inventory: ModelInventory,
+    n_ctx: int,
+    here: Computer,
+    computer: Placed,
+    start: int,
+    end: int,
+    last: bool,
 ) -> float:
     """One decode step of blocks [start, end) on `computer`, under its own plan (the output
-    head too when it is the last range)."""
+    head too when it is the last range); on a measured lent device, under this computer's
+    CPU plan, at the device's speed against this computer's."""
     if start == end and not last:
         return 0.0
     globals_ = output_sublayers(inventory) if last else ()
     part = replace(
         inventory, n_layer=end - start, blocks=_renumbered(inventory, start, end), globals=globals_
     )
+    if isinstance(computer, MeasuredDevice):
+        plan = make_plan(part, here.profile, PlanRequest(0, n_ctx=n_ctx))
+        return 1.0 / plan.predicted_decode_tokens_per_s / computer.speed.times_this_machine
     budget = min(computer.vram_budget_bytes, _vram(computer.profile))
     plan = make_plan(part, computer.profile, PlanRequest(budget, n_ctx=n_ctx))
     return 1.0 / plan.predicted_decode_tokens_per_s
@@ -175,12 +222,16 @@ def _renumbered(inventory: ModelInventory, start: int, end: int) -> tuple[BlockI
     )
 
 
-def _hop_seconds(inventory: ModelInventory, link: LinkFigures, last: bool) -> float:
+def _hop_seconds(inventory: ModelInventory, lent: Placed, link: LinkFigures, last: bool) -> float:
     """One decode step's traffic to a remote range and back."""
-    activations = (inventory.n_embd or 0) * ACTIVATION_BYTES
-    back = (inventory.n_vocab or 0) * ACTIVATION_BYTES if last else activations
+    n_embd, n_vocab = inventory.n_embd or 0, inventory.n_vocab or 0
+    if isinstance(lent, MeasuredDevice):
+        return lent.speed.hop_seconds(n_embd, n_vocab, link, last)
+    activations = n_embd * ACTIVATION_BYTES
+    back = n_vocab * ACTIVATION_BYTES if last else activations
     return (
         2 * link.round_trip_s
+        + RPC_STEP_S
         + activations / link.upload_bytes_per_s
         + back / link.download_bytes_per_s
     )

@@ -8,8 +8,10 @@ logits requested for a given number of them.
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import llama_cpp
@@ -42,11 +44,14 @@ class DecodeTimer:
         n_gpu_layers: int = 0,
         use_mmap: bool = True,
         stream_to_gpu: bool = False,
+        devices: Sequence[int] | None = None,
     ) -> None:
         """`stream_to_gpu`: let llama.cpp run ops on host weights on the GPU (op offload).
 
         Off otherwise, so that CPU figures are the CPU's: on a GPU build llama.cpp would
         stream a CPU block's weights to the GPU for every batch of 32 tokens or more.
+        `devices`: the ggml devices offloaded layers go to (a lent computer's), instead of
+        every GPU.
         """
         _init_backend()
         model_params = llama_cpp.llama_model_default_params()
@@ -54,6 +59,10 @@ class DecodeTimer:
         model_params.n_gpu_layers = n_gpu_layers
         # Without mmap, a GPU build keeps host-side weights in pinned (page-locked) memory.
         model_params.use_mmap = use_mmap
+        device_list = None  # alive until the load returns: llama.cpp reads it during the load
+        if devices is not None:
+            device_list = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            model_params.devices = ctypes.addressof(device_list)
         self._model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), model_params)
         if not self._model:
             raise RuntimeError(f"llama.cpp could not load {model_path}")

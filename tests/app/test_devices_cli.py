@@ -26,7 +26,7 @@ def test_a_lent_computer_is_probed_kept_listed_and_removed(shardchat, lent) -> N
     address = f"tcp://127.0.0.1:{lent.settings.port}"
     added = shardchat("devices", "add", address)
     assert added.returncode == 0, added.stderr
-    assert f"Added {address}:" in added.stdout and "GiB free of" in added.stdout
+    assert f"Added {address}  (" in added.stdout and "GiB free of" in added.stdout
     assert shardchat("devices", "add", address).returncode == 0  # again: still one entry
     listed = json.loads(shardchat("devices", "--json").stdout)
     assert [entry["address"] for entry in listed] == [address]
@@ -34,7 +34,10 @@ def test_a_lent_computer_is_probed_kept_listed_and_removed(shardchat, lent) -> N
     link = listed[0]["link"]  # measured through the server: timed transfers, a round trip
     assert 0 < link["round_trip_s"] < 1 and link["upload_bytes_per_s"] > 1e6
     assert link["download_bytes_per_s"] > 1e6
+    speed = listed[0]["speed"]  # a model's blocks timed on the lent device, through llama.cpp
+    assert speed["block_s"] > 0 and speed["local_block_s"] > 0 and speed["block_bytes"] > 2**20
     assert "round trip" in shardchat("devices").stdout
+    assert "x this computer's speed" in shardchat("devices").stdout
     removed = shardchat("devices", "remove", address)
     assert removed.returncode == 0 and "Removed" in removed.stdout
     assert "No other computers" in shardchat("devices").stdout
@@ -124,7 +127,7 @@ def test_a_computer_lent_on_loopback_is_reached_through_an_ssh_forward(
     )
     assert run.returncode == 0, run.stderr
     kept = f"{address}?rpc-port={rpc_port}"
-    assert f"Added {kept}:" in run.stdout
+    assert f"Added {kept}  (" in run.stdout and "a step through the link" in run.stdout
     assert [entry["address"] for entry in json.loads(shardchat("devices", "--json").stdout)] == [
         kept
     ]

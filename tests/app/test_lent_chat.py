@@ -4,13 +4,18 @@ computer dying mid-reply ends that reply with one line, not the chat."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
+from app.stores.profile_store import ProfileStore
+from engine.machine.hardware import llama_build_id
 from engine.model.inventory import read_inventory
 from engine.planning.machine_split import output_bytes
 from tests.app.pty_terminal import Terminal
@@ -62,6 +67,54 @@ def test_a_chat_across_two_lent_computers_answers_as_this_machine_alone(
     )
     alone = shardchat("chat", "--temperature", "0", "--max-tokens", "32", STORY)
     assert alone.returncode == 0 and across.stdout.strip() == alone.stdout.strip() != ""
+
+
+def test_with_a_profile_here_the_split_is_the_planners_and_says_its_prediction(
+    shardchat, two_lent, default_model_file, recorded_profile_here
+) -> None:
+    with ProfileStore() as store:
+        store.save(replace(recorded_profile_here, llama_build=llama_build_id()))
+    across = subprocess.run(
+        chat("--lent", "--here", here_budget(default_model_file), "--max-tokens", "8", STORY),
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert across.returncode == 0, across.stderr
+    said = next(line for line in across.stderr.splitlines() if "split:" in line)
+    # predicted from this machine's profile and each lent computer's measured speed and link
+    assert re.search(
+        r"split: [\d.]+ tok/s split \((blocks 0-\d+|no blocks) here, .* on 127\.0\.0\.1:", said
+    )
+    assert "does not fit this computer alone" in said and "ms a token" in said
+    alone = shardchat("chat", "--temperature", "0", "--max-tokens", "8", STORY)
+    assert alone.returncode == 0 and across.stdout.strip() == alone.stdout.strip() != ""
+
+
+def test_plan_shows_the_split_chat_would_run_without_contacting_anyone(
+    shardchat, two_lent, default_model_file, recorded_profile_here
+) -> None:
+    with ProfileStore() as store:
+        store.save(replace(recorded_profile_here, llama_build=llama_build_id()))
+    here = here_budget(default_model_file)
+    for address in two_lent:
+        kill_server(address)  # planned from the stored figures: nothing is asked of them
+    shown = shardchat("plan", "--lent", "--here", here)
+    assert shown.returncode == 0, shown.stderr
+    said = shown.stdout.splitlines()[-1]
+    assert said.startswith("With lent computers: split: ") and " tok/s split (" in said
+    assert "does not fit this computer alone" in said and "tcp://127.0.0.1:" in said
+    planned = json.loads(shardchat("plan", "--lent", "--here", here, "--json").stdout)["lent"]
+    assert planned["chosen"] and planned["alone_tokens_per_s"] is None
+    assert planned["predicted_decode_tokens_per_s"] > 0 and planned["link_s"] > 0
+    assert sum(share["blocks"] for share in planned["split"]["shares"]) > 0
+    # a budget here that holds the model: this computer alone, or a faster split, said so
+    roomy = shardchat("plan", "--lent", "--here", "4GiB").stdout.splitlines()[-1]
+    assert " tok/s alone" in roomy
+
+
+def test_plan_with_lent_computers_refuses_another_machines_profile(shardchat) -> None:
+    run = shardchat("plan", "--lent", "--hardware", "desktop-16gb")
+    assert run.returncode == 2 and "measured against it" in run.stderr
+    assert shardchat("plan", "--here", "1GiB").returncode == 2
 
 
 def test_a_lent_computer_dying_mid_reply_ends_the_reply_with_one_line(
@@ -128,7 +181,8 @@ def port(address: str) -> str:
 def kill_server(address: str) -> None:
     (server,) = [
         p for p in psutil.Process().children()
-        if p.name() == "ggml-rpc-server" and port(address) in p.cmdline()
+        if p.status() != psutil.STATUS_ZOMBIE  # one killed before
+        and p.name() == "ggml-rpc-server" and port(address) in p.cmdline()
     ]  # fmt: skip
     server.kill()
 

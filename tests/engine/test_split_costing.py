@@ -1,6 +1,7 @@
 """engine.planning.split_costing: a model split across two described desktops, each range
-under its own plan, the links costed per step; chosen only when it runs faster than one
-desktop, or when one desktop cannot hold the model."""
+under its own plan, the links costed per step (or onto a lent device measured against this
+computer); chosen only when it runs faster than one desktop, or when one desktop cannot
+hold the model."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from engine.machine.described_machines import load_described
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
-from engine.planning.split_costing import Computer, predict_split
+from engine.planning.split_costing import RPC_STEP_S, Computer, MeasuredDevice, predict_split
 from engine.remote.link_measure import LinkFigures
+from engine.remote.remote_speed import RemoteSpeed
 
 GIB = 2**30
 MOE = SyntheticSpec(
@@ -47,6 +49,10 @@ def desktops(ram_gib: float | None = None) -> list[Computer]:
     return [Computer(f"desktop-{n}", profile, 15 * GIB) for n in (1, 2)]
 
 
+def here_and_lent(computers: list[Computer]) -> tuple[Computer, list[Computer]]:
+    return computers[0], computers[1:]
+
+
 def link(gbit: float, round_trip_ms: float) -> LinkFigures:
     rate = gbit * 1e9 / 8
     return LinkFigures(round_trip_ms / 1000, rate, rate)
@@ -54,14 +60,14 @@ def link(gbit: float, round_trip_ms: float) -> LinkFigures:
 
 def test_a_faster_link_is_never_predicted_slower(moe) -> None:
     speeds = [
-        predict_split(moe, 4096, desktops(), [link(gbit, ms)]).decode_tokens_per_s
+        predict_split(moe, 4096, *here_and_lent(desktops()), [link(gbit, ms)]).decode_tokens_per_s
         for gbit, ms in ((0.1, 1.0), (1, 0.25), (10, 0.1), (100, 0.01))
     ]
     assert speeds == sorted(speeds) and speeds[0] < speeds[-1]
 
 
 def test_a_slow_link_is_not_chosen_where_this_desktop_holds_the_model(moe) -> None:
-    slow = predict_split(moe, 4096, desktops(), [link(0.1, 2.0)])
+    slow = predict_split(moe, 4096, *here_and_lent(desktops()), [link(0.1, 2.0)])
     assert slow.alone_tokens_per_s is not None and not slow.chosen
     assert slow.decode_tokens_per_s < slow.alone_tokens_per_s
     assert slow.link_s > 0 and slow.load_transfer_s > 0
@@ -69,7 +75,7 @@ def test_a_slow_link_is_not_chosen_where_this_desktop_holds_the_model(moe) -> No
 
 def test_a_model_this_desktop_cannot_hold_is_split_and_chosen(moe) -> None:
     small = desktops(ram_gib=1)  # 1 GiB free and a 15 GiB budget: not the 17 GiB model
-    cell = predict_split(moe, 4096, small, [link(1, 0.25)])
+    cell = predict_split(moe, 4096, *here_and_lent(small), [link(1, 0.25)])
     assert cell.alone_tokens_per_s is None and cell.chosen and cell.split.uses_remotes
     assert "does not fit this computer alone" in cell.describe()
     assert len(cell.compute_s) == 2 and all(seconds > 0 for seconds in cell.compute_s)
@@ -78,12 +84,54 @@ def test_a_model_this_desktop_cannot_hold_is_split_and_chosen(moe) -> None:
 def test_a_model_neither_can_hold_is_refused(moe) -> None:
     tiny = [replace(computer, vram_budget_bytes=2 * GIB) for computer in desktops(ram_gib=1)]
     with pytest.raises(BadInputError, match="needs .* GiB"):
-        predict_split(moe, 4096, tiny, [link(1, 0.25)])
+        predict_split(moe, 4096, *here_and_lent(tiny), [link(1, 0.25)])
 
 
 def test_the_link_cost_is_what_crosses_each_hop(moe) -> None:
-    cell = predict_split(moe, 4096, desktops(ram_gib=1), [link(1, 0.25)])
+    cell = predict_split(moe, 4096, *here_and_lent(desktops(ram_gib=1)), [link(1, 0.25)])
     rate = 1e9 / 8
     # the activations go out and the logits come back, each after a round trip
-    expected = 2 * 0.25e-3 + (2048 * 4) / rate + (151936 * 4) / rate
+    expected = 2 * 0.25e-3 + RPC_STEP_S + (2048 * 4) / rate + (151936 * 4) / rate
     assert cell.link_s == pytest.approx(expected)
+
+
+# -- a lent device measured through its RPC server ----------------------------------------
+
+
+def measured(times_faster: float, overhead_ms: float) -> RemoteSpeed:
+    """A lent device's figures as engine.remote.remote_speed records them."""
+    return RemoteSpeed(
+        block_s=0.001 / times_faster,
+        local_block_s=0.001,
+        block_bytes=13 * 2**20,
+        step_overhead_s=overhead_ms / 1000,
+        n_embd=1024,
+        n_vocab=256,
+    )
+
+
+def test_a_measured_device_runs_its_range_at_its_speed_against_this_computer(moe) -> None:
+    here = Computer("here", load_described("desktop-16gb"), 0, room_bytes=6 * GIB)
+    fast_link = link(10, 0.1)
+    cells = {
+        times: predict_split(
+            moe, 4096, here, [MeasuredDevice("lent", 20 * GIB, measured(times, 0.5))], [fast_link]
+        )
+        for times in (1.0, 4.0)
+    }
+    slow, fast = cells[1.0], cells[4.0]
+    assert slow.split == fast.split  # the same blocks there, so the same plan of them here
+    assert fast.compute_s[0] == pytest.approx(slow.compute_s[0])
+    assert fast.compute_s[1] == pytest.approx(slow.compute_s[1] / 4)
+    # the hop is the measured overhead, and what this model's activations and logits add
+    # over the micro-model's at the link's rate
+    rate = 10e9 / 8
+    expected = 0.5e-3 + (2048 - 1024) * 4 / rate + (151936 - 256) * 4 / rate
+    assert fast.link_s == pytest.approx(expected)
+
+
+def test_a_measured_device_that_is_slow_is_not_chosen_where_this_computer_suffices(moe) -> None:
+    here = Computer("here", load_described("desktop-16gb"), 15 * GIB, room_bytes=40 * GIB)
+    slow = [MeasuredDevice("lent", 20 * GIB, measured(0.25, 3.0))]
+    cell = predict_split(moe, 4096, here, slow, [link(1, 0.25)])
+    assert cell.alone_tokens_per_s is not None and not cell.chosen
