@@ -5,7 +5,7 @@ joined to this one by a veth pair whose both ends are rate-limited with `tc tbf`
 kernel has no netem, so no delay is added: the measured round trip goes into the
 prediction as it is). For each rate the bench measures the link as `devices add` does
 (engine.remote.link_measure) and the lent device's speed through it
-(engine.remote.remote_speed: timed blocks there and here, and what a step through the
+(engine.profiling.remote_steps: timed blocks there and here, and what a step through the
 link adds), as `devices add` does; then it loads the default model with half its blocks
 on the lent computer and times a greedy reply (prompt and decode tokens/s, from the
 reply's statistics), beside engine.planning.split_costing's prediction for that split
@@ -46,8 +46,8 @@ from engine.planning.machine_split import MachineSplit, RemoteShare
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.planning.split_costing import Computer, MeasuredDevice, cost_split
+from engine.profiling.remote_steps import measured_speed
 from engine.remote.link_measure import LinkFigures, measure_link
-from engine.remote.remote_speed import measured_speed
 from engine.remote.rpc_probe import RemoteError, RpcSession
 from engine.remote.sharing import rpc_server_binary
 from engine.runtime.chat import ChatSession

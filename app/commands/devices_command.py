@@ -17,9 +17,10 @@ from app.commands.arg_types import positive_int, size
 from app.stores.profile_store import ProfileStore
 from app.stores.remote_machines import RemoteMachine
 from engine.errors import BadInputError
+from engine.profiling.remote_steps import measured_speed
 from engine.remote.addresses import RemoteAddress, parse_address
 from engine.remote.link_measure import LinkFigures, measure_link
-from engine.remote.remote_speed import RemoteSpeed, measured_speed
+from engine.remote.remote_speed import RemoteSpeed
 from engine.remote.rpc_probe import RemoteError, RemoteServer, RpcSession
 from engine.remote.ssh_forward import SshForward
 

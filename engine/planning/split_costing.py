@@ -4,7 +4,7 @@ A computer described by a profile (a machine of the bench's, or this one) runs i
 range of blocks under its own plan (the planner, on that profile and VRAM budget: its
 resident set, streaming, threads), so a range costs what the planner predicts for those
 blocks there. A lent device measured through its RPC server (`shardchat devices add`,
-engine.remote.remote_speed) holds its range whole; it costs what this computer's plan
+engine.profiling.remote_steps) holds its range whole; it costs what this computer's plan
 predicts for those blocks, divided by how many times faster than this computer the
 device ran the same blocks when it was measured.
 
