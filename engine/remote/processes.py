@@ -1,10 +1,28 @@
-"""Ending a helper process (an RPC server, an ssh forward) for sure, without waiting long."""
+"""Helper processes (an RPC server, an ssh forward): started so that they end with this
+process, and ended for sure without waiting long.
+
+Nothing may stay lent or forwarded when ShardChat is gone, even killed (SIGKILL, a
+crash) before it could stop its helpers. On Linux a helper asks the kernel for SIGTERM
+when its parent goes (PR_SET_PDEATHSIG). The kernel means the parent *thread*, so a
+helper is started from a thread of its own that lives exactly as long as the helper:
+the window starts sharing from a worker thread that ends long before the server should.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import queue
+import signal
 import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
 
 GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
 
 
 def end_process(process: subprocess.Popen[bytes]) -> None:
@@ -17,3 +35,52 @@ def end_process(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def start_kept(
+    command: list[str],
+    stdout: int | IO[Any] | None,
+    stderr: int | IO[Any] | None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`command` started from a thread that waits on it, so that where the kernel can end
+    a child with its parent (Linux), the child ends with this process and not before."""
+    started: queue.Queue[subprocess.Popen[bytes] | BaseException] = queue.Queue(1)
+
+    def keep() -> None:
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                preexec_fn=_ending_with_parent(),  # a prctl only: no lock is taken
+            )
+        except BaseException as exc:  # the caller's to raise
+            started.put(exc)
+            return
+        started.put(process)
+        process.wait()
+
+    threading.Thread(target=keep, name=f"keeper of {Path(command[0]).name}", daemon=True).start()
+    result = started.get()
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _ending_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec on Linux: SIGTERM when its parent thread ends (and
+    exit at once if the parent is already gone); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm

@@ -7,6 +7,10 @@ protocol has no authentication and has had remote exploits, so it listens on
 once: the other computer reaches it through an SSH forward, with the user's own SSH
 key. `-c` keeps the tensors it was sent (those over 10 MiB) on disk, so loading the
 same model again sends no weights.
+
+Nothing may stay lent when ShardChat is gone, even killed before it could stop the
+server: it is started as a kept helper (engine.remote.processes), which the kernel
+ends with this process.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from engine.errors import BadInputError, ShardChatError
 from engine.remote.addresses import DEFAULT_RPC_PORT
-from engine.remote.processes import end_process
+from engine.remote.processes import end_process, start_kept
 from engine.remote.rpc_probe import RemoteBusy, RemoteServer, RemoteUnreachable, probe
 
 LOOPBACK = "127.0.0.1"
@@ -105,9 +109,7 @@ class SharingServer:
         env = {**os.environ, "LLAMA_CACHE": str(self._cache_root)}
         command = server_command(rpc_server_binary(), self.settings)
         with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
-            )
+            self._process = start_kept(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         return self._wait_until_answering(timeout_s)
 
     @property

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from engine.errors import ShardChatError
 from engine.remote.addresses import RemoteAddress
-from engine.remote.processes import end_process
+from engine.remote.processes import end_process, start_kept
 from engine.remote.rpc_probe import RemoteUnreachable
 
 OPEN_TIMEOUT_S = 15.0
@@ -64,9 +64,8 @@ class SshForward:
         unreachable host, a refused key or an unknown host key is RemoteUnreachable in
         ssh's own words."""
         self.local_port = _free_local_port()
-        self._process = subprocess.Popen(
+        self._process = start_kept(
             self.command(self.local_port),
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,  # a few lines at most: read once ssh has ended
         )

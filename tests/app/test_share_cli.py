@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from engine.remote.rpc_probe import PROTOCOL_VERSION, RemoteUnreachable, probe
@@ -41,6 +42,26 @@ def test_sharing_lends_this_computer_on_loopback_until_stopped(stop: signal.Sign
     assert sharing.returncode == 0, err
     assert "Stopped sharing this computer." in out and "Traceback" not in err
     with pytest.raises(RemoteUnreachable):  # nothing stays lent
+        probe("127.0.0.1", port, connect_timeout_s=1.0)
+
+
+def test_a_killed_share_command_leaves_nothing_lent() -> None:
+    """SIGKILL gives the command no chance to stop its server: the kernel ends it."""
+    port = free_port()
+    command = [sys.executable, "-m", "app.cli", "share", "--port", str(port), "--device", "CPU"]
+    sharing = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sharing.stdout is not None
+        for line in sharing.stdout:  # the command says when the server answers
+            if line.startswith("Stop sharing"):
+                break
+        (server,) = psutil.Process(sharing.pid).children()
+        assert server.name() == "ggml-rpc-server"
+    finally:
+        sharing.kill()
+        sharing.wait(30)
+    assert server.wait(30) is not None or not server.is_running()
+    with pytest.raises(RemoteUnreachable):
         probe("127.0.0.1", port, connect_timeout_s=1.0)
 
 

@@ -55,6 +55,17 @@ def test_stopping_sharing_closes_the_port(lent) -> None:
         probe("127.0.0.1", lent.settings.port, connect_timeout_s=1.0)
 
 
+def test_a_server_started_from_a_passing_thread_outlives_it(lent) -> None:
+    """The window starts sharing from a worker thread that ends at once: the server, which
+    the kernel ends with the thread that started it, must not end with that one."""
+    starting = threading.Thread(target=lent.start)
+    starting.start()
+    starting.join()
+    assert lent.running
+    assert probe("127.0.0.1", lent.settings.port).version == PROTOCOL_VERSION
+    assert lent.running
+
+
 def test_a_port_in_use_is_the_servers_own_reason(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
