@@ -29,6 +29,7 @@ from ui.chat_controller import ChatController
 from ui.discover_page import DiscoverJobs
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import load_image_file
+from ui.lent_computers_controller import LentComputersController
 from ui.main_window import MainWindow
 from ui.message_html import warm_up
 from ui.model_drop import GgufDropFilter
@@ -76,6 +77,7 @@ class Desktop:
         self.server = ServerController(self.window.server_panel, self.worker, self.bridge)
         # lending this computer to others (llama.cpp's RPC server): off unless switched on
         self.sharing = SharingController(self.window.sharing_panel)
+        self.lent_computers = LentComputersController(self.window.vram_panel.lent_computers)
         # the Discover tab's searches and downloads: kept here so downloads outlive the dialog
         self.discover = DiscoverJobs(DiscoverModel(profile, None, n_ctx), parent=self.window)
         self.theme = theme or ThemeManager(parent=self.window)
@@ -203,6 +205,7 @@ class Desktop:
     def close(self) -> None:
         """Stop lending, remember the window, stop the engine, close the history (idempotent)."""
         self.sharing.shutdown()  # nothing stays lent after the app
+        self.lent_computers.shutdown()
         if self.worker.is_running:
             self.state.save(self.window, self.chat.conversation_id)
             self.chat.shutdown()  # a reply in progress is kept as far as it got

@@ -4,7 +4,8 @@ Under the bar the plan is said in plain words (app.screen_text.plan_words: what 
 what the CPU computes, what crosses PCIe, where the KV cache is), and beside the
 prediction the last reply's measured speed, which the chat sets after each reply.
 
-It renders a `VramOverview` and reports what the person chose. Dragging the
+It renders a `VramOverview` and reports what the person chose. Below, the other computers
+lent to this one (ui.lent_computers_box), each with its own budget. Dragging the
 slider only moves the figure beside it; the new budget is reported once the
 slider is released (or the keys stop) for RELEASE_DEBOUNCE_MS, because every
 report re-plans and may reload the model.
@@ -35,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from app.screen_text.units import format_bytes, speed_text
 from app.screen_text.vram_overview import BATCH_SEQUENCES, VramOverview
+from ui.lent_computers_box import LentComputersBox
 
 RELEASE_DEBOUNCE_MS = 300
 UNKNOWN_LAYERS = 999  # the count's top before the model's blocks are known (llama.cpp clamps)
@@ -126,6 +128,7 @@ class VramPanel(QWidget):
         self.apply_placement.setAccessibleName("Apply the placement")
         self.comparison = QLabel(wordWrap=True)
         self.comparison.setAccessibleName("Planner's prediction and yours")
+        self.lent_computers = LentComputersBox()  # other computers' devices (issue 31)
         self._shown_placement: tuple[str, bool | None, int | None] | None = None
         self._n_layer: int | None = None  # the model's blocks, once the worker said
         self._debounce = QTimer(self, singleShot=True, interval=RELEASE_DEBOUNCE_MS)
@@ -163,6 +166,7 @@ class VramPanel(QWidget):
         layout.addWidget(self.legend)
         layout.addWidget(self.plan_words)
         layout.addLayout(form)
+        layout.addWidget(self.lent_computers)
         layout.addStretch(1)
 
     def show_overview(self, view: VramOverview) -> None:

@@ -1,10 +1,10 @@
 """`shardchat devices`: the other computers lent to this one (add, list, remove).
 
-Adding one probes its RPC server first, with a connection of our own (engine.remote):
-llama.cpp's client aborts the process on a server it cannot use, so nothing unprobed
-is ever kept. An ssh:// address is probed through an SSH forward, as it will be used.
-Then the link and the device's speed are measured through it, as the planner costs a
-split with them.
+Adding one (app.lent_computers, as the VRAM panel's "Add computer…" does) probes its
+RPC server first, with a connection of our own: llama.cpp's client aborts the process
+on a server it cannot use, so nothing unprobed is ever kept. An ssh:// address is
+probed through an SSH forward, as it will be used. Then the link and the device's speed
+are measured through it, as the planner costs a split with them.
 """
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ import json
 import sys
 
 from app.commands.arg_types import positive_int, size
-from app.stores.profile_store import ProfileStore
+from app.lent_computers import add_lent_computer, kept_machines, remove_lent_computer
 from app.stores.remote_machines import RemoteMachine
-from engine.errors import BadInputError
-from engine.profiling.remote_steps import measured_speed
-from engine.remote.addresses import RemoteAddress, parse_address
-from engine.remote.link_measure import LinkFigures, measure_link
-from engine.remote.remote_speed import RemoteSpeed
-from engine.remote.rpc_probe import RemoteError, RemoteServer, RpcSession
-from engine.remote.ssh_forward import SshForward
 
 
 def add_devices_command(commands: argparse._SubParsersAction) -> None:
@@ -72,55 +65,18 @@ def add_devices_command(commands: argparse._SubParsersAction) -> None:
 
 
 def run_devices_add(args: argparse.Namespace) -> int:
-    address = parse_address(args.address, args.rpc_port)
-    probed, link, speed = probe_address(address, args.ssh_option)
-    memory = sum(device.total_bytes for device in probed.devices[:1])
-    if args.budget is not None and args.budget > memory:
-        raise BadInputError(
-            f"a {args.budget / 2**30:.1f} GiB budget is more than {address} has "
-            f"({memory / 2**30:.1f} GiB)"
-        )
-    with ProfileStore() as store:
-        kept = store.remotes.save(
-            str(address), probed, link, tuple(args.ssh_option), args.budget, speed
-        )
+    kept = add_lent_computer(args.address, args.ssh_option, args.budget, args.rpc_port, _say)
     print(f"Added {kept.address}  ({_facts(kept)})")
     _print_devices(kept)
     return 0
 
 
-def probe_address(
-    address: RemoteAddress, ssh_options: list[str]
-) -> tuple[RemoteServer, LinkFigures, RemoteSpeed]:
-    """The remote's RPC server, probed the way it will be reached, its link and its
-    device's speed measured."""
-    if not address.through_ssh:
-        return _probed(address.host, address.rpc_port)
-    with SshForward(address, ssh_options) as forward:
-        port = forward.open()
-        try:
-            found, link, speed = _probed("127.0.0.1", port)
-        except RemoteError as exc:
-            raise RemoteError(
-                f"through ssh to {address.host}, port {address.rpc_port} there: {exc} "
-                "(is `shardchat share` running on it?)"
-            ) from None
-    server = RemoteServer(address.host, address.rpc_port, found.version, found.devices)
-    return server, link, speed
-
-
-def _probed(host: str, port: int) -> tuple[RemoteServer, LinkFigures, RemoteSpeed]:
-    """The probe and the link on our own connection; then, that one closed (a server
-    serves one client at a time), the speed through llama.cpp's client in a child."""
-    with RpcSession.open(host, port) as session:
-        server, link = session.server, measure_link(session)
-    print(f"Measuring the speed of {host}:{port}...", file=sys.stderr, flush=True)
-    return server, link, measured_speed(f"{host}:{port}")
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def run_devices_list(args: argparse.Namespace) -> int:
-    with ProfileStore() as store:
-        machines = store.remotes.all()
+    machines = kept_machines()
     if args.json:
         print(json.dumps([_as_json(machine) for machine in machines], indent=2))
     elif not machines:
@@ -132,11 +88,7 @@ def run_devices_list(args: argparse.Namespace) -> int:
 
 
 def run_devices_remove(args: argparse.Namespace) -> int:
-    address = str(parse_address(args.address))
-    with ProfileStore() as store:
-        if not store.remotes.remove(address):
-            raise BadInputError(f"no computer at {address} (see: shardchat devices)")
-    print(f"Removed {address}.", file=sys.stdout)
+    print(f"Removed {remove_lent_computer(args.address)}.", file=sys.stdout)
     return 0
 
 

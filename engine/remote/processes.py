@@ -17,11 +17,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 GRACE_S = 5.0
+WAIT_STEP_S = 0.1  # how long a signal may wait for its handler while the main thread waits
 _PR_SET_PDEATHSIG = 1
 
 
@@ -37,15 +39,40 @@ def end_process(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+class KeptProcess:
+    """A helper process and the thread that keeps it, which reaps it when it ends.
+
+    That thread sits in Popen.wait, holding the Popen's wait lock, so another thread's
+    Popen.wait() without a timeout would block on the lock, where a signal handled by
+    the main thread could not reach it if the kernel gave the signal to another thread
+    (Ctrl-C hung `shardchat share`): waiting is on `ended`, in short steps."""
+
+    def __init__(self, process: subprocess.Popen[bytes], ended: threading.Event) -> None:
+        self.process = process
+        self.ended = ended
+
+    def poll(self) -> int | None:
+        return self.process.returncode if self.ended.is_set() else None
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Its exit code once it has ended, or None after `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.ended.wait(WAIT_STEP_S):
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+        return self.process.returncode
+
+
 def start_kept(
     command: list[str],
     stdout: int | IO[Any] | None,
     stderr: int | IO[Any] | None,
     env: dict[str, str] | None = None,
-) -> subprocess.Popen[bytes]:
+) -> KeptProcess:
     """`command` started from a thread that waits on it, so that where the kernel can end
     a child with its parent (Linux), the child ends with this process and not before."""
     started: queue.Queue[subprocess.Popen[bytes] | BaseException] = queue.Queue(1)
+    ended = threading.Event()
 
     def keep() -> None:
         try:
@@ -62,12 +89,13 @@ def start_kept(
             return
         started.put(process)
         process.wait()
+        ended.set()
 
     threading.Thread(target=keep, name=f"keeper of {Path(command[0]).name}", daemon=True).start()
     result = started.get()
     if isinstance(result, BaseException):
         raise result
-    return result
+    return KeptProcess(result, ended)
 
 
 def _ending_with_parent() -> Callable[[], None] | None:

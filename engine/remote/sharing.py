@@ -26,7 +26,7 @@ from pathlib import Path
 
 from engine.errors import BadInputError, ShardChatError
 from engine.remote.addresses import DEFAULT_RPC_PORT
-from engine.remote.processes import end_process, start_kept
+from engine.remote.processes import KeptProcess, end_process, start_kept
 from engine.remote.rpc_probe import RemoteBusy, RemoteServer, RemoteUnreachable, probe
 
 LOOPBACK = "127.0.0.1"
@@ -99,7 +99,7 @@ class SharingServer:
         `log_path`: the server's own output, for when it fails."""
         self.settings = checked_settings(settings)
         self._cache_root, self.log_path = cache_root, log_path
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: KeptProcess | None = None
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> RemoteServer:
         """Start the server and wait until it answers a probe; what it serves, or
@@ -120,16 +120,13 @@ class SharingServer:
         """Wait for the server to end by itself; its exit code, or None if it still runs."""
         if self._process is None:
             return None
-        try:
-            return self._process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+        return self._process.wait(timeout_s)
 
     def stop(self) -> None:
         """Stop the server: nothing is lent once this returns."""
         process, self._process = self._process, None
         if process is not None:
-            end_process(process)
+            end_process(process.process)
 
     def _wait_until_answering(self, timeout_s: float) -> RemoteServer:
         """The server's own probe, once it answers. Whatever else holds the port answers

@@ -68,7 +68,7 @@ class SshForward:
             self.command(self.local_port),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,  # a few lines at most: read once ssh has ended
-        )
+        ).process
         deadline = time.monotonic() + timeout_s
         while not _accepts(self.local_port):
             if self._process.poll() is not None:

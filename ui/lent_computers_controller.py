@@ -1,0 +1,77 @@
+"""What the VRAM panel's "Other computers" box does: list, add and remove lent computers.
+
+Adding one probes it, measures its link and its device's speed (seconds, a child
+process among them) and keeps it, exactly as `shardchat devices add` does
+(app.lent_computers); reading the list opens the profile database. Both run on a
+worker thread and report back through a relay, so the GUI thread never waits on the
+network or on SQLite. An address that does not lead to a usable computer is one line
+under the list, in the check's own words.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from PySide6.QtCore import QObject
+
+from app.lent_computers import add_lent_computer, kept_machines, remove_lent_computer
+from app.screen_text.lent_computers_view import (
+    LentComputersView,
+    checking,
+    failed,
+    listed,
+)
+from app.screen_text.units import parse_size
+from app.stores.remote_machines import RemoteMachine
+from engine.errors import ShardChatError
+from ui.lent_computers_box import ComputerToAdd, LentComputersBox
+from ui.thread_bridge import Background
+
+log = logging.getLogger(__name__)
+
+
+class LentComputersController(QObject):
+    def __init__(self, box: LentComputersBox) -> None:
+        super().__init__(box)
+        self.box = box
+        self.view = LentComputersView()
+        self._background = Background("shardchat-lent-computers", owner=self)
+        box.add_requested.connect(self.add)
+        box.remove_requested.connect(self.remove)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self._background.run(kept_machines, self._listed, self._failed)
+
+    def add(self, wanted: ComputerToAdd) -> None:
+        try:
+            budget = parse_size(wanted.budget) if wanted.budget else None
+        except ValueError as exc:
+            self._show(failed(self.view, f"Budget: {exc}"))
+            return
+        options = [f"IdentityFile={wanted.identity_file}"] if wanted.identity_file else []
+        self._show(checking(self.view, wanted.address))
+        adding = partial(add_lent_computer, wanted.address, options, budget)
+        self._background.run(adding, self._added, self._failed)
+
+    def remove(self, address: str) -> None:
+        self._background.run(partial(remove_lent_computer, address), self._added, self._failed)
+
+    def shutdown(self) -> None:
+        self._background.shutdown()
+
+    def _added(self, _done: object) -> None:
+        self.refresh()
+
+    def _listed(self, machines: list[RemoteMachine]) -> None:
+        self._show(listed(machines))
+
+    def _failed(self, error: BaseException) -> None:
+        if not isinstance(error, ShardChatError):  # an unusable address says why; else a bug
+            log.error("a lent computer could not be listed, added or removed", exc_info=error)
+        self._show(failed(self.view, str(error)))
+
+    def _show(self, view: LentComputersView) -> None:
+        self.view = view
+        self.box.show_view(view)
