@@ -40,12 +40,13 @@ from app.worker import EngineWorker
 from engine.errors import BadInputError, ShardChatError
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import GenerationStats
+from engine.llama.device_buffers import llama_log_lines, parse_buffer_lines
 from engine.llama.load_params import LoadParams
 from engine.machine.hardware import probe_hardware
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.execution import check_profile_is_this_machine
-from engine.planning.machine_split import MachineSplit
+from engine.planning.machine_split import MachineSplit, describe_held, held_shares
 from engine.planning.placement_choice import AUTO, CPU_ONLY, PlacementChoice
 from engine.runtime.loaded_model import inspect_model
 
@@ -78,9 +79,14 @@ def run_chat(args: argparse.Namespace) -> int:
         threads = {"n_threads": args.threads, "n_threads_batch": args.threads}
         load = replace(load, params=load.params.with_changes(**threads))
     with open_engine(args.show_thinking, args.think) as engine:
-        loaded = engine.call(
-            engine.worker.load_model(load.params, load.plan, load.profile, args.prompt_format, load)
-        )
+        with llama_log_lines() as lines:  # what llama.cpp allocated, for a split
+            loaded = engine.call(
+                engine.worker.load_model(
+                    load.params, load.plan, load.profile, args.prompt_format, load
+                )
+            )
+        if args.split and isinstance(loaded, ModelLoaded):
+            _say_where_the_weights_are(MachineSplit.from_json(args.split), model_path, lines)
         if getattr(args, "verbose", False) and isinstance(loaded, ModelLoaded):
             print(f"prompt format: {loaded.prompt_format} ({loaded.prompt_format_reason})",
                   file=sys.stderr)  # fmt: skip
@@ -93,6 +99,13 @@ def run_chat(args: argparse.Namespace) -> int:
         else:
             _interactive(engine, args, settings, loaded)
     return 0
+
+
+def _say_where_the_weights_are(split: MachineSplit, model_path: Path, lines: list[str]) -> None:
+    """llama.cpp's own buffer lines for each lent device, against the split's account."""
+    held = held_shares(split, read_inventory(str(model_path)), parse_buffer_lines(lines))
+    if held:
+        print(f"shardchat: {describe_held(held)}", file=sys.stderr, flush=True)
 
 
 def native_stderr_to_log() -> None:

@@ -19,10 +19,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from engine.errors import BadInputError
+from engine.llama.device_buffers import DeviceBuffers
 from engine.llama.load_params import LoadParams
 from engine.model.inventory import ModelInventory, SubLayer, SubLayerKind
 
 GIB = 2**30
+MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,54 @@ def output_sublayers(inventory: ModelInventory) -> tuple[SubLayer, ...]:
 
 def output_bytes(inventory: ModelInventory) -> int:
     return sum(sublayer.n_bytes for sublayer in output_sublayers(inventory))
+
+
+@dataclass(frozen=True)
+class HeldShare:
+    """What one lent device was planned to hold of the weights, and what llama.cpp put there."""
+
+    endpoint: str
+    planned_bytes: int
+    allocated_bytes: int
+
+    @property
+    def as_planned(self) -> bool:
+        """Within 2% (and a MiB: llama.cpp prints MiB with two decimals)."""
+        return abs(self.allocated_bytes - self.planned_bytes) <= 0.02 * self.planned_bytes + MIB
+
+
+def held_shares(
+    split: MachineSplit, inventory: ModelInventory, buffers: DeviceBuffers
+) -> list[HeldShare]:
+    """Each lent device's weights as planned beside llama.cpp's `model` buffer on it (its
+    buffer types are named `RPC<index on that server>[host:port]`)."""
+    used = [share for share in split.shares if share.blocks]
+    held, start = [], split.local_blocks
+    for share in used:
+        planned = sum(block.n_bytes for block in inventory.blocks[start : start + share.blocks])
+        planned += output_bytes(inventory) if share is used[-1] else 0
+        allocated = sum(
+            roles.get("model", 0)
+            for name, roles in buffers.by_buffer.items()
+            if name.endswith(f"[{share.endpoint}]")
+        )
+        held.append(HeldShare(share.endpoint, planned, allocated))
+        start += share.blocks
+    return held
+
+
+def describe_held(held: Sequence[HeldShare]) -> str:
+    """One line: whether llama.cpp placed the weights as planned, device by device."""
+    parts = [
+        f"{share.endpoint} {share.allocated_bytes / MIB:.1f} MiB of {share.planned_bytes / MIB:.1f}"
+        for share in held
+    ]
+    verdict = (
+        "as planned"
+        if all(share.as_planned for share in held)
+        else "NOT as planned (the split's speed prediction does not hold)"
+    )
+    return f"weights on the lent computers {verdict}: " + ", ".join(parts)
 
 
 def split_across(

@@ -65,6 +65,8 @@ def test_a_chat_across_two_lent_computers_answers_as_this_machine_alone(
     assert f"split: blocks 0-9 here, 10-19 on 127.0.0.1:{port_a}, 20-29 on 127.0.0.1:{port_b}" in (
         across.stderr
     )
+    # llama.cpp's buffer lines for each lent computer, read back against the split's account
+    assert "shardchat: weights on the lent computers as planned: 127.0.0.1:" in across.stderr
     alone = shardchat("chat", "--temperature", "0", "--max-tokens", "32", STORY)
     assert alone.returncode == 0 and across.stdout.strip() == alone.stdout.strip() != ""
 

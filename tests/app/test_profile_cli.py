@@ -5,14 +5,12 @@ its measurement child is what is tested: then it is a process of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from engine.llama.ggml_devices import CHILD_LABEL
 from engine.machine.hardware import llama_build_id, probe_hardware
 from engine.machine.profile import Profile, StepLoad
 from engine.profiling.machine_load import machine_load
+from tests.terminal_signals import ctrl_c_as_a_terminal_gives_it
 
 pytestmark = pytest.mark.serial  # it measures this machine: see the marker
 
@@ -127,21 +126,6 @@ def test_importing_a_bad_file_exits_2_with_one_line(
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and str(bad) in done.stderr
     assert "Traceback" not in done.stderr
-
-
-@contextlib.contextmanager
-def ctrl_c_as_a_terminal_gives_it() -> Iterator[None]:
-    """SIGINT neither ignored nor blocked while a command starts, as a shell starts it: an
-    ignored disposition and the blocked mask survive exec (a handler does not), and Python
-    then installs no KeyboardInterrupt, so a test process that ignored or blocked it would
-    pass that on. Set here, not in preexec_fn, which is unsafe beside other threads."""
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        signal.signal(signal.SIGINT, handler)
 
 
 def start_profiling() -> tuple[subprocess.Popen, psutil.Process]:

@@ -12,6 +12,7 @@ import pytest
 
 from engine.remote.rpc_probe import PROTOCOL_VERSION, RemoteUnreachable, probe
 from tests.lent_computers import free_port
+from tests.terminal_signals import ctrl_c_as_a_terminal_gives_it
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_sharing_lends_this_computer_on_loopback_until_stopped(stop: signal.Signals) -> None:
     port = free_port()
     command = [sys.executable, "-m", "app.cli", "share", "--port", str(port), "--device", "CPU"]
-    sharing = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    with ctrl_c_as_a_terminal_gives_it():
+        sharing = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     try:
         assert sharing.stdout is not None
         said = []

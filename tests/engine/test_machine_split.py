@@ -14,8 +14,16 @@ import pytest
 
 from engine.child_process import run_in_child
 from engine.errors import BadInputError
+from engine.llama.device_buffers import DeviceBuffers
 from engine.model.inventory import read_inventory
-from engine.planning.machine_split import MachineSplit, RemoteShare, output_bytes, split_across
+from engine.planning.machine_split import (
+    MachineSplit,
+    RemoteShare,
+    describe_held,
+    held_shares,
+    output_bytes,
+    split_across,
+)
 from engine.remote.rpc_probe import RemoteUnreachable, probe
 from engine.remote.sharing import SharingServer
 from tests.engine.split_runs import greedy_reply
@@ -70,6 +78,19 @@ def test_a_split_model_runs_where_planned_and_says_what_this_machine_alone_says(
         (name,) = [name for name in buffers if name.endswith(f"[{share.endpoint}]")]
         assert abs(buffers[name]["model"] - weights) < 0.02 * weights + MIB, (name, buffers)
         assert buffers[name]["kv"] > 0  # its blocks' KV cache lives there too
+
+
+def test_a_lent_device_holding_other_than_planned_is_said(default_model_file) -> None:
+    inventory = read_inventory(default_model_file)
+    split = MachineSplit(inventory.n_layer, 10, (RemoteShare("127.0.0.1:5", 20),))
+    planned = sum(block.n_bytes for block in inventory.blocks[10:]) + output_bytes(inventory)
+    right = DeviceBuffers({"RPC0[127.0.0.1:5]": {"model": planned, "kv": MIB}, "CPU": {}})
+    (held,) = held_shares(split, inventory, right)
+    assert held.as_planned and held.planned_bytes == planned
+    assert describe_held([held]).startswith("weights on the lent computers as planned: ")
+    half = DeviceBuffers({"RPC0[127.0.0.1:5]": {"model": planned // 2}})
+    (short,) = held_shares(split, inventory, half)
+    assert not short.as_planned and "NOT as planned" in describe_held([short])
 
 
 def test_a_lent_computer_that_dies_mid_reply_ends_the_process_that_used_it(
