@@ -13,7 +13,9 @@ from those measurements. The lent computer is this machine too (its cores serve 
 halves in turn, one thread each, and the profile is read at one thread).
 
 The planner's error on this machine alone is printed first: a split's prediction carries
-it. "of alone" is the split's decode speed as a share of this machine alone's, measured
+it. Each rate runs twice: the output layer on the lent computer (the logits come back over
+the link) and kept here ("head here", engine.planning.machine_split's output_here).
+"of alone" is the split's decode speed as a share of this machine alone's, measured
 and predicted side by side; "added ms/token" is what the split adds to a token over
 this machine alone, measured, beside the predicted link term ("link ms/token").
 
@@ -74,16 +76,17 @@ def main() -> int:
     inventory = read_inventory(model)
     half = inventory.n_layer // 2
     split = MachineSplit(inventory.n_layer, half, (RemoteShare(f"{LENT_IP}:{PORT}", half),))
+    head_here = replace(split, output_here=True)  # the logits never cross the link
     print(f"lent_link: {inventory.name}, {split.describe()}, {THREADS} threads, "
           f"{args.tokens} tokens; the lent computer is a namespace of this one")  # fmt: skip
-    print(f"{'rate':>8}  {'round trip':>10} {'up':>10} {'down':>10}  {'ms a step':>9}  "
+    print(f"{'rate':>9} {'round trip':>10} {'up':>10} {'down':>10}  {'ms a step':>9}  "
           f"{'prompt tok/s':>12}  {'decode tok/s':>12}  {'predicted':>9}  {'error':>6}  "
           f"{'of alone':>8}  {'predicted':>9}  {'added ms/token':>14}  "
           f"{'link ms/token':>13}")  # fmt: skip
     _prompt, alone_tps = measured(model, None, args.tokens)
     alone = make_plan(inventory, profile, PlanRequest(0, n_ctx=N_CTX))
     predicted = alone_predicted = alone.predicted_decode_tokens_per_s
-    print(f"{'alone':>8}  {'':>43}  {_prompt:>12.1f}  {alone_tps:>12.1f}  {predicted:>9.1f}  "
+    print(f"{'alone':>9} {'':>43}  {_prompt:>12.1f}  {alone_tps:>12.1f}  {predicted:>9.1f}  "
           f"{predicted / alone_tps - 1:>+6.0%}", flush=True)  # fmt: skip
     with lent_computer():
         for rate in args.rates.split(","):
@@ -93,15 +96,16 @@ def main() -> int:
             speed = measured_speed(f"{LENT_IP}:{PORT}", threads=THREADS)
             here = Computer("this", profile, 0)
             lent = MeasuredDevice("lent", 0, speed)
-            cell = cost_split(inventory, N_CTX, here, [lent], [link], split)
-            prompt_tps, decode_tps = measured(model, split, args.tokens)
-            predicted = cell.decode_tokens_per_s
-            print(f"{rate:>8}  {_link(link)}  {speed.step_overhead_s * 1000:>9.2f}  "
-                  f"{prompt_tps:>12.1f}  {decode_tps:>12.1f}  {predicted:>9.1f}  "
-                  f"{predicted / decode_tps - 1:>+6.0%}  {decode_tps / alone_tps:>8.2f}  "
-                  f"{predicted / alone_predicted:>9.2f}  "
-                  f"{(1 / decode_tps - 1 / alone_tps) * 1000:>14.2f}  {cell.link_s * 1000:>13.2f}",
-                  flush=True)  # fmt: skip
+            for variant, label in ((split, rate), (head_here, "head here")):
+                cell = cost_split(inventory, N_CTX, here, [lent], [link], variant)
+                prompt_tps, decode_tps = measured(model, variant, args.tokens)
+                predicted = cell.decode_tokens_per_s
+                print(f"{label:>9} {_link(link)}  {speed.step_overhead_s * 1000:>9.2f}  "
+                      f"{prompt_tps:>12.1f}  {decode_tps:>12.1f}  {predicted:>9.1f}  "
+                      f"{predicted / decode_tps - 1:>+6.0%}  {decode_tps / alone_tps:>8.2f}  "
+                      f"{predicted / alone_predicted:>9.2f}  "
+                      f"{(1 / decode_tps - 1 / alone_tps) * 1000:>14.2f}  "
+                      f"{cell.link_s * 1000:>13.2f}", flush=True)  # fmt: skip
     return 0
 
 

@@ -10,6 +10,13 @@ llama.cpp places exactly such a split from two parameters: it offloads the last
 `n_gpu_layers` layers (the output layer counted as one) to its devices, in order,
 each the share `tensor_split` gives it. So a split is those two numbers and the list
 of RPC servers, and llama.cpp's buffer lines show whether it was followed.
+
+Over a slow link the output layer is better kept here (`output_here`): the last range
+then sends back its activations (n_embd floats a token) instead of the logits (n_vocab
+floats, 0.6 MB a token for a 152k vocabulary), and this machine computes the head. The
+offload stays as it is and tensor buffer overrides keep the output tensors (for a tied
+head, llama.cpp's copy of the token embedding) in CPU memory, where their operations
+then run.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from engine.model.inventory import ModelInventory, SubLayer, SubLayerKind
 
 GIB = 2**30
 MIB = 2**20
+# the output layer's tensors, kept in CPU memory (a tied head's is the token embedding's copy)
+OUTPUT_HERE = ((r"^(output|output_norm|token_embd)\.", "CPU"),)
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class MachineSplit:
     n_layer: int
     local_blocks: int  # the first blocks, on this machine
     shares: tuple[RemoteShare, ...]  # then each lent device's, in order
+    output_here: bool = False  # the output layer on this machine, not the last lent device
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -48,7 +58,9 @@ class MachineSplit:
     def from_json(cls, text: str) -> MachineSplit:
         data = json.loads(text)
         shares = tuple(RemoteShare(share["endpoint"], share["blocks"]) for share in data["shares"])
-        return cls(data["n_layer"], data["local_blocks"], shares)
+        return cls(
+            data["n_layer"], data["local_blocks"], shares, bool(data.get("output_here", False))
+        )
 
     @property
     def uses_remotes(self) -> bool:
@@ -56,17 +68,19 @@ class MachineSplit:
 
     def load_params(self, params: LoadParams) -> LoadParams:
         """`params` loading this split: the servers, the offloaded layers and their shares
-        (the output layer is the last device's)."""
+        (the output layer is the last device's, or held here by overrides)."""
         used = [share for share in self.shares if share.blocks]
         if not used:
             return replace(params, rpc_servers=(), tensor_split=(), n_gpu_layers=0)
         counts = [float(share.blocks) for share in used]
         counts[-1] += 1  # the output layer
+        overrides = params.tensor_overrides + (OUTPUT_HERE if self.output_here else ())
         return replace(
             params,
             rpc_servers=tuple(share.endpoint for share in used),
             n_gpu_layers=self.n_layer + 1 - self.local_blocks,
             tensor_split=tuple(counts),
+            tensor_overrides=overrides,
         )
 
     def describe(self) -> str:
@@ -77,7 +91,10 @@ class MachineSplit:
             if share.blocks:
                 ranges.append(f"{start}-{start + share.blocks - 1} on {share.endpoint}")
                 start += share.blocks
-        return ", ".join(ranges) + (" (and the output layer)" if self.uses_remotes else "")
+        if not self.uses_remotes:
+            return ", ".join(ranges)
+        output = "the output layer here" if self.output_here else "and the output layer"
+        return ", ".join(ranges) + f" ({output})"
 
 
 def output_sublayers(inventory: ModelInventory) -> tuple[SubLayer, ...]:
@@ -118,7 +135,7 @@ def held_shares(
     held, start = [], split.local_blocks
     for share in used:
         planned = sum(block.n_bytes for block in inventory.blocks[start : start + share.blocks])
-        planned += output_bytes(inventory) if share is used[-1] else 0
+        planned += output_bytes(inventory) if share is used[-1] and not split.output_here else 0
         allocated = sum(
             roles.get("model", 0)
             for name, roles in buffers.by_buffer.items()
@@ -148,10 +165,12 @@ def split_across(
     n_ctx: int,
     local_budget_bytes: int,
     remotes: Sequence[tuple[str, int]],
+    output_here: bool = False,
 ) -> MachineSplit:
     """The contiguous split of `inventory`'s blocks (weights and KV cache for `n_ctx`):
     this machine first, then each (endpoint, budget) in order, the last one also holding
-    the output layer. BadInputError when all of them together cannot hold the model.
+    the output layer unless `output_here`. BadInputError when all of them together cannot
+    hold the model.
 
     This machine's budget holds the globals too (the input embedding stays on the CPU in
     llama.cpp); with no lent computer, it holds the whole model or the split fails."""
@@ -160,7 +179,7 @@ def split_across(
     local = _fitting(blocks, 0, local_budget_bytes - globals_bytes)
     shares, start = [], local
     for number, (endpoint, budget) in enumerate(remotes):
-        last = number == len(remotes) - 1
+        last = number == len(remotes) - 1 and not output_here
         taken = _fitting(blocks, start, budget - (output_bytes(inventory) if last else 0))
         shares.append(RemoteShare(endpoint, taken))
         start += taken
@@ -171,7 +190,7 @@ def split_across(
             f"{inventory.name} needs {need / GIB:.2f} GiB with a {n_ctx}-token context; this "
             f"machine and the lent computers give it {held / GIB:.2f} GiB"
         )
-    return MachineSplit(len(blocks), local, tuple(shares))
+    return MachineSplit(len(blocks), local, tuple(shares), output_here)
 
 
 def _fitting(blocks: Sequence[int], start: int, budget: int) -> int:

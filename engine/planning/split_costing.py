@@ -23,6 +23,7 @@ the model does not fit this machine (then the prediction says so).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -118,13 +119,14 @@ def predict_split(
     """The fastest contiguous split over this computer and the `lent` ones (whose links
     are `links`, in order), against this one alone. The candidates keep less and less
     here (all it holds, down to its VRAM budget and nothing), the lent computers taking
-    the rest in order; BadInputError when none holds the model."""
+    the rest in order, each with the output layer on the last lent device or here (over a
+    slow link the logits cost more than the head); BadInputError when none holds the model."""
     remotes = [(computer.name, computer.memory_bytes) for computer in lent]
     alone = _alone_tokens_per_s(inventory, n_ctx, here)
     best: SplitPrediction | None = None
-    for room in _rooms_here(here):
+    for room, output_here in itertools.product(_rooms_here(here), (False, True)):
         try:
-            split = split_across(inventory, n_ctx, room, remotes)
+            split = split_across(inventory, n_ctx, room, remotes, output_here)
         except BadInputError:
             continue
         if not split.uses_remotes:
@@ -158,13 +160,16 @@ def cost_split(
     ranges = _ranges(split)
     holding = [number for number, (start, end) in enumerate(ranges) if end > start]
     computers: list[Placed] = [here, *lent]
+    head_on = 0 if split.output_here else holding[-1]  # the range that runs the output layer
     compute = tuple(
-        _range_seconds(inventory, n_ctx, here, computer, start, end, last=number == holding[-1])
+        _range_seconds(inventory, n_ctx, here, computer, start, end, head=number == head_on)
         for number, (computer, (start, end)) in enumerate(zip(computers, ranges, strict=True))
     )
     used = [index for index, share in enumerate(split.shares) if share.blocks]
+    logits_back = None if split.output_here else used[-1]  # the lent device that sends them
     link_s = sum(
-        _hop_seconds(inventory, lent[index], links[index], last=index == used[-1]) for index in used
+        _hop_seconds(inventory, lent[index], links[index], last=index == logits_back)
+        for index in used
     )
     shipped = _shipped_bytes(inventory, split)
     load_s = sum(shipped[i] / links[i].upload_bytes_per_s for i in used)
@@ -188,14 +193,14 @@ def _range_seconds(
     computer: Placed,
     start: int,
     end: int,
-    last: bool,
+    head: bool,
 ) -> float:
     """One decode step of blocks [start, end) on `computer`, under its own plan (the output
-    head too when it is the last range); on a measured lent device, under this computer's
-    CPU plan, at the device's speed against this computer's."""
-    if start == end and not last:
+    head too where `head`); on a measured lent device, under this computer's CPU plan, at
+    the device's speed against this computer's."""
+    if start == end and not head:
         return 0.0
-    globals_ = output_sublayers(inventory) if last else ()
+    globals_ = output_sublayers(inventory) if head else ()
     part = replace(
         inventory, n_layer=end - start, blocks=_renumbered(inventory, start, end), globals=globals_
     )
@@ -242,7 +247,8 @@ def _shipped_bytes(inventory: ModelInventory, split: MachineSplit) -> list[int]:
     used = [index for index, share in enumerate(split.shares) if share.blocks]
     for index, share in enumerate(split.shares):
         blocks = sum(block.n_bytes for block in inventory.blocks[start : start + share.blocks])
-        shipped.append(blocks + (output_bytes(inventory) if used and index == used[-1] else 0))
+        head = bool(used) and index == used[-1] and not split.output_here
+        shipped.append(blocks + (output_bytes(inventory) if head else 0))
         start += share.blocks
     return shipped
 

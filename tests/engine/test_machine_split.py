@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -78,6 +79,16 @@ def test_a_split_model_runs_where_planned_and_says_what_this_machine_alone_says(
         (name,) = [name for name in buffers if name.endswith(f"[{share.endpoint}]")]
         assert abs(buffers[name]["model"] - weights) < 0.02 * weights + MIB, (name, buffers)
         assert buffers[name]["kv"] > 0  # its blocks' KV cache lives there too
+    # the output layer kept here (overrides to CPU memory): the same tokens, and the last
+    # lent computer holds its blocks alone
+    head_here = replace(split, output_here=True)
+    kept = run_in_child(greedy_reply, (model, head_here), timeout_s=300, label="split-head-here")
+    assert kept.ok, kept.failure
+    kept_text, _generated, kept_buffers = kept.value
+    assert kept_text == text
+    held = held_shares(head_here, inventory, DeviceBuffers(kept_buffers))
+    assert [share.planned_bytes for share in held] == [blocks, blocks]
+    assert all(share.as_planned for share in held), held
 
 
 def test_a_lent_device_holding_other_than_planned_is_said(default_model_file) -> None:

@@ -14,7 +14,14 @@ from engine.machine.described_machines import load_described
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
-from engine.planning.split_costing import RPC_STEP_S, Computer, MeasuredDevice, predict_split
+from engine.planning.machine_split import MachineSplit, RemoteShare
+from engine.planning.split_costing import (
+    RPC_STEP_S,
+    Computer,
+    MeasuredDevice,
+    cost_split,
+    predict_split,
+)
 from engine.remote.link_measure import LinkFigures
 from engine.remote.remote_speed import RemoteSpeed
 
@@ -88,11 +95,26 @@ def test_a_model_neither_can_hold_is_refused(moe) -> None:
 
 
 def test_the_link_cost_is_what_crosses_each_hop(moe) -> None:
-    cell = predict_split(moe, 4096, *here_and_lent(desktops(ram_gib=1)), [link(1, 0.25)])
+    here, lent = here_and_lent(desktops(ram_gib=1))
+    split = predict_split(moe, 4096, here, lent, [link(1, 0.25)]).split
     rate = 1e9 / 8
+    remote_head = cost_split(
+        moe, 4096, here, lent, [link(1, 0.25)], replace(split, output_here=False)
+    )
     # the activations go out and the logits come back, each after a round trip
     expected = 2 * 0.25e-3 + RPC_STEP_S + (2048 * 4) / rate + (151936 * 4) / rate
-    assert cell.link_s == pytest.approx(expected)
+    assert remote_head.link_s == pytest.approx(expected)
+    head_here = cost_split(moe, 4096, here, lent, [link(1, 0.25)], replace(split, output_here=True))
+    # the output layer kept here: the activations come back instead of the logits
+    assert head_here.link_s == pytest.approx(2 * 0.25e-3 + RPC_STEP_S + 2 * (2048 * 4) / rate)
+
+
+def test_over_a_slow_link_the_output_layer_stays_here(moe) -> None:
+    here, lent = here_and_lent(desktops(ram_gib=1))
+    slow = predict_split(moe, 4096, here, lent, [link(0.1, 1.0)])
+    assert slow.split.output_here and "(the output layer here)" in slow.describe()
+    fast = predict_split(moe, 4096, here, lent, [link(100, 0.01)])
+    assert fast.decode_tokens_per_s > slow.decode_tokens_per_s
 
 
 # -- a lent device measured through its RPC server ----------------------------------------
@@ -113,14 +135,15 @@ def measured(times_faster: float, overhead_ms: float) -> RemoteSpeed:
 def test_a_measured_device_runs_its_range_at_its_speed_against_this_computer(moe) -> None:
     here = Computer("here", load_described("desktop-16gb"), 0, room_bytes=6 * GIB)
     fast_link = link(10, 0.1)
+    split = MachineSplit(moe.n_layer, 20, (RemoteShare("lent", moe.n_layer - 20),))
     cells = {
-        times: predict_split(
-            moe, 4096, here, [MeasuredDevice("lent", 20 * GIB, measured(times, 0.5))], [fast_link]
+        times: cost_split(
+            moe, 4096, here, [MeasuredDevice("lent", 20 * GIB, measured(times, 0.5))],
+            [fast_link], split,
         )
         for times in (1.0, 4.0)
-    }
+    }  # fmt: skip
     slow, fast = cells[1.0], cells[4.0]
-    assert slow.split == fast.split  # the same blocks there, so the same plan of them here
     assert fast.compute_s[0] == pytest.approx(slow.compute_s[0])
     assert fast.compute_s[1] == pytest.approx(slow.compute_s[1] / 4)
     # the hop is the measured overhead, and what this model's activations and logits add
