@@ -16,7 +16,7 @@ import psutil
 
 from app.lent_computers import ReachedComputer
 from engine.machine.profile import Profile
-from engine.model.inventory import ModelInventory
+from engine.model.inventory import ModelInventory, read_inventory
 from engine.planning.machine_split import MachineSplit, split_across
 from engine.planning.split_costing import (
     Computer,
@@ -68,3 +68,17 @@ def choose_split(
 def default_here_budget() -> int:
     """What this machine gives the model by default: the memory free now, less a margin."""
     return max(int(psutil.virtual_memory().available) - HERE_MARGIN, 0)
+
+
+def split_for_model(model_path: str, n_ctx: int) -> LentSplit | None:
+    """What `chat --lent` would run for this model now, from the stored figures (nothing
+    is contacted); None when no lent computer is kept. BadInputError when even all of them
+    cannot hold the model."""
+    from app.lent_computers import stored_computers
+    from app.machine_profile import this_machine_profile
+
+    stored = stored_computers()
+    if not stored:
+        return None
+    inventory = read_inventory(model_path)
+    return choose_split(inventory, n_ctx, default_here_budget(), stored, this_machine_profile())

@@ -111,6 +111,11 @@ class Desktop:
         picker.model_chosen.connect(self.chat.load_model)
         picker.manage_requested.connect(self.open_models)
         self.bridge.model_loaded.connect(lambda event: self.show_models(event.model_path))
+        self.bridge.model_loaded.connect(
+            lambda event: self.lent_computers.use_model(
+                event.model_path, event.model_name, event.n_ctx
+            )
+        )
         self.bridge.model_loaded.connect(lambda _event: freeze_long_lived_objects())
         self.bridge.model_loaded.connect(self._warm_up_once)
         self.bridge.request_failed.connect(lambda _event: self.show_models(None))

@@ -16,11 +16,13 @@ from functools import partial
 from PySide6.QtCore import QObject
 
 from app.lent_computers import add_lent_computer, kept_machines, remove_lent_computer
+from app.lent_split import LentSplit, split_for_model
 from app.screen_text.lent_computers_view import (
     LentComputersView,
     checking,
     failed,
     listed,
+    with_split,
 )
 from app.screen_text.units import parse_size
 from app.stores.remote_machines import RemoteMachine
@@ -37,6 +39,7 @@ class LentComputersController(QObject):
         self.box = box
         self.view = LentComputersView()
         self._background = Background("shardchat-lent-computers", owner=self)
+        self._model: tuple[str, str, int] | None = None  # the loaded model: path, name, n_ctx
         box.add_requested.connect(self.add)
         box.remove_requested.connect(self.remove)
         self.refresh()
@@ -55,6 +58,11 @@ class LentComputersController(QObject):
         adding = partial(add_lent_computer, wanted.address, options, budget)
         self._background.run(adding, self._added, self._failed)
 
+    def use_model(self, model_path: str, model_name: str, n_ctx: int) -> None:
+        """The window loaded this model: say what `chat --lent` would run for it."""
+        self._model = (model_path, model_name, n_ctx)
+        self._plan_split()
+
     def remove(self, address: str) -> None:
         self._background.run(partial(remove_lent_computer, address), self._added, self._failed)
 
@@ -65,7 +73,24 @@ class LentComputersController(QObject):
         self.refresh()
 
     def _listed(self, machines: list[RemoteMachine]) -> None:
-        self._show(listed(machines))
+        self._show(listed(machines, self.view.split))
+        self._plan_split()  # the computers changed, and so may the split
+
+    def _plan_split(self) -> None:
+        """Planned off the GUI thread: it reads the model's header and the profile store."""
+        if self._model is None:
+            return
+        path, name, n_ctx = self._model
+
+        def said(lent: LentSplit | None) -> None:
+            self._show(with_split(self.view, name, lent.said if lent is not None else ""))
+
+        def refused(error: BaseException) -> None:
+            if not isinstance(error, ShardChatError):
+                log.error("the split of %s could not be planned", path, exc_info=error)
+            self._show(with_split(self.view, name, str(error)))
+
+        self._background.run(partial(split_for_model, path, n_ctx), said, refused)
 
     def _failed(self, error: BaseException) -> None:
         if not isinstance(error, ShardChatError):  # an unusable address says why; else a bug

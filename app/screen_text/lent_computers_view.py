@@ -39,14 +39,20 @@ class LentComputersView:
     rows: tuple[LentRow, ...] = ()
     busy: str = ""  # what is being done now (checking an address), or nothing
     error: str = ""  # why the last address was not kept, or the list not read
+    split: str = ""  # what `chat --lent` would run for the loaded model, with its predictions
 
     @property
     def note(self) -> str:
         return WHERE_SPLITS_RUN if self.rows else NONE_YET
 
 
-def listed(machines: Sequence[RemoteMachine]) -> LentComputersView:
-    return LentComputersView(rows=tuple(_row(machine) for machine in machines))
+def listed(machines: Sequence[RemoteMachine], split: str = "") -> LentComputersView:
+    return LentComputersView(rows=tuple(_row(machine) for machine in machines), split=split)
+
+
+def with_split(view: LentComputersView, model_name: str, said: str) -> LentComputersView:
+    """The loaded model's split over these computers (`said`: app.lent_split's line)."""
+    return replace(view, split=f"{model_name} across these computers: {said}" if said else "")
 
 
 def checking(view: LentComputersView, address: str) -> LentComputersView:

@@ -10,9 +10,11 @@ from PySide6.QtGui import QColor, QImage
 
 from app.stores.chat_store import ChatStore, default_store_path
 from app.stores.model_library import ModelLibrary
+from app.stores.profile_store import ProfileStore
 from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware
+from engine.remote.rpc_probe import RemoteDevice, RemoteServer
 from tests.synthetic_vision import write_synthetic_vlm
 from tests.synthetic_vocab import marker_vocabulary
 from ui.desktop import Desktop
@@ -77,6 +79,20 @@ def test_without_a_gpu_the_slider_is_off_and_the_cpu_plan_is_shown(
         "the model runs on the CPU."
     )
     assert panel.family.text() == "cpu only" and "tokens/s predicted" in panel.chat.text()
+
+
+def test_the_vram_panel_says_how_the_loaded_model_would_run_across_lent_computers(
+    qtbot, desktops, default_model_file, open_desktop
+) -> None:
+    kept = RemoteServer("10.0.0.5", 50052, (7, 0, 0), (RemoteDevice(0, 8 << 30, 8 << 30),))
+    with ProfileStore() as store:  # kept earlier; planning contacts no one
+        store.remotes.save("tcp://10.0.0.5:50052", kept)
+    desktop = open_desktop(default_model_file)
+    desktops.append(desktop)
+    box = desktop.window.vram_panel.lent_computers
+    qtbot.waitUntil(lambda: box.split.isVisibleTo(box), timeout=TIMEOUT_MS)
+    assert box.table.rowCount() == 1 and box.table.item(0, 0).text() == "tcp://10.0.0.5:50052"
+    assert "across these computers: split: blocks 0-29 here" in box.split.text()
 
 
 def test_auto_follows_free_vram(qtbot, desktops, default_model_file, open_desktop) -> None:

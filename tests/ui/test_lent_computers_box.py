@@ -24,7 +24,7 @@ def others(qtbot):
 
 
 def test_a_sharing_computer_is_added_listed_with_its_budget_and_removed(
-    qtbot, others, lend
+    qtbot, others, lend, default_model_file
 ) -> None:
     box, controller = others
     qtbot.waitUntil(lambda: box.note.text() == NONE_YET)
@@ -36,12 +36,17 @@ def test_a_sharing_computer_is_added_listed_with_its_budget_and_removed(
     assert cells[0] == address and "free of" in cells[1] and cells[2] == "1.0 GiB"
     assert cells[3].endswith("Gbit/s") and "x this one, +" in cells[4]
     assert box.note.text() == WHERE_SPLITS_RUN and box.add.isEnabled()
+    # the loaded model, as chat --lent would run it now (here it fits this computer)
+    controller.use_model(str(default_model_file), "SmolLM2", 4096)
+    qtbot.waitUntil(lambda: box.split.isVisibleTo(box), timeout=10_000)
+    assert box.split.text().startswith("SmolLM2 across these computers: split: blocks 0-29 here")
     assert [machine.address for machine in kept_machines()] == [address]  # as devices add keeps
     box.table.selectRow(0)
     assert box.remove.isEnabled()
     box.remove.click()
     qtbot.waitUntil(lambda: box.table.rowCount() == 0, timeout=10_000)
     assert kept_machines() == [] and box.note.text() == NONE_YET
+    qtbot.waitUntil(lambda: not box.split.isVisibleTo(box), timeout=10_000)  # none to split onto
 
 
 def test_an_address_that_leads_nowhere_is_one_line_and_nothing_is_kept(qtbot, others) -> None:
