@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from app.lent_computers import ReachedComputer
+from app.lent_computers import ReachedComputer, stored_computers
+from app.machine_profile import this_machine_profile
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.planning.machine_split import MachineSplit, split_across
@@ -70,15 +71,19 @@ def default_here_budget() -> int:
     return max(int(psutil.virtual_memory().available) - HERE_MARGIN, 0)
 
 
-def split_for_model(model_path: str, n_ctx: int) -> LentSplit | None:
-    """What `chat --lent` would run for this model now, from the stored figures (nothing
-    is contacted); None when no lent computer is kept. BadInputError when even all of them
-    cannot hold the model."""
-    from app.lent_computers import stored_computers
-    from app.machine_profile import this_machine_profile
-
+def planned_lent_split(
+    inventory: ModelInventory, n_ctx: int, profile: Profile | None, here_bytes: int | None = None
+) -> LentSplit | None:
+    """What `chat --lent` would run now, from the stored figures (nothing is contacted);
+    None when no lent computer is kept. `here_bytes`: default, the memory free now less a
+    margin. BadInputError when even all of them cannot hold the model."""
     stored = stored_computers()
     if not stored:
         return None
-    inventory = read_inventory(model_path)
-    return choose_split(inventory, n_ctx, default_here_budget(), stored, this_machine_profile())
+    here = here_bytes if here_bytes is not None else default_here_budget()
+    return choose_split(inventory, n_ctx, here, stored, profile)
+
+
+def split_for_model(model_path: str, n_ctx: int) -> LentSplit | None:
+    """`planned_lent_split` for a model file, on this machine's own profile."""
+    return planned_lent_split(read_inventory(model_path), n_ctx, this_machine_profile())

@@ -19,8 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.commands.arg_types import positive_int, size
-from app.lent_computers import stored_computers
-from app.lent_split import LentSplit, choose_split, default_here_budget
+from app.lent_split import LentSplit, planned_lent_split
 from app.machine_profile import this_machine_profile
 from app.model_lifecycle.auto_budget import AutoBudget
 from app.screen_text.plan_words import plan_details, plan_in_words
@@ -30,7 +29,7 @@ from engine.machine.described_machines import described_names, load_described
 from engine.machine.gpu_probe import probe_gpus
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
-from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.inventory import read_inventory
 from engine.planning.execution import llama_gpu_layers
 from engine.planning.placement_choice import AUTO, PlacementChoice, plan_for_choice, select_gpu
 from engine.planning.plan import Plan, PlanRequest
@@ -154,7 +153,7 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise BadInputError(str(exc)) from exc
-    lent = _lent_split(inventory, args.ctx, args.here, profile) if args.lent else None
+    lent = planned_lent_split(inventory, args.ctx, profile, args.here) if args.lent else None
     if args.json:
         data = plan.to_dict()
         if args.lent:
@@ -176,18 +175,6 @@ def run_plan(args: argparse.Namespace) -> int:
         if args.lent:
             print(render_lent(lent))
     return 0
-
-
-def _lent_split(
-    inventory: ModelInventory, n_ctx: int, here: int | None, profile: Profile
-) -> LentSplit | None:
-    """The split `chat --lent` would run, planned on the stored figures (None: no lent
-    computer is stored)."""
-    stored = stored_computers()
-    if not stored:
-        return None
-    here_bytes = here if here is not None else default_here_budget()
-    return choose_split(inventory, n_ctx, here_bytes, stored, profile)
 
 
 def render_lent(lent: LentSplit | None) -> str:
