@@ -43,9 +43,9 @@ class KeptProcess:
     """A helper process and the thread that keeps it, which reaps it when it ends.
 
     That thread sits in Popen.wait, holding the Popen's wait lock, so another thread's
-    Popen.wait() without a timeout would block on the lock, where a signal handled by
-    the main thread could not reach it if the kernel gave the signal to another thread
-    (Ctrl-C hung `shardchat share`): waiting is on `ended`, in short steps."""
+    Popen.wait() without a timeout would block on the lock, where a signal the kernel
+    gave to another thread would not interrupt it (`shardchat share` waits on its server
+    on the main thread, for Ctrl-C): waiting is on `ended`, in short steps."""
 
     def __init__(self, process: subprocess.Popen[bytes], ended: threading.Event) -> None:
         self.process = process
