@@ -71,11 +71,16 @@ def test_a_chat_across_two_lent_computers_answers_as_this_machine_alone(
     assert alone.returncode == 0 and across.stdout.strip() == alone.stdout.strip() != ""
 
 
-def test_with_a_profile_here_the_split_is_the_planners_and_says_its_prediction(
-    shardchat, two_lent, default_model_file, recorded_profile_here
-) -> None:
+@pytest.fixture
+def profiled_here(recorded_profile_here) -> None:
+    """The recorded profile stored as this machine's own, under this llama.cpp build."""
     with ProfileStore() as store:
         store.save(replace(recorded_profile_here, llama_build=llama_build_id()))
+
+
+def test_with_a_profile_here_the_split_is_the_planners_and_says_its_prediction(
+    shardchat, two_lent, default_model_file, profiled_here
+) -> None:
     across = subprocess.run(
         chat("--lent", "--here", here_budget(default_model_file), "--max-tokens", "8", STORY),
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -92,10 +97,8 @@ def test_with_a_profile_here_the_split_is_the_planners_and_says_its_prediction(
 
 
 def test_plan_shows_the_split_chat_would_run_without_contacting_anyone(
-    shardchat, two_lent, default_model_file, recorded_profile_here
+    shardchat, two_lent, default_model_file, profiled_here
 ) -> None:
-    with ProfileStore() as store:
-        store.save(replace(recorded_profile_here, llama_build=llama_build_id()))
     here = here_budget(default_model_file)
     for address in two_lent:
         kill_server(address)  # planned from the stored figures: nothing is asked of them
