@@ -85,5 +85,11 @@ def planned_lent_split(
 
 
 def split_for_model(model_path: str, n_ctx: int) -> LentSplit | None:
-    """`planned_lent_split` for a model file, on this machine's own profile."""
-    return planned_lent_split(read_inventory(model_path), n_ctx, this_machine_profile())
+    """`planned_lent_split` for a model file, on this machine's own profile. The window
+    asks at every load, and mostly no computer is lent: then neither the model's header
+    nor the profile is read."""
+    stored = stored_computers()
+    if not stored:
+        return None
+    inventory, profile = read_inventory(model_path), this_machine_profile()
+    return choose_split(inventory, n_ctx, default_here_budget(), stored, profile)

@@ -79,7 +79,11 @@ def run_chat(args: argparse.Namespace) -> int:
         threads = {"n_threads": args.threads, "n_threads_batch": args.threads}
         load = replace(load, params=load.params.with_changes(**threads))
     with open_engine(args.show_thinking, args.think) as engine:
-        with llama_log_lines() as lines:  # what llama.cpp allocated, for a split
+        # what llama.cpp allocated, read back for a split only
+        collecting: contextlib.AbstractContextManager[list[str]] = (
+            llama_log_lines() if args.split else contextlib.nullcontext([])
+        )
+        with collecting as lines:
             loaded = engine.call(
                 engine.worker.load_model(
                     load.params, load.plan, load.profile, args.prompt_format, load
