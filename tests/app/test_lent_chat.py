@@ -122,16 +122,22 @@ def test_plan_with_lent_computers_refuses_another_machines_profile(shardchat) ->
     assert shardchat("plan", "--here", "1GiB").returncode == 2
 
 
-def test_a_lent_computer_dying_mid_reply_ends_the_reply_with_one_line(
-    two_lent, default_model_file
-) -> None:
+def replying_across(default_model_file) -> subprocess.Popen[bytes]:
+    """A long one-off `chat --lent` reply across the two lent computers, once it has begun."""
     here = here_budget(default_model_file)
-    child = subprocess.Popen(
+    chatting = subprocess.Popen(
         chat("--lent", "--here", here, "--max-tokens", "800", STORY),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    assert child.stdout is not None
-    assert child.stdout.read(1)  # the reply has begun
+    assert chatting.stdout is not None
+    assert chatting.stdout.read(1)  # the reply has begun
+    return chatting
+
+
+def test_a_lent_computer_dying_mid_reply_ends_the_reply_with_one_line(
+    two_lent, default_model_file
+) -> None:
+    child = replying_across(default_model_file)
     kill_server(two_lent[1])
     _out, err = child.communicate(timeout=120)
     said = err.decode().strip().splitlines()
@@ -144,13 +150,7 @@ def test_a_lent_computer_dying_mid_reply_ends_the_reply_with_one_line(
 
 
 def test_sigterm_stops_the_supervised_chat_and_its_child(two_lent, default_model_file) -> None:
-    here = here_budget(default_model_file)
-    supervisor = subprocess.Popen(
-        chat("--lent", "--here", here, "--max-tokens", "800", STORY),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert supervisor.stdout is not None
-    assert supervisor.stdout.read(1)  # the reply has begun, in the child
+    supervisor = replying_across(default_model_file)  # the reply comes from its child
     (child,) = psutil.Process(supervisor.pid).children()
     supervisor.terminate()
     _out, err = supervisor.communicate(timeout=60)

@@ -13,7 +13,6 @@ from engine.errors import BadInputError
 from engine.machine.described_machines import load_described
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
 from engine.planning.machine_split import MachineSplit, RemoteShare
 from engine.planning.split_costing import (
     RPC_STEP_S,
@@ -24,22 +23,10 @@ from engine.planning.split_costing import (
 )
 from engine.remote.link_measure import LinkFigures
 from engine.remote.remote_speed import RemoteSpeed
+from tests.local_hub.repos import QWEN3_30B_A3B
 
 GIB = 2**30
-MOE = SyntheticSpec(
-    "qwen3moe",
-    n_layer=48,
-    n_embd=2048,
-    n_head=32,
-    n_head_kv=4,
-    head_dim=128,
-    n_ff=6144,
-    n_expert=128,
-    n_expert_used=8,
-    n_ff_expert=768,
-    vocab_size=151936,
-    context_length=40960,
-)  # fmt: skip  (Qwen3-30B-A3B's shape)
+MOE = replace(QWEN3_30B_A3B, tokenizer_size=None, vocab_size=151_936)  # its shape alone
 
 
 @pytest.fixture(scope="module")
