@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.lent_computers import REMOTE_SHARE
 from app.screen_text.lent_computers_view import LentComputersView
 from ui.theme import error_style
 
@@ -147,7 +148,7 @@ class AddComputerDialog(QDialog):
         self.address.setPlaceholderText("ssh://you@desk-pc  or  tcp://10.0.0.5:50052")
         self.budget = QLineEdit()
         self.budget.setAccessibleName("Budget")
-        self.budget.setPlaceholderText("e.g. 12GiB (empty: 90% of what is free)")
+        self.budget.setPlaceholderText(f"e.g. 12GiB (empty: {REMOTE_SHARE:.0%} of what is free)")
         self.identity = QLineEdit()
         self.identity.setAccessibleName("SSH key file")
         self.identity.setPlaceholderText("empty: your usual SSH key")

@@ -14,7 +14,12 @@ import json
 import sys
 
 from app.commands.arg_types import positive_int, size
-from app.lent_computers import add_lent_computer, kept_machines, remove_lent_computer
+from app.lent_computers import (
+    REMOTE_SHARE,
+    add_lent_computer,
+    kept_machines,
+    remove_lent_computer,
+)
 from app.stores.remote_machines import RemoteMachine
 
 
@@ -53,8 +58,8 @@ def add_devices_command(commands: argparse._SubParsersAction) -> None:
         type=size,
         default=None,
         metavar="SIZE",
-        help="how much of its memory ShardChat may fill (e.g. 12GiB; default: 90%% of what "
-        "is free when a model is loaded)",
+        help=f"how much of its memory ShardChat may fill (e.g. 12GiB; default: "
+        f"{REMOTE_SHARE * 100:.0f}%% of what is free when a model is loaded)",
     )
     add.set_defaults(run=run_devices_add)
     remove = actions.add_parser(

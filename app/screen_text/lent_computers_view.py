@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from app.lent_computers import REMOTE_SHARE
 from app.screen_text.units import format_bytes
 from app.stores.remote_machines import RemoteMachine
 
@@ -77,7 +78,7 @@ def _row(machine: RemoteMachine) -> LentRow:
     budget = (
         format_bytes(machine.budget_bytes)
         if machine.budget_bytes is not None
-        else "90% of what is free"
+        else f"{REMOTE_SHARE:.0%} of what is free"
     )
     return LentRow(machine.address, memory, budget, _link(machine), _speed(machine))
 

@@ -39,10 +39,9 @@ from engine.planning.machine_split import (
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.remote.link_measure import LinkFigures
-from engine.remote.remote_speed import RemoteSpeed
+from engine.remote.remote_speed import ACTIVATION_BYTES, RemoteSpeed
 
 RAM_MARGIN = 2**30  # of a computer's available memory, left to its system and the app
-ACTIVATION_BYTES = 4  # llama.cpp passes f32 activations between devices
 # The RPC client's own work a step, per remote range, beyond round trips and transfers
 # (the graph serialised and sent, the server's dispatch): bench/lent_link.py measured a
 # split over a 10 Gbit link at about 1 ms a token more than its round trips and transfers.
