@@ -132,6 +132,20 @@ class RequestFailed:
     bad_input: bool
 
 
+@dataclass(frozen=True)
+class EngineLost:
+    """The child engine of a model split onto lent computers died (app.engine_router).
+
+    The requests it had not answered were failed first. `gone`: the lent computers
+    that stopped answering, which the next load leaves out; `reload`: load the model
+    again (it was loaded, or it can load without what died)."""
+
+    request_id: int  # 0: it answers no request
+    message: str
+    gone: tuple[str, ...]
+    reload: bool
+
+
 EngineEvent = (
     ModelLoaded
     | ModelUnloaded
@@ -144,6 +158,7 @@ EngineEvent = (
     | JobProgressed
     | JobFinished
     | RequestFailed
+    | EngineLost
 )
 FINAL_EVENTS = (
     ModelLoaded,

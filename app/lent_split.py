@@ -16,6 +16,8 @@ import psutil
 
 from app.lent_computers import ReachedComputer, stored_computers
 from app.machine_profile import this_machine_profile
+from app.model_lifecycle.load_planning import LoadRequest
+from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.planning.machine_split import MachineSplit, split_across
@@ -93,3 +95,24 @@ def split_for_model(model_path: str, n_ctx: int) -> LentSplit | None:
         return None
     inventory, profile = read_inventory(model_path), this_machine_profile()
     return choose_split(inventory, n_ctx, default_here_budget(), stored, profile)
+
+
+def split_params(
+    request: LoadRequest, lent: Sequence[ReachedComputer], here_bytes: int | None
+) -> tuple[LentSplit, LoadParams]:
+    """The window's load of `request` across `lent` (what answers now, less what died
+    under it): the split chosen as for `chat --lent`, and the parameters that load it.
+    This machine's part runs on its CPU, as `chat --lent` runs it."""
+    inventory = read_inventory(request.model_path)
+    here = here_bytes if here_bytes is not None else default_here_budget()
+    chosen = choose_split(inventory, request.n_ctx, here, lent, this_machine_profile())
+    shape = request.shape
+    params = LoadParams(
+        request.model_path,
+        n_ctx=request.n_ctx,
+        n_threads=request.n_threads,
+        n_threads_batch=request.n_threads,
+        n_parallel=shape.n_parallel,
+        n_ctx_shared=shape.shared_cells,
+    )
+    return chosen, chosen.split.load_params(params)

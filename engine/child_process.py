@@ -85,7 +85,7 @@ def _wait(
         if time.monotonic() > deadline:
             return f"timed out after {timeout_s:.0f} s"
         time.sleep(_POLL_S)
-    return _death_reason(child.returncode) if child.returncode != 0 else None
+    return death_reason(child.returncode) if child.returncode != 0 else None
 
 
 def _outcome(failure: str | None, answer: Path, errors: Path) -> ChildOutcome:
@@ -98,7 +98,7 @@ def _outcome(failure: str | None, answer: Path, errors: Path) -> ChildOutcome:
     return ChildOutcome(failure=f"{failure}: {last_line}" if last_line else failure)
 
 
-def _death_reason(returncode: int) -> str:
+def death_reason(returncode: int) -> str:
     if returncode < 0:
         number = -returncode
         name = signal.Signals(number).name if number in signal.valid_signals() else "?"

@@ -27,11 +27,13 @@ from engine.llama.load_params import LoadParams
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
+from engine.model.inventory import read_inventory
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.planning.machine_split import output_bytes
 from engine.remote.sharing import SharingServer
 from engine.runtime.loaded_model import LoadedModel, load_model
-from tests.lent_computers import lent_computer
+from tests.lent_computers import endpoint, lent_computer
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -252,3 +254,19 @@ def lend(tmp_path: Path) -> Iterator[Callable[[], SharingServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def two_lent(shardchat, lend, default_model_file) -> list[str]:
+    """Two lent computers, the first with a budget of ten blocks, the second of twenty and
+    the output layer (so that it can take the first one's blocks too); their addresses."""
+    inventory = read_inventory(default_model_file)
+    block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
+    budgets = [10 * block + block // 2, 20 * block + block // 2 + output_bytes(inventory)]
+    addresses = []
+    for budget in budgets:
+        address = f"tcp://{endpoint(lend())}"
+        added = shardchat("devices", "add", address, "--budget", str(budget))
+        assert added.returncode == 0, added.stderr
+        addresses.append(address)
+    return addresses

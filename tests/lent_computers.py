@@ -6,7 +6,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import psutil
+
+from engine.model.inventory import read_inventory
 from engine.remote.sharing import ShareSettings, SharingServer
+
+STORY = "Write a long story about a dragon who learns to bake bread."  # a long reply
 
 
 def free_port() -> int:
@@ -27,3 +32,24 @@ def lent_computer(folder: Path) -> SharingServer:
 
 def endpoint(server: SharingServer) -> str:
     return f"127.0.0.1:{server.settings.port}"
+
+
+def here_budget(default_model_file: Path) -> str:
+    """Room for the globals and ten blocks: the rest must go to the lent computers."""
+    inventory = read_inventory(str(default_model_file))
+    block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
+    return str(sum(s.n_bytes for s in inventory.globals) + 10 * block + block // 2)
+
+
+def port(address: str) -> str:
+    return address.rsplit(":", 1)[1]
+
+
+def kill_server(address: str) -> None:
+    """Kill the lent computer at `address` (a child of this process) as a crash would."""
+    (server,) = [
+        p for p in psutil.Process().children()
+        if p.status() != psutil.STATUS_ZOMBIE  # one killed before
+        and p.name() == "ggml-rpc-server" and port(address) in p.cmdline()
+    ]  # fmt: skip
+    server.kill()

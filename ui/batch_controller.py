@@ -18,6 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.engine_client import EngineClient
 from app.events import JobFinished, JobProgressed, RequestFailed
 from app.summaries.batch_view import (
     BatchView,
@@ -35,7 +36,6 @@ from app.summaries.batch_view import (
 )
 from app.summaries.document_scan import scan_folder
 from app.summaries.summary_job import SummarySettings
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from ui.batch_panel import BatchPanel
 from ui.engine_bridge import EngineBridge
@@ -50,7 +50,7 @@ class BatchController(QObject):
     def __init__(
         self,
         panel: BatchPanel,
-        worker: EngineWorker,
+        worker: EngineClient,
         bridge: EngineBridge,
         parallel: int | None = None,
     ) -> None:

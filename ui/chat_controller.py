@@ -18,11 +18,17 @@ from app.chat_export import export_conversation
 from app.conversation.chat_state import WAIT_FOR_REPLY, ChatState
 from app.conversation.message_row import MessageRow
 from app.conversation.model_status import ModelStatus
-from app.events import ModelLoaded, PromptFormatChosen, ReplyFinished, RequestFailed
+from app.engine_client import EngineClient
+from app.events import (
+    EngineLost,
+    ModelLoaded,
+    PromptFormatChosen,
+    ReplyFinished,
+    RequestFailed,
+)
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from app.screen_text.plan_words import plan_in_words, speed_against_plan
 from app.stores.chat_store import ChatStore
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
@@ -54,7 +60,7 @@ class ChatController(QObject):
     def __init__(
         self,
         window: MainWindow,
-        worker: EngineWorker,
+        worker: EngineClient,
         bridge: EngineBridge,
         store: ChatStore,
         load: LoadRequest | PlannedLoad,
@@ -99,7 +105,7 @@ class ChatController(QObject):
         return (
             (b.model_loaded, self._on_model_loaded), (b.token_streamed, self._on_token),
             (b.thinking_streamed, self._on_thinking), (b.reply_finished, self._on_reply_finished),
-            (b.request_failed, self._on_failed),
+            (b.request_failed, self._on_failed), (b.engine_lost, self._on_engine_lost),
         )  # fmt: skip
 
     # --- what the rest of the app reads ---
@@ -365,6 +371,18 @@ class ChatController(QObject):
         if row is not None:
             self._end_reply(row)
         self.window.statusBar().showMessage(event.message, 8000)
+
+    def _on_engine_lost(self, event: EngineLost) -> None:
+        """A split model's engine process died (its reply ended with RequestFailed first):
+        the conversation is the window's, so the model loads again without what died."""
+        self.window.statusBar().showMessage(event.message, 15000)
+        if event.reload:
+            self._load(self.model.request())
+
+    def reload_model(self) -> None:
+        """Load the current model again (where it runs changed); the conversation carries
+        over, as after any load."""
+        self._load(self.model.request())
 
     def _on_load_failed(self, event: RequestFailed) -> None:
         """A refused file leaves the current model loaded (the worker checks first): keep it."""

@@ -13,13 +13,13 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
+from app.engine_router import EngineRouter
 from app.hub.discover_model import DiscoverModel
 from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.screen_text.model_choices import picker_entries
 from app.screen_text.server_view import ServerView, status_text
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import ModelLibrary
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
@@ -58,7 +58,7 @@ class Desktop:
         """`theme` is the app's (run_gui applies it); without one the window follows a
         manager of its own that restyles nothing but the conversation."""
         self.bridge = EngineBridge()
-        self.worker = EngineWorker(self.bridge).start()
+        self.worker = EngineRouter(self.bridge).start()
         self.window = MainWindow()
         self.window.setWindowIcon(QIcon(str(ICON)))
         self.models = ModelLibrary()
@@ -113,12 +113,19 @@ class Desktop:
         self.bridge.model_loaded.connect(lambda event: self.show_models(event.model_path))
         self.bridge.model_loaded.connect(
             lambda event: self.lent_computers.use_model(
-                event.model_path, event.model_name, event.n_ctx
+                event.model_path, event.model_name, event.n_ctx, self.worker.split
             )
         )
+        self.lent_computers.across_changed.connect(self.run_across)
         self.bridge.model_loaded.connect(lambda _event: freeze_long_lived_objects())
         self.bridge.model_loaded.connect(self._warm_up_once)
         self.bridge.request_failed.connect(lambda _event: self.show_models(None))
+
+    def run_across(self, on: bool) -> None:
+        """Load the model again, split across the lent computers (in a process of its own)
+        or back on this computer alone; the chat carries over."""
+        self.worker.use_lent_computers(on)
+        self.chat.reload_model()
 
     def show_models(self, loaded: str | None) -> None:
         """The model picker lists the model list's models (the loaded one, or the one

@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Signal
 from app.events import (
     ConversationStarted,
     EngineEvent,
+    EngineLost,
     JobFinished,
     JobProgressed,
     ModelLoaded,
@@ -42,6 +43,7 @@ class EngineBridge(QObject):
     job_progressed = Signal(object)  # JobProgressed
     job_finished = Signal(object)  # JobFinished
     request_failed = Signal(object)  # RequestFailed
+    engine_lost = Signal(object)  # EngineLost: a split model's engine process died
 
     def __call__(self, event: EngineEvent) -> None:
         self.any_event.emit(event)
@@ -65,4 +67,5 @@ _SIGNAL_BY_EVENT: dict[type, str] = {
     JobProgressed: "job_progressed",
     JobFinished: "job_finished",
     RequestFailed: "request_failed",
+    EngineLost: "engine_lost",
 }

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -44,6 +45,7 @@ class ComputerToAdd:
 class LentComputersBox(QWidget):
     add_requested = Signal(object)  # a ComputerToAdd
     remove_requested = Signal(str)  # the address
+    across_toggled = Signal(bool)  # "Run models across these computers"
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,6 +67,8 @@ class LentComputersBox(QWidget):
         self.error.setAccessibleName("Why the computer was not added")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.note = QLabel(wordWrap=True)
+        self.across = QCheckBox("Run models across these computers")
+        self.across.setAccessibleName("Split the models this window loads across these computers")
         self.split = QLabel(wordWrap=True)
         self.split.setAccessibleName("How the loaded model would run across these computers")
         self.split.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -77,12 +81,14 @@ class LentComputersBox(QWidget):
         layout.addWidget(QLabel("<b>Other computers</b>"))
         layout.addWidget(self.table)
         layout.addLayout(buttons)
+        layout.addWidget(self.across)
         layout.addWidget(self.busy)
         layout.addWidget(self.error)
         layout.addWidget(self.split)
         layout.addWidget(self.note)
         self.add.clicked.connect(self._ask_for_computer)
         self.remove.clicked.connect(self._remove_selected)
+        self.across.toggled.connect(self.across_toggled)
         self.table.itemSelectionChanged.connect(self._enable_remove)
         self.show_view(LentComputersView())
 
@@ -102,6 +108,10 @@ class LentComputersBox(QWidget):
         self.error.setVisible(bool(view.error))
         self.error.setStyleSheet(error_style(self.error))
         self.note.setText(view.note)
+        self.across.setVisible(bool(view.rows) or view.across)  # never hide it switched on
+        if self.across.isChecked() != view.across:
+            with QSignalBlocker(self.across):
+                self.across.setChecked(view.across)
         self.split.setText(view.split)
         self.split.setVisible(bool(view.split))
         self.add.setEnabled(not view.busy)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 from app.lent_computers import add_lent_computer, kept_machines, remove_lent_computer
 from app.lent_split import LentSplit, split_for_model
@@ -22,6 +22,7 @@ from app.screen_text.lent_computers_view import (
     checking,
     failed,
     listed,
+    running_across,
     with_split,
 )
 from app.screen_text.units import parse_size
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 
 class LentComputersController(QObject):
+    across_changed = Signal(bool)  # "Run models across these computers" was switched
+
     def __init__(self, box: LentComputersBox) -> None:
         super().__init__(box)
         self.box = box
@@ -42,6 +45,7 @@ class LentComputersController(QObject):
         self._model: tuple[str, str, int] | None = None  # the loaded model: path, name, n_ctx
         box.add_requested.connect(self.add)
         box.remove_requested.connect(self.remove)
+        box.across_toggled.connect(self.run_across)
         self.refresh()
 
     def refresh(self) -> None:
@@ -58,10 +62,20 @@ class LentComputersController(QObject):
         adding = partial(add_lent_computer, wanted.address, options, budget)
         self._background.run(adding, self._added, self._failed)
 
-    def use_model(self, model_path: str, model_name: str, n_ctx: int) -> None:
-        """The window loaded this model: say what `chat --lent` would run for it."""
+    def use_model(self, model_path: str, model_name: str, n_ctx: int, running: str = "") -> None:
+        """The window loaded this model: the split it runs under (`running`, the engine's
+        line), or, when it runs here alone, what `chat --lent` would run for it."""
         self._model = (model_path, model_name, n_ctx)
-        self._plan_split()
+        if running:
+            self._show(with_split(self.view, model_name, running, running=True))
+        else:
+            self._plan_split()
+
+    def run_across(self, on: bool) -> None:
+        """Split the models this window loads across the lent computers, or stop."""
+        if on != self.view.across:
+            self._show(running_across(self.view, on))
+            self.across_changed.emit(on)
 
     def remove(self, address: str) -> None:
         self._background.run(partial(remove_lent_computer, address), self._added, self._failed)
@@ -73,7 +87,7 @@ class LentComputersController(QObject):
         self.refresh()
 
     def _listed(self, machines: list[RemoteMachine]) -> None:
-        self._show(listed(machines, self.view.split))
+        self._show(listed(machines, self.view))
         self._plan_split()  # the computers changed, and so may the split
 
     def _plan_split(self) -> None:

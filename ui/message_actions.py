@@ -13,8 +13,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QInputDialog
 
 from app.conversation.chat_state import ChatState
+from app.engine_client import EngineClient
 from app.stores.chat_records import StoredMessage
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.model.image_input import ImageFile
 from ui.image_attachments import image_from_bytes
@@ -25,7 +25,7 @@ class MessageActions:
     def __init__(
         self,
         window: MainWindow,
-        worker: EngineWorker,
+        worker: EngineClient,
         state: ChatState,
         send: Callable[[str, Sequence[ImageFile]], None],
         reopen: Callable[[], None],

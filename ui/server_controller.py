@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import QObject, Signal
 
-from app.api.server import SHUTDOWN_SECONDS, ApiServer, ServerState
+from app.api.server import SHUTDOWN_SECONDS, ApiEngine, ApiServer, ServerState
 from app.screen_text.server_view import (
     ServerPhase,
     ServerSettings,
@@ -32,7 +32,6 @@ from app.screen_text.server_view import (
     with_settings,
     with_state,
 )
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from ui.engine_bridge import EngineBridge
 from ui.server_panel import ServerPanel
@@ -51,7 +50,7 @@ class ServerController(QObject):
     def __init__(
         self,
         panel: ServerPanel,
-        worker: EngineWorker,
+        worker: ApiEngine,
         bridge: EngineBridge,
         store: ServerSettingsStore | None = None,
     ) -> None:

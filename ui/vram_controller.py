@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.engine_client import EngineClient
 from app.events import PlacementFellBack, PlanChanged, ReplyFinished, RequestFailed
 from app.model_lifecycle.auto_budget import AutoBudget
 from app.screen_text.plan_words import decode_correction
 from app.screen_text.units import format_bytes
 from app.screen_text.vram_overview import vram_overview
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.machine.gpu_probe import probe_gpus
 from engine.machine.hardware_info import GpuInfo
@@ -52,7 +52,7 @@ class VramController(QObject):
     def __init__(
         self,
         panel: VramPanel,
-        worker: EngineWorker,
+        worker: EngineClient,
         bridge: EngineBridge,
         plan: Plan | None,
         read_gpu: GpuReader = read_first_gpu,

@@ -17,8 +17,12 @@ from app.screen_text.units import format_bytes
 from app.stores.remote_machines import RemoteMachine
 
 WHERE_SPLITS_RUN = (
-    "Models in this window run on this computer. A model too large for it runs across "
-    "these computers with: shardchat chat --lent"
+    'Models in this window run on this computer. Turn on "Run models across these '
+    'computers" to split one across them (in the terminal: shardchat chat --lent).'
+)
+SPLITS_RUN_ACROSS = (
+    "Models load across these computers, in a process of their own: if one of them stops "
+    "answering, the reply ends there, the chat is kept, and the model loads without it."
 )
 NONE_YET = (
     "No other computers. On a computer with a GPU or spare memory, turn on sharing (its "
@@ -40,20 +44,39 @@ class LentComputersView:
     rows: tuple[LentRow, ...] = ()
     busy: str = ""  # what is being done now (checking an address), or nothing
     error: str = ""  # why the last address was not kept, or the list not read
-    split: str = ""  # what `chat --lent` would run for the loaded model, with its predictions
+    split: str = ""  # the loaded model's split (run, or what `chat --lent` would run)
+    across: bool = False  # "Run models across these computers" is on
 
     @property
     def note(self) -> str:
-        return WHERE_SPLITS_RUN if self.rows else NONE_YET
+        if not self.rows:
+            return NONE_YET
+        return SPLITS_RUN_ACROSS if self.across else WHERE_SPLITS_RUN
 
 
-def listed(machines: Sequence[RemoteMachine], split: str = "") -> LentComputersView:
-    return LentComputersView(rows=tuple(_row(machine) for machine in machines), split=split)
+def listed(
+    machines: Sequence[RemoteMachine], view: LentComputersView | None = None
+) -> LentComputersView:
+    """The computers kept now, with what `view` said of the loaded model and the switch."""
+    rows = tuple(_row(machine) for machine in machines)
+    if view is None:
+        return LentComputersView(rows=rows)
+    return LentComputersView(rows=rows, split=view.split, across=view.across)
 
 
-def with_split(view: LentComputersView, model_name: str, said: str) -> LentComputersView:
-    """The loaded model's split over these computers (`said`: app.lent_split's line)."""
-    return replace(view, split=f"{model_name} across these computers: {said}" if said else "")
+def with_split(
+    view: LentComputersView, model_name: str, said: str, running: bool = False
+) -> LentComputersView:
+    """The loaded model's split over these computers (`said`: app.lent_split's line):
+    `running` when it runs so now, else what it would run as."""
+    if not said:
+        return replace(view, split="")
+    how = "runs across these computers" if running else "across these computers"
+    return replace(view, split=f"{model_name} {how}: {said}")
+
+
+def running_across(view: LentComputersView, on: bool) -> LentComputersView:
+    return replace(view, across=on)
 
 
 def checking(view: LentComputersView, address: str) -> LentComputersView:

@@ -16,36 +16,10 @@ import pytest
 
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import llama_build_id
-from engine.model.inventory import read_inventory
-from engine.planning.machine_split import output_bytes
 from tests.app.pty_terminal import Terminal
-from tests.lent_computers import endpoint
+from tests.lent_computers import STORY, here_budget, kill_server, port
 
 ROOT = Path(__file__).resolve().parents[2]
-STORY = "Write a long story about a dragon who learns to bake bread."
-
-
-@pytest.fixture
-def two_lent(shardchat, lend, default_model_file) -> list[str]:
-    """Two lent computers, the first with a budget of ten blocks, the second of twenty and
-    the output layer (so that it can take the first one's blocks too); their addresses."""
-    inventory = read_inventory(default_model_file)
-    block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
-    budgets = [10 * block + block // 2, 20 * block + block // 2 + output_bytes(inventory)]
-    addresses = []
-    for budget in budgets:
-        address = f"tcp://{endpoint(lend())}"
-        added = shardchat("devices", "add", address, "--budget", str(budget))
-        assert added.returncode == 0, added.stderr
-        addresses.append(address)
-    return addresses
-
-
-def here_budget(default_model_file) -> str:
-    """Room for the globals and ten blocks: the rest must go to the lent computers."""
-    inventory = read_inventory(default_model_file)
-    block = inventory.blocks[0].n_bytes + inventory.blocks[0].kv_cache_bytes(4096)
-    return str(sum(s.n_bytes for s in inventory.globals) + 10 * block + block // 2)
 
 
 def chat(*args: str) -> list[str]:
@@ -177,19 +151,6 @@ def test_an_interactive_chat_goes_on_without_the_computer_that_died(
         term.expect("> ")
         term.type("/exit\n")
         assert term.exit_code() == 0
-
-
-def port(address: str) -> str:
-    return address.rsplit(":", 1)[1]
-
-
-def kill_server(address: str) -> None:
-    (server,) = [
-        p for p in psutil.Process().children()
-        if p.status() != psutil.STATUS_ZOMBIE  # one killed before
-        and p.name() == "ggml-rpc-server" and port(address) in p.cmdline()
-    ]  # fmt: skip
-    server.kill()
 
 
 @pytest.mark.parametrize(
