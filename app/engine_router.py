@@ -30,7 +30,7 @@ from app.engine_requests import (
     SetPlacement,
     UnloadModel,
 )
-from app.events import FINAL_EVENTS, EngineEvent, EngineLost, RequestFailed
+from app.events import FINAL_EVENTS, EngineEvent, EngineLost, ModelLoaded, RequestFailed
 from app.lent_computers import reached_computers
 from app.worker import EngineWorker
 from engine.errors import BadInputError
@@ -71,12 +71,6 @@ class EngineRouter(EngineClient):
         left out after they died count again."""
         with self._lock:
             self._lent, self._left_out = on, frozenset()
-
-    @property
-    def split(self) -> str:
-        """The split the model runs under, in one line; "" when it runs here alone."""
-        child = self._child
-        return " · ".join(s for s in (child.said, child.weights) if s) if child else ""
 
     def serve_api(self, job: ApiJob) -> None:
         self.here.serve_api(job)
@@ -136,6 +130,9 @@ class EngineRouter(EngineClient):
         if isinstance(event, RequestFailed) and child and event.request_id == child.load_id:
             # the model here was unloaded for the split: a refused split leaves none loaded
             event = replace(event, bad_input=False)
+        elif isinstance(event, ModelLoaded) and child is not None:
+            said = " · ".join(line for line in (child.said, child.weights) if line)
+            event = replace(event, split=said)
         self._on_event(event)
 
     def _end_child(self) -> None:

@@ -30,6 +30,7 @@ class ModelLoaded:
     prompt_format_reason: str = ""  # why that one (engine.model.prompt_format)
     thinking_switch: bool = False  # the chat template can be told to think or not
     general_name: str = ""  # the GGUF's own general.name, as the converter wrote it
+    split: str = ""  # its split across lent computers, in one line; "" when it runs here
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from app.events import (
     RequestFailed,
 )
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
-from app.screen_text.plan_words import plan_in_words, speed_against_plan
+from app.screen_text.plan_words import plan_in_words, speed_against_plan, split_in_words
 from app.stores.chat_store import ChatStore
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
@@ -317,7 +317,9 @@ class ChatController(QObject):
         if not self.model.loaded(event):
             return
         w = self.window
-        w.plan_label.setText(plan_in_words(event.plan))
+        w.plan_label.setText(
+            split_in_words(event.split) if event.split else plan_in_words(event.plan)
+        )
         w.vram_panel.show_last_speed("")
         w.show_context(self.state.context_used, event.n_ctx)
         self.plan_used.emit(event.plan)

@@ -113,7 +113,7 @@ class Desktop:
         self.bridge.model_loaded.connect(lambda event: self.show_models(event.model_path))
         self.bridge.model_loaded.connect(
             lambda event: self.lent_computers.use_model(
-                event.model_path, event.model_name, event.n_ctx, self.worker.split
+                event.model_path, event.model_name, event.n_ctx, event.split
             )
         )
         self.lent_computers.across_changed.connect(self.run_across)

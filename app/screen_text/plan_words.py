@@ -59,6 +59,13 @@ class _Layout:
         return self.attention == self.ffn
 
 
+def split_in_words(split: str) -> str:
+    """The status bar's line for a model split across lent computers: its split as
+    app.lent_split said it (where llama.cpp put the weights is the VRAM panel's)."""
+    line = split.split(" · ", 1)[0]
+    return line[:1].upper() + line[1:]
+
+
 def plan_in_words(plan: Plan | None) -> str:
     """One line for the status bar: where a chat's layers are, and the VRAM it takes."""
     if plan is None:

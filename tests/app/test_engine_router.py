@@ -79,20 +79,19 @@ def test_a_model_split_across_two_lent_computers_answers_as_this_machine_alone(
 ) -> None:
     window.engine.here_bytes = int(here_budget(default_model_file))
     window.engine.use_lent_computers(True)
-    window.load(str(default_model_file))
+    split = window.load(str(default_model_file)).split
     port_a, port_b = (port(address) for address in two_lent)
-    assert window.engine.split.startswith(
+    assert split.startswith(
         f"split: blocks 0-9 here, 10-19 on 127.0.0.1:{port_a}, 20-29 on 127.0.0.1:{port_b}"
     )
-    assert "weights on the lent computers as planned: 127.0.0.1:" in window.engine.split
+    assert "weights on the lent computers as planned: 127.0.0.1:" in split
     assert len(child_engines()) == 1  # the model is the child's, not this process's
     across = window.reply(STORY)
     refused = window.answer(window.engine.set_budget(2**30))
     assert isinstance(refused, RequestFailed) and refused.message == SPLIT_PLACEMENT
 
     window.engine.use_lent_computers(False)
-    window.load(str(default_model_file))
-    assert window.engine.split == "" and not child_engines()
+    assert window.load(str(default_model_file)).split == "" and not child_engines()
     assert window.reply(STORY) == across != ""
 
 
@@ -115,8 +114,6 @@ def test_a_lent_computer_dying_mid_reply_ends_the_reply_and_the_next_load_runs_w
     assert lost.message.endswith("the conversation is kept, and the model reloads without it")
     assert not child_engines()
 
-    window.load(str(default_model_file))
-    assert window.engine.split.startswith(
-        f"split: blocks 0-9 here, 10-29 on 127.0.0.1:{port(two_lent[1])}"
-    )
+    split = window.load(str(default_model_file)).split
+    assert split.startswith(f"split: blocks 0-9 here, 10-29 on 127.0.0.1:{port(two_lent[1])}")
     assert window.reply("Say the word yes.") != ""

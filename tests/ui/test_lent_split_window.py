@@ -35,15 +35,17 @@ def test_a_lent_computer_dying_mid_reply_leaves_the_window_and_the_chat(
         in box.split.text()
     )
     assert "weights on the lent computers as planned" in box.split.text()
+    assert window.plan_label.text().startswith("Split: blocks 0-9 here, 10-19 on 127.0.0.1:")
 
     with qtbot.waitSignal(desktop.bridge.token_streamed, timeout=TIMEOUT_MS):
         qtbot.keyClicks(window.input, STORY)
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS):  # loaded again
-        with qtbot.waitSignal(desktop.bridge.engine_lost, timeout=TIMEOUT_MS) as lost:
-            kill_server(two_lent[0])
+    reloaded = qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS)
+    with reloaded, qtbot.waitSignal(desktop.bridge.engine_lost, timeout=TIMEOUT_MS) as lost:
+        kill_server(two_lent[0])
     assert lost.args[0].gone == (two_lent[0],)
-    assert f"the lent computer {two_lent[0]} stopped answering" in window.statusBar().currentMessage()
+    said = window.statusBar().currentMessage()
+    assert f"the lent computer {two_lent[0]} stopped answering" in said
     qtbot.waitUntil(lambda: f"10-29 on 127.0.0.1:{port_b}" in box.split.text())
     conversation = desktop.chat.conversation_id
     assert [m.content for m in desktop.store.messages(conversation)][0] == STORY  # kept
