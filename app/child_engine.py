@@ -64,6 +64,7 @@ class ChildEngine:
     ) -> None:
         self._on_event, self._on_exit = on_event, on_exit
         self.load_id = load.load_id
+        self.load = load
         self._unanswered: dict[int, None] = {load.load_id: None}  # ordered, as submitted
         self._lock = threading.Lock()
         self.using: tuple[str, ...] = ()
@@ -105,11 +106,16 @@ class ChildEngine:
         self._outbox.put(None)
         threading.Thread(target=self._reap, name="shardchat-child-reap", daemon=True).start()
 
-    def _reap(self) -> None:
+    def wait(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
+        """Wait for a stopped child to go, killing it after `timeout_s` (the app quits)."""
         try:
-            self._process.wait(EXIT_TIMEOUT_S)
+            self._process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self._process.kill()
+            self._process.wait()
+
+    def _reap(self) -> None:
+        self.wait()
 
     def _send_loop(self) -> None:
         """Sends in order, on its own thread: a request with images may fill the socket."""

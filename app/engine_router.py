@@ -41,6 +41,7 @@ SPLIT_PLACEMENT = (
     "the model runs across the lent computers, split as planned for them: turn off "
     "'Run models across these computers' to place it on this computer"
 )
+NO_IMAGES_WHEN_SPLIT = "a model split across lent computers does not see images yet"
 API_REFUSED = "the window's model runs across lent computers; the API loads models here only"
 
 
@@ -82,7 +83,11 @@ class EngineRouter(EngineClient):
         self.here.cancel(request_id)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        self._end_child()
+        """Stop both engines; a child is waited for (up to `timeout`), so nothing of a
+        split model stays after the window."""
+        child = self._end_child()
+        if child is not None:
+            child.wait(timeout)
         self.here.shutdown(timeout)
 
     @property
@@ -133,13 +138,17 @@ class EngineRouter(EngineClient):
         elif isinstance(event, ModelLoaded) and child is not None:
             said = " · ".join(line for line in (child.said, child.weights) if line)
             event = replace(event, split=said)
+            if child.load.request.mmproj_path is not None:  # the split loads no projector
+                event = replace(event, vision_problem=NO_IMAGES_WHEN_SPLIT)
         self._on_event(event)
 
-    def _end_child(self) -> None:
+    def _end_child(self) -> ChildEngine | None:
+        """Stop the child engine, if one runs, without waiting for it; which it was."""
         with self._lock:
             child, self._child = self._child, None
         if child is not None:
             child.stop()
+        return child
 
     def _api_switch(self, model_path: str, mmproj_path: str | None) -> None:
         if self._child is not None:

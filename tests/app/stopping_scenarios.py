@@ -97,8 +97,10 @@ def _wanted(signals: int, number: signal.Signals) -> tuple[int, ...]:
     """Exit codes of a clean stop: 0 (serve) or 130 (summarize) after one signal; after two,
     130, or the signal's own default action when the second lands in the interpreter's very
     last moments, after Python has put the default handlers back (nothing is left running
-    then, and a default SIGINT or SIGTERM is a plain kill: no finaliser runs)."""
-    return (0, 130) if signals == 1 else (130, -number)
+    then, and a default SIGINT or SIGTERM is a plain kill: no finaliser runs), or serve's 0
+    when the first one had already stopped it: its reply in flight ended, and it exited,
+    within the random gap before the second."""
+    return (0, 130) if signals == 1 else (0, 130, -number)
 
 
 def _env(home: Path) -> dict[str, str]:

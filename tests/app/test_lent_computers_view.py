@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from app.screen_text.lent_computers_view import (
     NONE_YET,
+    SPLITS_RUN_ACROSS,
     WHERE_SPLITS_RUN,
     LentComputersView,
     checking,
     failed,
     listed,
+    running_across,
+    with_split,
 )
 from app.stores.remote_machines import RemoteMachine
 from engine.remote.link_measure import LinkFigures
@@ -57,3 +60,17 @@ def test_checking_then_failing_keeps_the_list_and_says_why() -> None:
     assert not view.busy and view.error == "cannot reach 10.0.0.9:50052: refused"
     assert len(view.rows) == 1
     assert LentComputersView().note == NONE_YET
+
+
+def test_with_the_switch_on_the_split_it_runs_is_said_and_outlives_a_new_list() -> None:
+    view = running_across(listed([machine()]), True)
+    view = with_split(view, "SmolLM2", "split: blocks 0-9 here, 10-29 on 10.0.0.9:50052", True)
+    assert view.split == "SmolLM2 runs across these computers: split: blocks 0-9 here, " + (
+        "10-29 on 10.0.0.9:50052"
+    )
+    assert view.note == SPLITS_RUN_ACROSS
+    relisted = listed([machine(), machine(address="tcp://10.0.0.9:50052")], view)
+    assert relisted.across and relisted.split == view.split and len(relisted.rows) == 2
+    would = with_split(running_across(relisted, False), "SmolLM2", "split: blocks 0-29 here")
+    assert would.split == "SmolLM2 across these computers: split: blocks 0-29 here"
+    assert would.note == WHERE_SPLITS_RUN and with_split(would, "SmolLM2", "").split == ""
