@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, Qt, Signal, SignalInstance
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QListWidgetItem
 
 from app.chat_export import export_conversation
-from app.conversation.chat_state import WAIT_FOR_REPLY, ChatState
+from app.conversation.chat_state import WAIT_FOR_MODEL, WAIT_FOR_REPLY, ChatState
 from app.conversation.message_row import MessageRow
 from app.conversation.model_status import ModelStatus
 from app.engine_client import EngineClient
@@ -46,6 +46,7 @@ EMPTY_CHAT_LINES = (
     "Try: “Write a Python function that merges two sorted lists”",
     "Enter sends · Shift+Enter adds a line · Esc stops a reply",
 )
+SENT_WHEN_LOADED = "the model is loading: your message goes to it as soon as it has loaded"
 NO_MODEL_TITLE = "No model loaded"
 NO_MODEL_LINES = (
     "Tools → Models → Discover (Ctrl+Shift+M) finds a model on Hugging Face, says how fast",
@@ -72,6 +73,7 @@ class ChatController(QObject):
         self._first_load = load
         self.model = ModelStatus(load)
         self.state = ChatState(store, settings, self.model)
+        self._held: str | None = None  # a message sent while the model loads, saved, not yet asked
         self.actions = MessageActions(window, worker, self.state, self.send, self._open)
         self._connect()
 
@@ -195,6 +197,9 @@ class ChatController(QObject):
         """Text and images from the input; images stay there until a model can see them."""
         attached = self.window.input.attachments()
         why = self.state.cannot_send(bool(attached))
+        if why == WAIT_FOR_MODEL and not attached and self.model.coming() and not self.state.reply:
+            self._hold(text)
+            return
         if why:
             self.window.input.setPlainText(text)  # submit() took the text out: give it back
             self.window.statusBar().showMessage(why, 12000)
@@ -216,6 +221,26 @@ class ChatController(QObject):
             text, self.state.sampling(), images, thinking=self.state.thinking()
         )
         self.window.set_busy(True)
+
+    def _hold(self, text: str) -> None:
+        """The model is still loading: the message is saved and shown now, and asked as soon
+        as the model has loaded (images wait for the model: only it knows if it sees them)."""
+        turn = self.state.ask(text)
+        if turn.retitled:
+            self._refresh_list()
+        self.window.chat_view.add_message(turn.asked)
+        self.window.chat_view.add_message(turn.reply)
+        self._held = text
+        self.window.set_busy(True)
+        self.window.statusBar().showMessage(SENT_WHEN_LOADED, 8000)
+
+    def _ask_held(self) -> None:
+        """The model has loaded (and been given the conversation before the held message)."""
+        text, self._held = self._held, None
+        assert text is not None and self.state.reply is not None
+        self.state.reply.request_id = self.worker.send_message(
+            text, self.state.sampling(), thinking=self.state.thinking()
+        )
 
     def export_chat(self) -> None:
         """File → Export chat as Markdown: where to, then the file (written whole or not at all)."""
@@ -247,7 +272,12 @@ class ChatController(QObject):
 
     def stop(self) -> None:
         reply = self.state.reply
-        if reply is not None and reply.request_id is not None:
+        if self._held is not None:  # never asked: it ends here, empty, and the message stays
+            self._held = None
+            row = self.state.failed(None)
+            if row is not None:
+                self._end_reply(row)
+        elif reply is not None and reply.request_id is not None:
             self.worker.cancel(reply.request_id)
 
     def new_conversation(self) -> None:
@@ -332,6 +362,8 @@ class ChatController(QObject):
         if self.conversation_id is not None:
             self._open(redraw=False)
         self._show_empty_state()
+        if self._held is not None and self.model.ready:  # else a reload for its context comes
+            self._ask_held()
 
     def _on_token(self, request_id: int, text: str) -> None:
         reply = self.state.streamed(request_id, text=text)
@@ -391,6 +423,8 @@ class ChatController(QObject):
         kept = self.model.load_failed(event)
         self.window.model_label.setText(self.model.label)
         if not kept:
+            self.stop()  # a message held for this model is never asked; it stays saved
+            self.window.input.setEnabled(False)
             self._show_empty_state()
             return
         self.window.plan_label.setText(plan_in_words(self.model.plan))
@@ -419,7 +453,10 @@ class ChatController(QObject):
         if state.needs_reload():
             self._reload_for_context(state.n_ctx())  # reopens this conversation when loaded
             return
-        self.worker.start_conversation(None, state.history())
+        history = state.history()
+        if self._held is not None:  # asked once the model has it all: not twice
+            history = history[:-1]
+        self.worker.start_conversation(None, history)
 
     def _apply_context_length(self) -> None:
         if self.state.needs_reload():
@@ -431,12 +468,13 @@ class ChatController(QObject):
         self._load(self.model.request(n_ctx))
 
     def _load(self, load: LoadRequest | PlannedLoad) -> None:
-        """Queue the load; until ModelLoaded the input waits (the old model is freed first)."""
-        self.stop()
+        """Queue the load (the old model is freed first). The input stays open: a message
+        sent before ModelLoaded is held, and asked once the model has loaded."""
+        if self._held is None:
+            self.stop()
         self.model.begin(load)
         self.window.model_label.setText(self.model.label)
         self.window.plan_label.setText("planning…" if load.profile else plan_in_words(None))
-        self.window.input.setEnabled(False)
         if isinstance(load, PlannedLoad):
             self.model.request_id = self.worker.load_model(load.params, load.plan, load.profile)
         else:

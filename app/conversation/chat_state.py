@@ -20,7 +20,7 @@ from app.events import ReplyFinished
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
 from engine.generation.sampling import SamplingSettings
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 
 SAVE_INTERVAL_S = 0.5
@@ -227,8 +227,9 @@ class ChatState:
         self.context_used = event.context_used
         return self._end(reply)
 
-    def failed(self, request_id: int) -> MessageRow | None:
-        """The reply's request failed: what it said so far stays, complete."""
+    def failed(self, request_id: int | None) -> MessageRow | None:
+        """The reply's request failed (None: a reply held for the model, never asked): what
+        it said so far stays, complete."""
         reply = self.reply
         if reply is None or request_id != reply.request_id:
             return None
