@@ -31,7 +31,7 @@ from app.summaries.summary_job import SummarySettings
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan

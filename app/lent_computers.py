@@ -21,12 +21,12 @@ from app.stores.remote_machines import RemoteMachine
 from engine.errors import BadInputError
 from engine.profiling.remote_steps import measured_speed
 from engine.remote.addresses import RemoteAddress, parse_address
+from engine.remote.lent_budget import REMOTE_SHARE
 from engine.remote.link_measure import LinkFigures, measure_link
 from engine.remote.remote_speed import RemoteSpeed
 from engine.remote.rpc_probe import RemoteError, RemoteServer, RpcSession, probe
 from engine.remote.ssh_forward import SshForward
 
-REMOTE_SHARE = 0.9  # of a lent device's free memory: the rest is the lender's margin
 GIB = 2**30
 
 

@@ -41,7 +41,7 @@ from engine.batch.generator import (
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams, make_llama_kwargs
 from engine.machine.profile import Profile
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.parallelism import ParallelismChoice, choose_parallelism

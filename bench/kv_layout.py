@@ -23,7 +23,7 @@ from engine.generation.sampling import GREEDY
 from engine.generation.scheduler import CONVERSATION
 from engine.generation.stream import Stream, StreamRequest
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.default_model import default_model_path
 from engine.runtime.loaded_model import LoadedModel, load_model
 

@@ -27,7 +27,7 @@ from engine.cancel import CancelToken
 from engine.errors import ShardChatError
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams, make_llama_kwargs
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.execution import load_params_for

@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.lent_computers import REMOTE_SHARE
 from app.screen_text.lent_computers_view import LentComputersView
+from engine.remote.lent_budget import REMOTE_SHARE
 from ui.theme import error_style
 
 COLUMNS = ("Computer", "Memory", "Budget", "Link (round trip, up / down)", "Speed")

@@ -43,6 +43,7 @@ from app.api.middlewares import (
 from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
 from app.api.reply_writer import Outbox, write_stream, write_whole
+from app.api.server_defaults import DEFAULT_PORT
 from app.stores.model_library import ModelEntry, ModelLibrary
 from engine.errors import BadInputError
 from engine.generation.prompt_pieces import prompt_fits
@@ -62,7 +63,6 @@ class ApiEngine(Protocol):
 log = logging.getLogger("shardchat.api")
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-DEFAULT_PORT = 8088
 MAX_BODY_BYTES = 32 * 2**20  # room for a few data-URL images
 MAX_INT_DIGITS = 4300  # Python's limit on reading an integer from text (sys.int_info)
 SHUTDOWN_SECONDS = 2.0  # streams still open when the server stops are cut after this

@@ -6,7 +6,6 @@ import argparse
 
 from app.screen_text.units import parse_size
 from engine.errors import BadInputError
-from engine.model.prompt_format import check_format_name
 
 
 def size(text: str) -> int:
@@ -40,6 +39,10 @@ def probability(text: str) -> float:
 
 def prompt_format(text: str) -> str:
     """auto, template, completion or one of llama.cpp's built-in chat formats."""
+    # llama.cpp names its built-in formats: imported only when the option is given, so
+    # that parsing a command line never loads llama.cpp
+    from engine.model.prompt_format import check_format_name
+
     try:
         return check_format_name(text)
     except BadInputError as exc:

@@ -11,47 +11,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.commands.arg_types import (
-    add_prompt_format_option,
-    positive_int,
-    size,
-)
-from app.commands.sampling_options import add_sampling_options, sampling_from
+from app.command_line.ask_image import IMAGE_QUESTION_SAMPLING
+from app.command_line.sampling_options import sampling_from
 from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.stores.model_library import projector_for, prompt_format_for
 from engine.errors import BadInputError
-from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import GenerationStats
 from engine.model.default_model import default_model_path
 from engine.model.image_input import image_file
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import inspect_model, load_model
 from engine.vision.runtime import attach_projector
-
-IMAGE_QUESTION_SAMPLING = SamplingSettings(temperature=0.2)  # a description, not a story
-
-
-def add_ask_image_command(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser(
-        "ask-image",
-        help="ask a vision model about one or more images",
-        description=(
-            "Answer QUESTION about the IMAGE files (PNG, JPEG, WebP, BMP, GIF) with a vision "
-            "model: a GGUF model plus its projector (mmproj). Without --mmproj, a projector "
-            "beside the model whose name holds 'mmproj' is used."
-        ),
-    )
-    cmd.add_argument("items", nargs="+", metavar="IMAGE... QUESTION")
-    cmd.add_argument("--model", "-m", metavar="PATH", help="GGUF language model")
-    cmd.add_argument("--mmproj", metavar="PATH", help="the model's vision projector (GGUF)")
-    cmd.add_argument(
-        "--vram", type=size, default=None, metavar="SIZE",
-        help="VRAM budget for VLMOpt (default: what other programs leave free; 0: CPU only)",
-    )  # fmt: skip
-    cmd.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
-    add_sampling_options(cmd, IMAGE_QUESTION_SAMPLING)
-    add_prompt_format_option(cmd)
-    cmd.set_defaults(command="ask-image", run=run_ask_image)
 
 
 def run_ask_image(args: argparse.Namespace) -> int:

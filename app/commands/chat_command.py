@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from app.command_line.sampling_options import sampling_from
 from app.commands.lent_chat import run_lent_chat
 from app.commands.plan_command import load_profile_for_planning
-from app.commands.sampling_options import sampling_from
 from app.commands.terminal_chat import TerminalChat, Vision, read_line, say
 from app.events import (
     FINAL_EVENTS,

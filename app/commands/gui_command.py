@@ -12,26 +12,15 @@ import argparse
 import os
 import sys
 
-from app.commands.arg_types import add_prompt_format_option, positive_int
+from app.command_line.arg_types import add_prompt_format_option
+from app.command_line.sampling_options import add_sampling_options
 from app.commands.chat_command import run_chat
-from app.commands.sampling_options import add_sampling_options
 from app.qt_platform_check import platform_problem
 from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import SamplingSettings
 from engine.runtime.loaded_model import inspect_model
 
 EXIT_CANNOT_START = 2  # the CLI's bad-input code: the fix is on the user's side
-
-
-def add_gui_command(commands: argparse._SubParsersAction) -> None:
-    gui = commands.add_parser(
-        "gui",
-        help="open the desktop window (the terminal chat where there is no display)",
-        description="Open ShardChat's window on a model (the embedded default unless --model).",
-    )
-    gui.add_argument("--model", "-m", metavar="PATH", help="GGUF model file")
-    gui.add_argument("--ctx", type=positive_int, default=4096, help="context window in tokens")
-    gui.set_defaults(command="gui", run=run_gui_command)
 
 
 def has_display() -> bool:

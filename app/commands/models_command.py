@@ -22,10 +22,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from app.commands.models_hub_command import add_pull, add_search, add_show, add_token
 from app.hub.hub_settings import models_dir, set_models_dir
 from app.hub.local_caches import hf_cache_dir, lmstudio_dirs, model_files_in
 from app.screen_text.units import format_bytes
@@ -36,32 +34,7 @@ from engine.errors import BadInputError
 log = logging.getLogger(__name__)
 
 
-def add_models_command(commands: argparse._SubParsersAction) -> None:
-    models = commands.add_parser(
-        "models",
-        help="search Hugging Face, predict speed here, download and manage models",
-        description="Find GGUF models on Hugging Face, see how fast each quant would run on "
-        "this machine before downloading it, download it, and manage the model list.",
-    )
-    models.set_defaults(command="models", run=_usage(models))
-    actions = models.add_subparsers(title="actions", metavar="ACTION")
-    add_search(actions)
-    add_show(actions)
-    add_pull(actions)
-    _add_list(actions)
-    _add_remove(actions)
-    _add_import(actions)
-    add_token(actions)
-    _add_folder(actions)
-
-
 # -- list, remove ----------------------------------------------------------------------------------
-
-
-def _add_list(actions: argparse._SubParsersAction) -> None:
-    listing = actions.add_parser("list", help="the model list, and unfinished downloads")
-    listing.add_argument("--json", action="store_true", help="print as JSON")
-    listing.set_defaults(run=run_list)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -99,13 +72,6 @@ def _entry_dict(entry: ModelEntry) -> dict[str, object]:
     }  # fmt: skip
 
 
-def _add_remove(actions: argparse._SubParsersAction) -> None:
-    remove = actions.add_parser("remove", help="take a model off the list")
-    remove.add_argument("name", metavar="NAME", help="its path, file name or name as listed")
-    remove.add_argument("--delete-file", action="store_true", help="delete the file too")
-    remove.set_defaults(run=run_remove)
-
-
 def run_remove(args: argparse.Namespace) -> int:
     with ModelLibrary() as library:
         entry = _find_entry(library, args.name)
@@ -129,19 +95,6 @@ def _find_entry(library: ModelLibrary, name: str) -> ModelEntry:
         if len(found) > 1:
             raise BadInputError(f"{name!r} names {len(found)} models; give the path")
     raise BadInputError(f"no model {name!r} in the model list (see: shardchat models list)")
-
-
-def _add_import(actions: argparse._SubParsersAction) -> None:
-    imports = actions.add_parser(
-        "import",
-        help="list GGUF models where they already are (files, folders, other tools' caches)",
-        description="Add GGUF models to the model list in place (nothing is copied): files, "
-        "folders searched recursively, the Hugging Face cache, LM Studio's models folder.",
-    )
-    imports.add_argument("paths", nargs="*", metavar="PATH", help="GGUF files or folders")
-    imports.add_argument("--hf-cache", action="store_true", help="the Hugging Face cache")
-    imports.add_argument("--lmstudio", action="store_true", help="LM Studio's models folder")
-    imports.set_defaults(run=run_import)
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -180,22 +133,8 @@ def run_import(args: argparse.Namespace) -> int:
 # -- folder ---------------------------------------------------------------------------------------
 
 
-def _add_folder(actions: argparse._SubParsersAction) -> None:
-    folder = actions.add_parser("folder", help="where downloads go, and the disk they use")
-    folder.add_argument("dir", nargs="?", metavar="DIR", help="send later downloads here")
-    folder.set_defaults(run=run_folder)
-
-
 def run_folder(args: argparse.Namespace) -> int:
     folder = set_models_dir(Path(args.dir)) if args.dir else models_dir()
     used = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
     print(f"{folder}  ({format_bytes(used)} of models)")
     return 0
-
-
-def _usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    def run(_args: argparse.Namespace) -> int:
-        parser.print_help(sys.stderr)
-        return 2
-
-    return run

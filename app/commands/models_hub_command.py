@@ -15,9 +15,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from app.commands.arg_types import positive_int, size
 from app.commands.plan_command import load_profile_for_planning
-from app.hub.catalogue import SORT_KEYS, Catalogue, RepoDetails
+from app.hub.catalogue import Catalogue, RepoDetails
 from app.hub.file_transfer import DownloadStopped
 from app.hub.gguf_files import RemoteModel
 from app.hub.hub_settings import forget_token, hub_token, save_token
@@ -36,24 +35,6 @@ from engine.errors import BadInputError
 from engine.machine.profile import Profile
 
 # -- search ----------------------------------------------------------------------------------------
-
-
-def add_search(actions: argparse._SubParsersAction) -> None:
-    search = actions.add_parser("search", help="search the Hub for GGUF repositories")
-    search.add_argument("query", metavar="QUERY", help="words in the repository's name")
-    search.add_argument("--kind", choices=("text", "moe", "vision"), help="only this kind")
-    search.add_argument("--sort", choices=tuple(SORT_KEYS), default="downloads")
-    search.add_argument("--limit", type=positive_int, default=20)
-    search.add_argument(
-        "--max-params", type=_param_count, metavar="N", help="at most N parameters (e.g. 14B)"
-    )
-    search.add_argument(
-        "--fits",
-        action="store_true",
-        help="only models whose 4-bit quant fits this machine's RAM and VRAM (needs its profile)",
-    )
-    search.add_argument("--json", action="store_true", help="print the results as JSON")
-    search.set_defaults(run=run_search)
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -82,24 +63,6 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 # -- show ------------------------------------------------------------------------------------------
-
-
-def add_show(actions: argparse._SubParsersAction) -> None:
-    show = actions.add_parser(
-        "show",
-        help="a repository's quants with the predicted speed on this machine",
-        description="Read only the header of each GGUF in REPO (HTTP range requests), plan it "
-        "for this machine's profile and VRAM budget, and print the prediction per quant.",
-    )
-    show.add_argument("repo", metavar="REPO", help="owner/name")
-    show.add_argument("--revision", default="main", help="branch, tag or commit")
-    show.add_argument("--vram", type=size, metavar="SIZE", help="VRAM budget (default: the GPU)")
-    show.add_argument("--ctx", type=positive_int, default=4096, help="context length to plan for")
-    show.add_argument(
-        "--hardware", metavar="PROFILE", help="plan for a profile file or described machine"
-    )
-    show.add_argument("--json", action="store_true", help="print as JSON")
-    show.set_defaults(run=run_show)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -214,19 +177,6 @@ def _profile_or_note(hardware: str | None) -> tuple[Profile | None, str]:
 # -- pull ------------------------------------------------------------------------------------------
 
 
-def add_pull(actions: argparse._SubParsersAction) -> None:
-    pull = actions.add_parser(
-        "pull",
-        help="download a model (resumable, verified) and add it to the model list",
-        description="Download REPO's recommended quant, or the quant or file named after a "
-        "colon, with its vision projector. An interrupted pull resumes where it stopped.",
-    )
-    pull.add_argument("target", metavar="REPO[:QUANT|:FILE]")
-    pull.add_argument("--revision", default="main", help="branch, tag or commit")
-    pull.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    pull.set_defaults(run=run_pull)
-
-
 def run_pull(args: argparse.Namespace) -> int:
     catalogue = Catalogue()
     details, model = resolve(catalogue, args.target, args.revision, _planning_profile)
@@ -278,15 +228,6 @@ def _planning_profile() -> Profile | None:
 # -- token -----------------------------------------------------------------------------------------
 
 
-def add_token(actions: argparse._SubParsersAction) -> None:
-    token = actions.add_parser(
-        "token",
-        help="keep a Hugging Face token (read from standard input) for gated repositories",
-    )
-    token.add_argument("--forget", action="store_true", help="remove the token kept here")
-    token.set_defaults(run=run_token)
-
-
 def run_token(args: argparse.Namespace) -> int:
     if args.forget:
         forget_token()
@@ -302,14 +243,3 @@ def run_token(args: argparse.Namespace) -> int:
     print(f"shardchat: token kept in {where}; in use: {found.source if found else 'none'}",
           file=sys.stderr)  # fmt: skip
     return 0
-
-
-def _param_count(text: str) -> int:
-    units = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
-    text = text.strip().lower()
-    try:
-        if text and text[-1] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count (e.g. 14B)") from None

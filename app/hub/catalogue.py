@@ -33,12 +33,12 @@ from app.hub.gguf_files import RemoteFile, RemoteModel, group_models
 from app.hub.hub_errors import TRANSIENT_STATUS, hub_errors
 from app.hub.hub_settings import hub_endpoint, hub_token
 from app.hub.remote_file import RemoteFileRef
+from app.hub.search_order import SORT_KEYS
 
 log = logging.getLogger(__name__)
 
 Sort = Literal["downloads", "likes", "recent"]
 Kind = Literal["text", "moe", "vision"]
-SORT_KEYS: dict[str, str] = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
 VISION_TAGS = frozenset({"image-text-to-text", "visual-question-answering", "image-to-text"})
 _MOE_ARCH = re.compile(r"moe|mixtral|deepseek2|dbrx|arctic|granitemoe|gpt-?oss|llama4", re.I)
 _SUMMARY_SKIP = re.compile(r"^\s*(#|!\[|<|\||\[!|```|>|---|\*\*\*|-\s|\*\s|\d+\.\s)")

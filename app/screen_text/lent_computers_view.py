@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from app.lent_computers import REMOTE_SHARE
 from app.screen_text.units import format_bytes
 from app.stores.remote_machines import RemoteMachine
+from engine.remote.lent_budget import REMOTE_SHARE
 
 WHERE_SPLITS_RUN = (
     'Models in this window run on this computer. Turn on "Run models across these '

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from app.api.server import DEFAULT_PORT, LOOPBACK, ServerConfig, ServerState
+from app.api.server import LOOPBACK, ServerConfig, ServerState
+from app.api.server_defaults import DEFAULT_PORT
 from engine.errors import BadInputError
 
 DEFAULT_SLOTS = 4

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from engine.planning.prediction_range import Sureness
+if TYPE_CHECKING:  # the command line parses sizes without the planner's imports
+    from engine.planning.prediction_range import Sureness
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

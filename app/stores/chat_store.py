@@ -73,7 +73,7 @@ from app.stores.chat_schema import (
 from app.stores.sqlite_file import open_store, transaction
 from engine.errors import BadInputError
 from engine.generation.stats import GenerationStats
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from app.stores.atomic_files import remove_leftovers
 from app.stores.job_store import DONE, FAILED, PENDING, SKIPPED, FileRecord, JobStore
 from app.summaries.document_readers import Document, UnreadableDocument, read_document
 from app.summaries.document_scan import FolderScan, check_output_folder, checked_folder, scan_folder
+from app.summaries.summary_defaults import DEFAULT_CONTEXT_PER_SEQUENCE
 from app.summaries.summary_output import summary_path, write_reports, write_summary
 from app.summaries.summary_prompts import DEFAULT_MAX_WORDS, combine, summarise, summarise_part
 from app.summaries.text_chunks import split_by_tokens
@@ -35,7 +36,7 @@ from engine.generation.sampling import SUMMARY_SAMPLING, SamplingSettings
 from engine.generation.stats import FinishReason
 from engine.generation.thinking import split_whole
 from engine.machine.profile import Profile
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.model_naming import readable_model_name
 from engine.planning.parallelism import choose_parallelism
 from engine.planning.plan import Plan
@@ -44,7 +45,6 @@ from engine.runtime.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONTEXT_PER_SEQUENCE = 2048
 DEFAULT_PARALLEL = 8
 _SAFETY_TOKENS = 16
 _LOOPED = "the model began repeating itself; the summary ends where it did"

@@ -7,7 +7,7 @@ and shares it across sequences.
 
 from __future__ import annotations
 
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 
 DEFAULT_MAX_WORDS = 120
 SYSTEM = "You summarise documents accurately and concisely, in plain prose."

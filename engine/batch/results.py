@@ -14,7 +14,7 @@ from engine.generation.decode_step import DecodeStep
 from engine.generation.stats import FinishReason
 
 if TYPE_CHECKING:
-    from engine.model.chat_template import ChatMessage
+    from engine.model.chat_message import ChatMessage
 
 
 @dataclass(frozen=True)

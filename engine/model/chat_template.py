@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.errors import BadInputError
+from engine.model.chat_message import ChatMessage
 from engine.model.prompt_format import (
     AUTO,
     COMPLETION_STOP,
@@ -30,13 +31,7 @@ from engine.model.prompt_format import (
     render_completion,
 )
 
-if TYPE_CHECKING:
-    from engine.model.image_input import ImageFile
-
 log = logging.getLogger(__name__)
-
-# mtmd's default media marker: where an image's tokens go in the rendered prompt
-MEDIA_MARKER = "<__media__>"
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -49,25 +44,6 @@ CHATML_TEMPLATE = (
 # sandbox refusing an attribute (jinja2.SecurityError), or plain mistakes in it.
 _TEMPLATE_ERRORS = (jinja2.TemplateError, ValueError, TypeError, LookupError, AttributeError)
 _TRIAL: list[Any] = [{"role": "user", "content": "Hello"}]
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    """One turn of a conversation; role is system, user or assistant.
-
-    A user turn may carry images; they render as media markers before the text,
-    which the vision runtime replaces with the images' embeddings.
-    """
-
-    role: str
-    content: str
-    images: tuple[ImageFile, ...] = field(default=(), repr=False)
-    thinking: str = ""  # an assistant turn's reasoning, rendered as reasoning_content
-
-    def to_dict(self) -> dict[str, str]:
-        markers = "".join(f"{MEDIA_MARKER}\n" for _ in self.images)
-        reasoning = {"reasoning_content": self.thinking} if self.thinking else {}
-        return {"role": self.role, "content": markers + self.content, **reasoning}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from engine.generation.scheduler import CONVERSATION
 from engine.generation.stats import FinishReason, GenerationResponse, GenerationStats
 from engine.generation.stream import Stream, StreamRequest
 from engine.generation.thinking import ThinkingSplitter, split_whole
-from engine.model.chat_template import ChatMessage, RenderedPrompt
+from engine.model.chat_message import ChatMessage
+from engine.model.chat_template import RenderedPrompt
 from engine.model.image_input import ImageFile
 from engine.runtime.context_window import fit_messages
 from engine.runtime.loaded_model import LoadedModel, ModelVision

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from engine.errors import ContextOverflowError
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 
 MIN_REPLY_TOKENS = 16
 Prompt = TypeVar("Prompt")

@@ -33,7 +33,8 @@ from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs
 from engine.llama.rpc_devices import rpc_server_devices
 from engine.llama.vocabulary import VocabularyFacts, read_vocabulary, vocabulary_facts
-from engine.model.chat_template import ChatMessage, ChatTemplate, RenderedPrompt
+from engine.model.chat_message import ChatMessage
+from engine.model.chat_template import ChatTemplate, RenderedPrompt
 from engine.model.gguf_file import check_model_path
 from engine.model.image_input import ImageFile, RgbImage
 from engine.model.inventory import ModelInventory, read_inventory

@@ -24,7 +24,7 @@ from llama_cpp import mtmd_cpp
 from engine.errors import BadInputError
 from engine.generation.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.llama import log_capture as llama_log
-from engine.model.chat_template import MEDIA_MARKER
+from engine.model.chat_message import MEDIA_MARKER
 from engine.model.image_input import RgbImage
 from engine.vision.options import VisionOptions
 

@@ -34,7 +34,7 @@ from app.stores.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID
 from app.stores.profile_store import ProfileStore
 from engine.errors import BadInputError
 from engine.generation.stats import FinishReason, GenerationStats
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from engine.generation.scheduler import CONVERSATION
 from engine.generation.stream import StreamRequest
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.plan import Objective, Plan, PlanRequest

@@ -14,7 +14,7 @@ from engine.batch.shared_prefix import SharedPrefix, common_prefix_length
 from engine.generation.stats import FinishReason
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.inventory import read_inventory
 from engine.planning.parallelism import PARALLEL_CHOICES, choose_parallelism
 from engine.planning.plan import Objective, PlanRequest

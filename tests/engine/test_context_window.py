@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.errors import ContextOverflowError
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.runtime.context_window import MIN_REPLY_TOKENS, fit_messages
 
 

@@ -18,7 +18,7 @@ import pytest
 from engine.errors import BadInputError, ModelFileError
 from engine.llama.file_check import check_loads_in_child
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.gguf_header import read_local_header
 from engine.model.inventory import read_inventory
 from engine.runtime.loaded_model import load_model

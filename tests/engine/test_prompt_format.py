@@ -14,7 +14,8 @@ import pytest
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import MEDIA_MARKER, ChatMessage, ChatTemplate
+from engine.model.chat_message import MEDIA_MARKER, ChatMessage
+from engine.model.chat_template import ChatTemplate
 from engine.model.image_input import ImageFile
 from engine.model.prompt_format import (
     COMPLETION_STOP,

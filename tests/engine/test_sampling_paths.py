@@ -20,7 +20,7 @@ from engine.batch.generator import BatchGenerator, BatchRequest, BatchResult
 from engine.cancel import CancelToken
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model

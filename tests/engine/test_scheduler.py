@@ -30,7 +30,7 @@ from engine.generation.sampling import GREEDY
 from engine.generation.stats import FinishReason
 from engine.generation.stream import Stream, StreamRequest
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel, load_model
 from engine.vision.runtime import attach_projector

@@ -18,7 +18,7 @@ from engine.generation.scheduler import CONVERSATION, NoRoom, Scheduler
 from engine.generation.step_budget import StepBudget
 from engine.generation.stream import Stream, StreamRequest
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import ChatMessage
+from engine.model.chat_message import ChatMessage
 from engine.runtime.loaded_model import LoadedModel, load_model
 
 POOL = 512  # cells the parallel sequences share

@@ -8,7 +8,8 @@ import pytest
 from engine.generation.sampling import GREEDY
 from engine.generation.stats import FinishReason
 from engine.generation.thinking import SplitText, ThinkingSplitter, split_whole
-from engine.model.chat_template import CHATML_TEMPLATE, ChatMessage, ChatTemplate
+from engine.model.chat_message import ChatMessage
+from engine.model.chat_template import CHATML_TEMPLATE, ChatTemplate
 from engine.runtime.chat import ChatSession
 from engine.runtime.loaded_model import LoadedModel
 

@@ -25,7 +25,7 @@ from engine.generation.prompt_pieces import EncodedImage, Piece, TextRun
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stream import StreamRequest
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import MEDIA_MARKER
+from engine.model.chat_message import MEDIA_MARKER
 from engine.model.image_input import ImageFile, RgbImage, decode_image
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.chat import ChatSession

@@ -17,7 +17,7 @@ from PIL import Image
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
-from engine.model.chat_template import MEDIA_MARKER, ChatMessage
+from engine.model.chat_message import MEDIA_MARKER, ChatMessage
 from engine.model.image_input import ImageFile, decode_image
 from engine.model.synthetic_spec import SyntheticSpec
 from engine.runtime.chat import ChatSession
