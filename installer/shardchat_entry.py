@@ -3,9 +3,11 @@
 - no arguments (a double-click, the desktop entry, the Start menu): the window, as
   `shardchat gui` (which opens the profiling wizard on the first launch);
 - arguments: the `shardchat` command line, unchanged (`--selftest`, `chat`, `profile`...);
-- `-m engine.child_process REQUEST ANSWER`: a profiling child. The profiler starts its
-  children as `sys.executable -m engine.child_process`, and in the bundle
-  `sys.executable` is this program, not a Python interpreter.
+- `-m MODULE ARGS`: one of the app's own child processes, which it starts as
+  `sys.executable -m MODULE` (in the bundle `sys.executable` is this program, not a
+  Python interpreter): a profiling child (`engine.child_process REQUEST ANSWER`), the
+  window's engine for a model split onto lent computers (`app.child_engine_process FD`)
+  and the chat of `shardchat chat --lent` (`app.cli chat ...`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from __future__ import annotations
 import runpy
 import sys
 
-CHILD_MODULE = "engine.child_process"
+CHILD_MODULES = ("engine.child_process", "app.child_engine_process", "app.cli")
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    if argv[:2] == ["-m", CHILD_MODULE]:
+    if len(argv) >= 2 and argv[0] == "-m" and argv[1] in CHILD_MODULES:
         sys.argv = [sys.argv[0], *argv[2:]]
-        runpy.run_module(CHILD_MODULE, run_name="__main__", alter_sys=True)
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return 0  # the module exits through sys.exit; this is not reached
     from app.cli import main as cli_main
 

@@ -18,6 +18,7 @@ import sys
 import tarfile
 import urllib.request
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -405,3 +406,25 @@ def test_the_bundle_lends_this_computer_with_its_own_rpc_server(
     finally:
         sharing.terminate()
         assert sharing.wait(30) == 0
+
+
+def test_the_bundle_serves_its_own_child_processes(deb_root: Path, tmp_path: Path) -> None:
+    """`chat --lent`'s chat and the window's engine for a split model run as `-m MODULE`
+    children of the executable itself, as the profiler's children do."""
+    executable = str(installed_executable(deb_root))
+    env = clean_env(tmp_path / "home", SHARDCHAT_HOME=str(tmp_path / "data"))
+    version = subprocess.run(
+        [executable, "-m", "app.cli", "--version"], env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert version.returncode == 0 and version.stdout.startswith("shardchat "), version.stderr
+    ours, theirs = socket.socketpair()
+    with theirs:
+        engine = subprocess.Popen(
+            [executable, "-m", "app.child_engine_process", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), env=env,
+        )  # fmt: skip
+    connection = Connection(ours.detach())
+    connection.send(("stop",))  # a real engine worker started, and stops when asked
+    assert engine.wait(60) == 0
+    connection.close()
