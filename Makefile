@@ -209,6 +209,12 @@ BENCH_INSTALLED := $(BENCH_VENV)/.installed
 LLAMA_SERVER_BUILD := .cache/llama-server/build
 LLAMA_SERVER := $(LLAMA_SERVER_BUILD)/bin/llama-server
 
+# bench/startup.py: --help, the window (open, and ready with its model) and opening stored
+# chats of 100 / 1,000 / 10,000 exchanges, each beside its baseline (issue 33's targets)
+.PHONY: bench-startup
+bench-startup: $(INSTALLED)
+	$(PY) bench/startup.py
+
 .PHONY: bench-api
 bench-api: $(LLAMA_SERVER) $(BENCH_INSTALLED) $(INSTALLED)
 	$(PY) bench/api_throughput.py

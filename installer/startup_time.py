@@ -30,7 +30,7 @@ from pathlib import Path
 
 DEFAULT_EXECUTABLE = Path(__file__).resolve().parent / "build" / "dist" / "shardchat" / "shardchat"
 READY = "shardchat: ready: "
-WIZARD, WINDOW = "wizard shown", "window shown"
+WIZARD, OPEN, WINDOW = "wizard shown", "window open", "window shown"
 
 
 @dataclass
@@ -39,7 +39,8 @@ class Launch:
 
     returncode: int
     wizard_s: float | None = None
-    window_s: float | None = None
+    open_s: float | None = None  # the window shown, its model maybe still loading
+    window_s: float | None = None  # the window shown with its model loaded
     output: list[str] = field(default_factory=list)
 
 
@@ -79,6 +80,8 @@ def launch_until_ready(
             launch.output.append(line.rstrip("\n"))
             if line.startswith(READY + WIZARD) and launch.wizard_s is None:
                 launch.wizard_s = seconds
+            elif line.startswith(READY + OPEN) and launch.open_s is None:
+                launch.open_s = seconds
             elif line.startswith(READY + WINDOW) and launch.window_s is None:
                 launch.window_s = seconds
         launch.returncode = process.wait()

@@ -144,11 +144,20 @@ def _say_ready(what: str) -> None:
 
 def _quit_when_loaded(app: QApplication, desktop: Desktop, exit_code: list[int]) -> None:
     """SHARDCHAT_EXIT_WHEN_READY=1 (start-up timing, installer checks): the wizard, if it
-    opens, is skipped; once the window is shown with its model loaded the app says so and
-    quits (exit 1 if the load fails)."""
+    opens, is skipped; the app says when the window is open (shown, its first events done,
+    the model maybe still loading), and once it is shown with its model loaded it says so
+    and quits (exit 1 if the load fails)."""
+
+    said_open: list[bool] = []
+
+    def opened() -> None:
+        if desktop.window.isVisible() and not said_open:
+            said_open.append(True)
+            _say_ready("window open")
 
     def loaded(_event: object) -> None:
         if desktop.window.isVisible():
+            opened()  # in that order, even if the model was quicker than the first events
             _say_ready("window shown, model loaded")
         else:
             print("shardchat: not ready: the model loaded but the window is hidden", flush=True)
@@ -160,5 +169,6 @@ def _quit_when_loaded(app: QApplication, desktop: Desktop, exit_code: list[int])
         exit_code[0] = 1
         app.quit()
 
+    QTimer.singleShot(0, opened)  # the window was shown: once the events before this have run
     desktop.bridge.model_loaded.connect(loaded)
     desktop.bridge.request_failed.connect(failed)
