@@ -97,6 +97,7 @@ class ChatController(QObject):
         w.chat_view.image_opened.connect(self.show_image)
         w.chat_view.edit_requested.connect(self.edit_message)
         w.chat_view.delete_requested.connect(self.delete_message)
+        w.chat_view.older_wanted.connect(self._show_older)
         w.chat_view.set_image_source(self.store.image)
         for signal, slot in self._engine_slots():
             signal.connect(slot)
@@ -483,10 +484,18 @@ class ChatController(QObject):
     def _show_conversation(self) -> None:
         if self.conversation_id is None:
             return
-        self.window.chat_view.show_messages(self.state.rows())
+        rows = self.state.rows()
+        self.window.chat_view.show_messages(rows, more_above=self.state.more_above)
         window_size = self.model.n_ctx if self.model.ready else 0
         self.window.show_context(self.state.context_used, window_size)
         self._show_empty_state()
+
+    def _show_older(self) -> None:
+        """The view reached the top of what was read: the page before it (a few ms)."""
+        if self.state.shown_conversation != self.conversation_id:
+            return
+        rows = self.state.older_rows()
+        self.window.chat_view.prepend_messages(rows, more_above=self.state.more_above)
 
     def _show_empty_state(self) -> None:
         if self.model.coming():

@@ -56,6 +56,7 @@ class ChatView(QAbstractScrollArea):
     image_opened = Signal(object)  # the ImageFile whose thumbnail was clicked
     edit_requested = Signal(int)  # the row whose Edit was clicked
     delete_requested = Signal(int)  # the row whose Delete was clicked
+    older_wanted = Signal()  # scrolled near the top of a conversation with older messages
 
     def __init__(self, theme: Theme = LIGHT) -> None:
         super().__init__()
@@ -75,6 +76,8 @@ class ChatView(QAbstractScrollArea):
         self._timer = QTimer(self, singleShot=True, interval=RENDER_INTERVAL_MS)
         self._timer.timeout.connect(self._draw_streaming)
         self._follow = True  # at the bottom: new text keeps the newest line in view
+        self._more_above = False  # the conversation has older messages than the first row
+        self._asked_older = False  # older_wanted was emitted and not answered yet
         self._warm_timer = QTimer(self, interval=0)  # measures rows near the screen when idle
         self._warm_timer.timeout.connect(self._warm_one)
         self.jump_button = QToolButton(self.viewport())
@@ -111,15 +114,35 @@ class ChatView(QAbstractScrollArea):
         self._empty = (title, list(lines))
         self.viewport().update()
 
-    def show_messages(self, rows: Sequence[MessageRow]) -> None:
-        """A conversation opened: its messages replace what is shown, newest in view."""
+    def show_messages(self, rows: Sequence[MessageRow], more_above: bool = False) -> None:
+        """A conversation opened: its messages replace what is shown, newest in view.
+        `more_above`: older ones exist; scrolling near the top asks for them (older_wanted)."""
         self._pending = None
         self._timer.stop()
         for row in self.conversation.rows():
             self.cards.forget(row)
         self.conversation.set_rows(rows)
+        self._more_above, self._asked_older = more_above, False
         self._remeasure()
         self._follow = True
+        self._settle()
+
+    def prepend_messages(self, rows: Sequence[MessageRow], more_above: bool) -> None:
+        """Older messages go above the first; the text in view stays where it is."""
+        self._more_above, self._asked_older = more_above, False
+        if not rows:
+            return
+        heights = [self.cards.estimate(row, self._width) for row in rows]
+        self.conversation.prepend(rows)
+        self._heights[0:0] = heights
+        self._exact[0:0] = [False] * len(rows)
+        self._first_shown += len(rows)
+        bar = self.verticalScrollBar()
+        value = bar.value()
+        self._resum()
+        bar.blockSignals(True)
+        bar.setValue(value + sum(heights))
+        bar.blockSignals(False)
         self._settle()
 
     def add_message(self, row: MessageRow) -> None:
@@ -275,6 +298,9 @@ class ChatView(QAbstractScrollArea):
                 bar.setValue(bar.value() + shift)
                 bar.blockSignals(False)
         self._first_shown = self._row_at(bar.value())
+        if self._more_above and not self._asked_older and bar.value() < 2 * height:
+            self._asked_older = True  # answered by prepend_messages, after this settles
+            QTimer.singleShot(0, self.older_wanted.emit)
         self._show_jump_button()
         self.viewport().update()
         if not self._warm_timer.isActive():

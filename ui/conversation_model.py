@@ -51,6 +51,14 @@ class ConversationModel(QAbstractListModel):
         self._rows = list(rows)
         self.endResetModel()
 
+    def prepend(self, rows: Sequence[MessageRow]) -> None:
+        """Older messages, read as the view scrolled up to them, go before the first."""
+        if not rows:
+            return
+        self.beginInsertRows(QModelIndex(), 0, len(rows) - 1)
+        self._rows[0:0] = rows
+        self.endInsertRows()
+
     def append(self, row: MessageRow) -> None:
         at = len(self._rows)
         self.beginInsertRows(QModelIndex(), at, at)

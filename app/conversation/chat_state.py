@@ -29,6 +29,10 @@ THINKING_KEY = "thinking"  # a conversation's Think choice, kept with its sampli
 NEW_TITLE = "New chat"
 TITLE_CHARS = 40
 WAIT_FOR_MODEL = "wait for the model to load"
+PAGE_MESSAGES = 200  # messages a chat opens with, and each scroll to its top reads more
+# A token is rarely over 16 characters (a run of spaces in code); twice that is a bound
+# no tokenizer passes in practice, so the history read back is all a window could hold.
+CHARS_PER_TOKEN_AT_MOST = 32
 WAIT_FOR_REPLY = "wait for the current reply (Esc stops it)"
 
 
@@ -75,6 +79,8 @@ class ChatState:
         self.reply: Reply | None = None
         self.shown_conversation: int | None = None  # the conversation the view shows
         self.context_used = 0  # tokens the shown conversation's last reply filled
+        self.more_above = False  # the shown conversation has older messages not read yet
+        self._first_position: int | None = None  # the position of the oldest one read
         self._clock = clock
 
     # --- which conversation ---
@@ -121,22 +127,41 @@ class ChatState:
         return self.store.conversation(self._open_id()).title
 
     def rows(self) -> list[MessageRow]:
-        """The open conversation as shown, read without its images (they are read when drawn);
-        what was shown and how full its context was are remembered."""
+        """The open conversation's newest page as shown, read without its images (they are
+        read when drawn); what was shown, how full its context was and whether older
+        messages are left to read (`more_above`) are remembered."""
         if self.conversation_id is None:
             return []
-        rows = [
-            MessageRow(m.id, m.role, m.content, m.thinking, m.image_names, m.stats)
-            for m in self.store.messages(self.conversation_id, with_images=False)
-            if m.content or m.thinking or m.complete
-        ]
+        rows = self._page(None)
         self.shown_conversation = self.conversation_id
         self.context_used = context_used(rows)
         return rows
 
+    def older_rows(self) -> list[MessageRow]:
+        """The page before what is shown (the view was scrolled up to its top)."""
+        if self.conversation_id is None or not self.more_above:
+            return []
+        return self._page(self._first_position)
+
+    def _page(self, before_position: int | None) -> list[MessageRow]:
+        assert self.conversation_id is not None
+        # one more than a page: whether there are older ones is known without another read
+        page = self.store.messages_before(self.conversation_id, PAGE_MESSAGES + 1, before_position)
+        self.more_above = len(page) > PAGE_MESSAGES
+        page = page[-PAGE_MESSAGES:]
+        if page:
+            self._first_position = page[0].position
+        return [
+            MessageRow(m.id, m.role, m.content, m.thinking, m.image_names, m.stats)
+            for m in page
+            if m.content or m.thinking or m.complete
+        ]
+
     def history(self) -> list[ChatMessage]:
-        """What the model must remember of the open conversation."""
-        return self.store.history(self._open_id())
+        """What the model must remember of the open conversation: the newest messages, as
+        many as its context window could hold (a window of n tokens holds no more than
+        CHARS_PER_TOKEN_AT_MOST * n characters), so a long chat opens at once."""
+        return self.store.history(self._open_id(), CHARS_PER_TOKEN_AT_MOST * self.n_ctx())
 
     # --- the open conversation's settings ---
 

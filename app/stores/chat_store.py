@@ -78,6 +78,8 @@ from engine.model.image_input import ImageFile
 
 log = logging.getLogger(__name__)
 
+HISTORY_PAGE = 256  # messages read at a time for a long conversation's history
+
 FTS_MIN_QUERY_CHARS = 3  # the trigram index cannot match anything shorter
 
 # Change kinds: what a mutating call did, for views deciding whether to refresh.
@@ -218,6 +220,26 @@ class ChatStore:
             for row in rows
         ]
 
+    def messages_before(
+        self, conversation_id: int, limit: int, before_position: int | None = None,
+        with_images: bool = False,
+    ) -> list[StoredMessage]:  # fmt: skip
+        """Up to `limit` messages before position `before_position` (None: the newest), in
+        position order: one page of a long conversation, read through the position index,
+        so opening one costs a page, not the whole history."""
+        self.conversation(conversation_id)  # refuses an unknown id
+        rows = self._conn.execute(
+            MESSAGE_SELECT + " WHERE conversation_id = ? AND position < ?"
+            " ORDER BY position DESC LIMIT ?",
+            (conversation_id, before_position if before_position is not None else 2**62, limit),
+        ).fetchall()
+        rows.reverse()
+        names, images = self._images_of(conversation_id, with_images, [row[0] for row in rows])
+        return [
+            message_from_row(self.path, row, images.get(row[0], ()), names.get(row[0], ()))
+            for row in rows
+        ]
+
     def image(self, message_id: int, index: int) -> ImageFile:
         """Image `index` (0-based, in order) of one message, read now."""
         check_id(message_id, "message")
@@ -231,16 +253,28 @@ class ChatStore:
         return ImageFile(row[0], bytes(row[1]))
 
     def _images_of(
-        self, conversation_id: int, with_data: bool
+        self, conversation_id: int, with_data: bool, message_ids: Sequence[int] | None = None
     ) -> tuple[dict[int, tuple[str, ...]], dict[int, tuple[ImageFile, ...]]]:
-        """Each message's image names, and (with_data) the images themselves."""
+        """Each message's image names, and (with_data) the images themselves; of the
+        messages `message_ids` only, when given (a page)."""
         data_column = "i.data" if with_data else "NULL"
-        rows = self._conn.execute(
-            f"SELECT i.message_id, i.name, {data_column} FROM message_images i"
-            " JOIN messages m ON m.id = i.message_id"
-            " WHERE m.conversation_id = ? ORDER BY i.message_id, i.position",
-            (conversation_id,),
-        ).fetchall()
+        if message_ids is not None:
+            if not message_ids:
+                return {}, {}
+            rows = self._conn.execute(
+                f"SELECT i.message_id, i.name, {data_column} FROM message_images i"
+                " WHERE i.message_id BETWEEN ? AND ? ORDER BY i.message_id, i.position",
+                (min(message_ids), max(message_ids)),
+            ).fetchall()
+            wanted = set(message_ids)
+            rows = [row for row in rows if row[0] in wanted]
+        else:
+            rows = self._conn.execute(
+                f"SELECT i.message_id, i.name, {data_column} FROM message_images i"
+                " JOIN messages m ON m.id = i.message_id"
+                " WHERE m.conversation_id = ? ORDER BY i.message_id, i.position",
+                (conversation_id,),
+            ).fetchall()
         names: dict[int, tuple[str, ...]] = {}
         images: dict[int, tuple[ImageFile, ...]] = {}
         for message_id, name, data in rows:
@@ -352,18 +386,37 @@ class ChatStore:
         )
         return Change(MESSAGES_TRUNCATED, conversation_id)
 
-    def history(self, conversation_id: int) -> list[ChatMessage]:
+    def history(self, conversation_id: int, max_chars: int | None = None) -> list[ChatMessage]:
         """What to send the model: the system prompt, then the messages worth keeping.
 
         Complete messages, plus an incomplete reply only if it has text (a reply
         cut short still says what the model said; an empty one says nothing).
+        `max_chars`: only the newest messages up to that much text (a context window
+        holds no more): a long conversation is read back a page at a time until then.
         """
         prompt = self.conversation(conversation_id).system_prompt
+        if max_chars is None:
+            messages = self.messages(conversation_id)
+        else:
+            messages = self._newest(conversation_id, max_chars)
         turns = [ChatMessage("system", prompt)] if prompt else []
-        for message in self.messages(conversation_id):
+        for message in messages:
             if message.complete or (message.role == "assistant" and message.content):
                 turns.append(ChatMessage(message.role, message.content, message.images))
         return turns
+
+    def _newest(self, conversation_id: int, max_chars: int) -> list[StoredMessage]:
+        """The newest messages whose text, together, reaches `max_chars` (all if fewer)."""
+        pages: list[list[StoredMessage]] = []
+        chars, before = 0, None
+        while chars < max_chars:
+            page = self.messages_before(conversation_id, HISTORY_PAGE, before, with_images=True)
+            if not page:
+                break
+            pages.append(page)
+            chars += sum(len(m.content) + len(m.thinking) for m in page)
+            before = page[0].position
+        return [message for page in reversed(pages) for message in page]
 
     def discard_incomplete(self) -> int:
         """Tidy what a killed app left; returns how many empty incomplete messages were removed.

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.paths import app_paths
+from app.stores import chat_store as chat_store_module
 from app.stores.chat_records import Change, Conversation, StoredMessage
 from app.stores.chat_schema import APPLICATION_ID, SCHEMA_VERSION
 from app.stores.chat_store import (
@@ -694,3 +695,25 @@ def test_one_message_can_be_deleted_with_its_images(store: ChatStore) -> None:
     assert store._conn.execute("SELECT COUNT(*) FROM message_images").fetchone()[0] == 0
     with pytest.raises(BadInputError, match="no message with id"):
         store.delete_message(first.message_id)
+
+
+def test_a_long_conversation_is_read_back_a_page_and_a_context_window_at_a_time(
+    store: ChatStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversation = store.create_conversation("Long").conversation_id
+    answer = "a" * 100
+    for number in range(10):
+        store.add_message(conversation, "user", f"q{number}")
+        store.add_message(conversation, "assistant", answer)
+    page = store.messages_before(conversation, 4)
+    assert [m.content for m in page] == ["q8", answer, "q9", answer]
+    older = store.messages_before(conversation, 4, page[0].position)
+    assert [m.content for m in older] == ["q6", answer, "q7", answer]
+    assert store.messages_before(conversation, 4, store.messages(conversation)[0].position) == []
+
+    monkeypatch.setattr(chat_store_module, "HISTORY_PAGE", 4)  # 2 exchanges, 206 characters
+    newest = store.history(conversation, max_chars=250)  # a second page reaches 250
+    assert [turn.content for turn in newest] == ["q6", answer, "q7", answer] + [
+        "q8", answer, "q9", answer,
+    ]  # fmt: skip
+    assert len(store.history(conversation)) == 20 == len(store.history(conversation, 10**6))

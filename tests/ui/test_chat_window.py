@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QBuffer, QIODevice, QSettings, Qt
 from PySide6.QtGui import QImage
 
+from app.conversation.chat_state import PAGE_MESSAGES
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import ModelLibrary
 from engine.model.image_input import ImageFile
@@ -46,13 +47,13 @@ def test_a_reply_streams_into_a_long_conversation_without_redrawing_it(
     desktop = open_desktop(default_model_file)
     desktops.append(desktop)
     view = desktop.window.chat_view
-    assert view.conversation.rowCount() == 600
+    assert view.conversation.rowCount() == PAGE_MESSAGES  # the newest page: older on scrolling
     assert sum(view._exact) < 40  # only what is on screen was laid out
     versions = [row.version for row in view.conversation.rows()]
     finished = send(qtbot, desktop, "Say hello.")
     rows = view.conversation.rows()
-    assert [row.version for row in rows[:600]] == versions  # the old rows were not touched
-    assert [row.role for row in rows[600:]] == ["user", "assistant"]
+    assert [row.version for row in rows[:PAGE_MESSAGES]] == versions  # old rows not touched
+    assert [row.role for row in rows[PAGE_MESSAGES:]] == ["user", "assistant"]
     assert rows[-1].text == finished.text and not rows[-1].streaming
     assert rows[-1].stats and rows[-1].stats["generated_tokens"] == finished.stats.generated_tokens
     assert view.is_following()
@@ -69,7 +70,7 @@ def test_images_are_read_from_the_history_only_when_their_message_is_drawn(
     first, last = messages[0].id, messages[-2].id
     qtbot.waitUntil(lambda: (last, 0) in view.thumbnails_shown(), timeout=TIMEOUT_MS)
     assert (first, 0) not in view.images_read  # far above the screen: never read
-    view.scroll_to_row(0)
+    scroll_to_the_first_message(qtbot, view)
     view.viewport().repaint()
     qtbot.waitUntil(lambda: (first, 0) in view.thumbnails_shown(), timeout=TIMEOUT_MS)
 
@@ -154,3 +155,34 @@ def test_any_message_can_be_deleted_or_edited(
     assert store.messages(chat.conversation_id)[-1].content == "A corrected reply."
     assert view.conversation.row(reply).text == "A corrected reply."
     assert store.history(chat.conversation_id)[-1].content == "A corrected reply."
+
+
+def scroll_to_the_first_message(qtbot, view) -> None:  # noqa: ANN001 - ChatView
+    """Up to the top, again each time older messages were read in above it."""
+    while view._more_above:
+        count = view.conversation.rowCount()
+        view.scroll_to_row(0)
+        qtbot.waitUntil(lambda c=count: view.conversation.rowCount() > c, timeout=TIMEOUT_MS)
+    view.scroll_to_row(0)
+
+
+def test_a_long_chat_opens_on_its_newest_page_and_reads_older_ones_scrolled_up_to(
+    qtbot, desktops, default_model_file, open_desktop
+) -> None:
+    conversation = seed(1000)
+    desktop = open_desktop(default_model_file)
+    desktops.append(desktop)
+    view = desktop.window.chat_view
+    stored = desktop.store.messages(conversation, with_images=False)
+    assert [row.message_id for row in view.conversation.rows()] == [
+        message.id for message in stored[-PAGE_MESSAGES:]
+    ]
+    view.scroll_to_row(0)  # the oldest read so far, at the top of the screen
+    top_id = view.conversation.row(0).message_id
+    top = view.row_rect(0).top()
+    qtbot.waitUntil(lambda: view.conversation.rowCount() == 2 * PAGE_MESSAGES)
+    index = view.conversation.find(top_id)
+    assert index == PAGE_MESSAGES and view.row_rect(index).top() == top  # the text stays put
+    scroll_to_the_first_message(qtbot, view)
+    assert [row.message_id for row in view.conversation.rows()] == [m.id for m in stored]
+    assert view.conversation.row(0).text == "Question 0?"
