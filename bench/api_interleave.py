@@ -76,7 +76,8 @@ class Engine:
     """The worker with the default model loaded and the API server on a loopback port."""
 
     def __init__(self, threads: int, clients: int) -> None:
-        from app.api.server import ApiServer, ServerConfig
+        from app.api.server import ApiServer
+        from app.api.server_config import ServerConfig
         from app.events import ModelLoaded
         from app.worker import EngineWorker
         from engine.model.default_model import default_model_path

@@ -9,12 +9,12 @@ from __future__ import annotations
 import gc
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
 
 from app.engine_router import EngineRouter
-from app.hub.discover_model import DiscoverModel
 from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.screen_text.model_choices import picker_entries
 from app.screen_text.server_view import ServerView, status_text
@@ -26,20 +26,22 @@ from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
 from ui.batch_controller import BatchController
 from ui.chat_controller import ChatController
-from ui.discover_page import DiscoverJobs
 from ui.engine_bridge import EngineBridge
 from ui.image_attachments import load_image_file
 from ui.lent_computers_controller import LentComputersController
 from ui.main_window import MainWindow
 from ui.message_html import warm_up
 from ui.model_drop import GgufDropFilter
-from ui.model_manager import ModelManager
-from ui.profile_wizard import ProfileWizard
 from ui.server_controller import ServerController
 from ui.sharing_controller import SharingController
 from ui.theme import DARK, LIGHT, ThemeManager, theme_menu
 from ui.vram_controller import GpuReader, VramController, read_first_gpu
 from ui.window_state import WindowState
+
+if TYPE_CHECKING:  # the Hub's client comes with them: imported when first opened
+    from ui.discover_page import DiscoverJobs
+    from ui.model_manager import ModelManager
+    from ui.profile_wizard import ProfileWizard
 
 ICON = Path(__file__).resolve().parent.parent / "assets" / "shardchat.svg"
 STATUS_MS = 6000
@@ -78,8 +80,9 @@ class Desktop:
         # lending this computer to others (llama.cpp's RPC server): off unless switched on
         self.sharing = SharingController(self.window.sharing_panel)
         self.lent_computers = LentComputersController(self.window.vram_panel.lent_computers)
-        # the Discover tab's searches and downloads: kept here so downloads outlive the dialog
-        self.discover = DiscoverJobs(DiscoverModel(profile, None, n_ctx), parent=self.window)
+        # the Discover tab's searches and downloads (self.discover): made when first needed
+        self._discover: DiscoverJobs | None = None
+        self._discover_inputs: tuple[Profile | None, int | None, int] = (profile, None, n_ctx)
         self.theme = theme or ThemeManager(parent=self.window)
         self.window.view_menu.addSeparator()
         self.window.view_menu.addMenu(theme_menu(self.theme, self.window))
@@ -98,10 +101,7 @@ class Desktop:
         self.window.discover_action.triggered.connect(self.open_discover)
         for job_moved in (self.bridge.job_progressed, self.bridge.job_finished):
             job_moved.connect(lambda _event: self.window.jobs_view.refresh())
-        self.discover.imported.connect(lambda _path: self.show_models(None))  # in the picker
-        self.vram.plan_applied.connect(
-            lambda plan: self.discover.set_budget(plan.vram.budget_bytes)
-        )
+        self.vram.plan_applied.connect(lambda plan: self._discover_budget(plan.vram.budget_bytes))
         self.window.import_model_action.triggered.connect(
             lambda: self.open_models().choose_and_import()
         )
@@ -151,9 +151,31 @@ class Desktop:
             return
         self.window.input.add_attachments(images)
 
+    @property
+    def discover(self) -> DiscoverJobs:
+        """The Discover tab's searches and downloads, kept here so downloads outlive the
+        dialog; made when first needed, so the window opens without the Hub's client."""
+        if self._discover is None:
+            from app.hub.discover_model import DiscoverModel
+            from ui.discover_page import DiscoverJobs
+
+            model = DiscoverModel(*self._discover_inputs)
+            self._discover = DiscoverJobs(model, parent=self.window)
+            self._discover.imported.connect(lambda _path: self.show_models(None))  # the picker
+        return self._discover
+
+    def _discover_budget(self, budget_bytes: int) -> None:
+        if self._discover is None:
+            profile, _budget, n_ctx = self._discover_inputs
+            self._discover_inputs = (profile, budget_bytes, n_ctx)
+        else:
+            self._discover.set_budget(budget_bytes)
+
     def open_models(self) -> ModelManager:
         """Tools → Models: the model manager beside the chat; "Load now" switches models.
         Its Discover tab predicts with the profile, budget and context loads use now."""
+        from ui.model_manager import ModelManager  # with Discover's: when first opened
+
         self.discover.use_machine(*self.chat.planning_inputs())
         manager = ModelManager(self.models, parent=self.window, discover=self.discover)
         manager.set_loaded(*self.chat.loaded_model())  # "Load now" is off for that one
@@ -178,6 +200,8 @@ class Desktop:
 
     def profile_again(self) -> ProfileWizard:
         """Tools → Profile this machine: the wizard, beside the chat; its result re-plans."""
+        from ui.profile_wizard import ProfileWizard  # its pages: when first opened
+
         wizard = ProfileWizard(parent=self.window)
         wizard.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         wizard.accepted.connect(lambda: self._use_profile(wizard))
@@ -221,7 +245,8 @@ class Desktop:
         if self.worker.is_running:
             self.state.save(self.window, self.chat.conversation_id)
             self.chat.shutdown()  # a reply in progress is kept as far as it got
-            self.discover.shutdown()  # downloads pause; they resume from their .part files
+            if self._discover is not None:
+                self._discover.shutdown()  # downloads pause; they resume from their .part files
             self.vram.shutdown()
             self.server.shutdown()  # its streams end before the worker that runs them
             self.worker.shutdown()

@@ -35,7 +35,6 @@ from engine.machine.hardware import probe_hardware
 from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from ui.desktop import Desktop, remember_default_model
-from ui.profile_wizard import ProfileWizard
 from ui.theme import ThemeManager
 from ui.thread_bridge import GuiRelay
 
@@ -68,6 +67,8 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     wizard_choice: str | None = None
     suggested_download: tuple[str, str] | None = None  # a Hub model the wizard suggested
     if needs_profiling(hardware):
+        from ui.profile_wizard import ProfileWizard  # a first launch only: its pages, the Hub
+
         wizard = ProfileWizard(hardware)
         if exit_when_ready:
 

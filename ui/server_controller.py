@@ -16,10 +16,11 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from app.api.server import SHUTDOWN_SECONDS, ApiEngine, ApiServer, ServerState
+from app.api.server_config import SHUTDOWN_SECONDS, ServerState
 from app.screen_text.server_view import (
     ServerPhase,
     ServerSettings,
@@ -37,6 +38,9 @@ from ui.engine_bridge import EngineBridge
 from ui.server_panel import ServerPanel
 from ui.server_settings import ServerSettingsStore
 from ui.thread_bridge import GuiRelay
+
+if TYPE_CHECKING:  # the window opens without the server's imports (aiohttp)
+    from app.api.server import ApiEngine, ApiServer
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +111,8 @@ class ServerController(QObject):
         except BadInputError as exc:
             self._show(refused(self.view, str(exc)))
             return
+        from app.api.server import ApiServer  # aiohttp: when the server is first switched on
+
         server = ApiServer(self.worker, config, self.report_state)
         self._server = server
         self._show(starting(self.view))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from app.api.server_defaults import DEFAULT_PORT
+from app.api.server_config import DEFAULT_PORT
 from app.command_line.arg_types import add_prompt_format_option, positive_int, size
 from app.command_line.run_later import run_later
 

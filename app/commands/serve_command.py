@@ -16,7 +16,8 @@ import queue
 import sys
 from pathlib import Path
 
-from app.api.server import ApiServer, ServerConfig
+from app.api.server import ApiServer
+from app.api.server_config import ServerConfig
 from app.events import EngineEvent, ModelLoaded, RequestFailed
 from app.model_lifecycle.load_planning import ContextShape, LoadRequest, stored_profile
 from app.stop_signals import EXIT_INTERRUPTED, POLL_S, StopSignals, exit_now, run_on_thread

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from app.api.server import LOOPBACK, ServerConfig, ServerState
-from app.api.server_defaults import DEFAULT_PORT
+from app.api.server_config import DEFAULT_PORT, LOOPBACK, ServerConfig, ServerState
 from engine.errors import BadInputError
 
 DEFAULT_SLOTS = 4

@@ -20,10 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.readers.docx_text import docx_text
 from app.readers.extraction import Extracted, UnreadableDocument
-from app.readers.html_text import html_text
-from app.readers.pdf_text import pdf_text
 from app.readers.text_decoding import decode_text
 from app.screen_text.units import format_bytes
 
@@ -62,13 +59,37 @@ _UNSUPPORTED_SUFFIXES = {
     ".epub": "e-book",
     ".pages": "Pages document",
 }
+
+
+# HTML, PDF and Word readers (BeautifulSoup with lxml, pypdf, python-docx) are imported
+# with the first such file: the window and the command line start without them
+
+
+def _html_text(data: bytes) -> Extracted:
+    from app.readers.html_text import html_text
+
+    return html_text(data)
+
+
+def _pdf_text(data: bytes) -> Extracted:
+    from app.readers.pdf_text import pdf_text
+
+    return pdf_text(data)
+
+
+def _docx_text(data: bytes) -> Extracted:
+    from app.readers.docx_text import docx_text
+
+    return docx_text(data)
+
+
 _EXTRACTORS: dict[DocumentKind, Callable[[bytes], Extracted]] = {
     "text": decode_text,
     "markdown": decode_text,
     "code": decode_text,
-    "html": html_text,
-    "pdf": pdf_text,
-    "docx": docx_text,
+    "html": _html_text,
+    "pdf": _pdf_text,
+    "docx": _docx_text,
 }
 _OPEN_ERRORS = {
     errno.EACCES: "permission denied",

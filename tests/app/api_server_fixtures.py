@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import openai
 
-from app.api.server import ApiServer, ServerConfig
+from app.api.server import ApiServer
+from app.api.server_config import ServerConfig
 from app.events import (
     ConversationStarted,
     EngineEvent,

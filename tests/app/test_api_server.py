@@ -17,7 +17,8 @@ import openai
 import pytest
 from api_server_fixtures import LogWatch, Serving, start_serving
 
-from app.api.server import ApiServer, ServerConfig, ServerStartError
+from app.api.server import ApiServer, ServerStartError
+from app.api.server_config import ServerConfig
 from app.cli import main
 from app.stores.model_library import ModelLibrary
 from engine.errors import BadInputError

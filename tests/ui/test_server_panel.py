@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from app.api.api_streams import model_id
-from app.api.server import ServerState
+from app.api.server_config import ServerState
 from app.paths import app_paths
 from app.screen_text.server_view import (
     ServerPhase,
