@@ -27,6 +27,7 @@ from app.engine_requests import (
     UnloadModel,
 )
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
+from app.stores.stored_history import StoredHistory
 from app.summaries.summary_job import SummarySettings
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
@@ -71,9 +72,14 @@ class EngineClient(ABC):
         return self._submit(UnloadModel())
 
     def start_conversation(
-        self, system_prompt: str | None = None, history: Sequence[ChatMessage] = ()
+        self,
+        system_prompt: str | None = None,
+        history: Sequence[ChatMessage] | StoredHistory = (),
     ) -> int:
-        return self._submit(StartConversation(system_prompt, tuple(history)))
+        """A new conversation on the loaded model; `history` as a StoredHistory is read on
+        the engine's thread (a long chat's read must not hold up the window)."""
+        stored = history if isinstance(history, StoredHistory) else tuple(history)
+        return self._submit(StartConversation(system_prompt, stored))
 
     def send_message(
         self,

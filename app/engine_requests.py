@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
+from app.stores.stored_history import StoredHistory
 from app.summaries.summary_job import SummarySettings
 from engine.cancel import CancelToken
 from engine.generation.sampling import SamplingSettings
@@ -44,7 +45,7 @@ class UnloadModel:
 @dataclass(frozen=True)
 class StartConversation:
     system_prompt: str | None
-    history: tuple[ChatMessage, ...]
+    history: tuple[ChatMessage, ...] | StoredHistory  # the latter read on the engine's thread
 
 
 @dataclass(frozen=True)

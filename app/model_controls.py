@@ -35,6 +35,7 @@ from app.events import (
 from app.model_lifecycle.load_planning import ContextShape, LoadRequest, PlannedLoad
 from app.model_lifecycle.resident_model import ResidentModel
 from app.stores.model_library import prompt_format_for
+from app.stores.stored_history import StoredHistory
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
@@ -191,7 +192,9 @@ class ModelControls:
 
     def _start_conversation(self, entry: Queued) -> None:
         request: StartConversation = entry.request  # type: ignore[assignment]
-        self._session = ChatSession(
-            self._resident.require(), request.system_prompt, request.history
-        )
+        history = request.history
+        model = self._resident.require()
+        if isinstance(history, StoredHistory):
+            history = history.read()
+        self._session = ChatSession(model, request.system_prompt, history)
         self._emit(ConversationStarted(entry.request_id, len(self._session.messages)))

@@ -454,10 +454,8 @@ class ChatController(QObject):
         if state.needs_reload():
             self._reload_for_context(state.n_ctx())  # reopens this conversation when loaded
             return
-        history = state.history()
-        if self._held is not None:  # asked once the model has it all: not twice
-            history = history[:-1]
-        self.worker.start_conversation(None, history)
+        # read on the engine's thread; a held message is asked once it has the rest
+        self.worker.start_conversation(None, state.stored_history(self._held is not None))
 
     def _apply_context_length(self) -> None:
         if self.state.needs_reload():

@@ -19,6 +19,7 @@ from app.conversation.model_status import ModelStatus
 from app.events import ReplyFinished
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
+from app.stores.stored_history import StoredHistory
 from engine.generation.sampling import SamplingSettings
 from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
@@ -29,7 +30,7 @@ THINKING_KEY = "thinking"  # a conversation's Think choice, kept with its sampli
 NEW_TITLE = "New chat"
 TITLE_CHARS = 40
 WAIT_FOR_MODEL = "wait for the model to load"
-PAGE_MESSAGES = 200  # messages a chat opens with, and each scroll to its top reads more
+PAGE_MESSAGES = 100  # messages a chat opens with, and each scroll to its top reads more
 # A token is rarely over 16 characters (a run of spaces in code); twice that is a bound
 # no tokenizer passes in practice, so the history read back is all a window could hold.
 CHARS_PER_TOKEN_AT_MOST = 32
@@ -162,6 +163,13 @@ class ChatState:
         many as its context window could hold (a window of n tokens holds no more than
         CHARS_PER_TOKEN_AT_MOST * n characters), so a long chat opens at once."""
         return self.store.history(self._open_id(), CHARS_PER_TOKEN_AT_MOST * self.n_ctx())
+
+    def stored_history(self, leave_out_last: bool = False) -> StoredHistory:
+        """`history()`, to be read on the engine's thread: opening a long chat then costs
+        the window a page of what it shows, not the model's history too."""
+        conversation_id, max_chars = self._open_id(), CHARS_PER_TOKEN_AT_MOST * self.n_ctx()
+        through = self.store.last_position(conversation_id)
+        return StoredHistory(self.store.path, conversation_id, max_chars, through, leave_out_last)
 
     # --- the open conversation's settings ---
 

@@ -386,29 +386,44 @@ class ChatStore:
         )
         return Change(MESSAGES_TRUNCATED, conversation_id)
 
-    def history(self, conversation_id: int, max_chars: int | None = None) -> list[ChatMessage]:
+    def last_position(self, conversation_id: int) -> int | None:
+        """The newest message's position (None: no message yet), through the index."""
+        row = self._conn.execute(
+            "SELECT max(position) FROM messages WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        return row[0] if row is not None else None
+
+    def history(
+        self, conversation_id: int, max_chars: int | None = None, through: int | None = None
+    ) -> list[ChatMessage]:
         """What to send the model: the system prompt, then the messages worth keeping.
 
         Complete messages, plus an incomplete reply only if it has text (a reply
         cut short still says what the model said; an empty one says nothing).
         `max_chars`: only the newest messages up to that much text (a context window
         holds no more): a long conversation is read back a page at a time until then.
+        `through`: only messages up to that position (what the conversation held when the
+        history was asked for, if it is read later).
         """
         prompt = self.conversation(conversation_id).system_prompt
         if max_chars is None:
             messages = self.messages(conversation_id)
+            messages = [m for m in messages if through is None or m.position <= through]
         else:
-            messages = self._newest(conversation_id, max_chars)
+            messages = self._newest(conversation_id, max_chars, through)
         turns = [ChatMessage("system", prompt)] if prompt else []
         for message in messages:
             if message.complete or (message.role == "assistant" and message.content):
                 turns.append(ChatMessage(message.role, message.content, message.images))
         return turns
 
-    def _newest(self, conversation_id: int, max_chars: int) -> list[StoredMessage]:
-        """The newest messages whose text, together, reaches `max_chars` (all if fewer)."""
+    def _newest(
+        self, conversation_id: int, max_chars: int, through: int | None
+    ) -> list[StoredMessage]:
+        """The newest messages (up to position `through`) whose text, together, reaches
+        `max_chars` (all if fewer)."""
         pages: list[list[StoredMessage]] = []
-        chars, before = 0, None
+        chars, before = 0, (through + 1 if through is not None else None)
         while chars < max_chars:
             page = self.messages_before(conversation_id, HISTORY_PAGE, before, with_images=True)
             if not page:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from app.stores.chat_store import (
 )
 from app.stores.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID
 from app.stores.profile_store import ProfileStore
+from app.stores.stored_history import StoredHistory
 from engine.errors import BadInputError
 from engine.generation.stats import FinishReason, GenerationStats
 from engine.model.chat_message import ChatMessage
@@ -717,3 +719,24 @@ def test_a_long_conversation_is_read_back_a_page_and_a_context_window_at_a_time(
         "q8", answer, "q9", answer,
     ]  # fmt: skip
     assert len(store.history(conversation)) == 20 == len(store.history(conversation, 10**6))
+    q9 = store.messages(conversation)[-2].position  # asked for before the last answer came
+    assert [turn.content for turn in store.history(conversation, 250, through=q9)][-1] == "q9"
+
+
+def test_a_stored_history_is_read_where_it_is_asked_for(store: ChatStore) -> None:
+    conversation = store.create_conversation("Held", system_prompt="Be brief.").conversation_id
+    store.add_message(conversation, "user", "Hi")
+    store.add_message(conversation, "assistant", "Hello.")
+    store.add_message(conversation, "user", "Held while the model loads")
+    history = tuple(store.history(conversation))
+    answers: list[tuple[ChatMessage, ...]] = []
+    stored = StoredHistory(store.path, conversation, None, store.last_position(conversation))
+    store.add_message(conversation, "assistant", "Sent after it was asked for: not history")
+
+    def engine() -> None:  # another thread, with its own connection, as the engine's
+        answers.extend([stored.read(), replace(stored, leave_out_last=True).read()])
+
+    worker = threading.Thread(target=engine)
+    worker.start()
+    worker.join()
+    assert answers == [history, history[:-1]] and history[0] == ChatMessage("system", "Be brief.")
