@@ -4,10 +4,9 @@ The Qt event loop is driven by qasync, so panels can use asyncio (timers, file
 work) on the GUI thread without blocking it.
 
 Start-up work that takes a while runs on a thread while a Qt event loop keeps
-spinning on the GUI thread: probing the hardware (0.2 s here, mostly importing
-llama.cpp; more with GPU drivers to ask), then reading the built-in model's
-inventory (2.3 s, its 49k-token vocabulary), which the model list describes as
-soon as the window is built. The wizard waits only for the probe; the window
+spinning on the GUI thread: probing the hardware (0.12 s here; more with GPU drivers
+to ask), then reading the built-in model's inventory (0.08 s), which the model list
+describes as soon as the window is built. The wizard waits only for the probe; the window
 waits for both, and its own read of the built-in model then comes from
 `read_inventory`'s cache.
 """
