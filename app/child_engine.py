@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from app.events import FINAL_EVENTS, EngineEvent
+from app.events import FINAL_EVENTS, EngineEvent, RequestFailed
 from app.model_lifecycle.load_planning import LoadRequest
 from engine.child_process import death_reason
 
 log = logging.getLogger(__name__)
 
+ENDED = "the model's engine process has ended: the model loads again"
 EXIT_TIMEOUT_S = 10.0  # for the child to free its model and close its forwards
 _ERRORS_TAIL = 300
 
@@ -66,6 +67,7 @@ class ChildEngine:
         self.load_id = load.load_id
         self.load = load
         self._unanswered: dict[int, None] = {load.load_id: None}  # ordered, as submitted
+        self._ended = False  # its process is gone and on_exit was (or is being) told
         self._lock = threading.Lock()
         self.using: tuple[str, ...] = ()
         self.said = ""  # the split, and its prediction, in one line (app.lent_split)
@@ -93,7 +95,12 @@ class ChildEngine:
 
     def submit_as(self, request_id: int, request: object) -> None:
         with self._lock:
-            self._unanswered[request_id] = None
+            ended = self._ended
+            if not ended:
+                self._unanswered[request_id] = None
+        if ended:  # it died a moment ago: on_exit has its requests, not this one
+            self._on_event(RequestFailed(request_id, ENDED, bad_input=False))
+            return
         self._outbox.put(("submit", request_id, request))
 
     def cancel(self, request_id: int | None = None) -> None:
@@ -141,6 +148,7 @@ class ChildEngine:
         self._process.wait()
         self._connection.close()
         with self._lock:
+            self._ended = True
             unanswered = tuple(self._unanswered)
         reason = death_reason(self._process.returncode)
         self._on_exit(self, ChildEnded(unanswered, reason, self._last_error(), self.using))

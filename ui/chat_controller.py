@@ -474,6 +474,7 @@ class ChatController(QObject):
         self.model.begin(load)
         self.window.model_label.setText(self.model.label)
         self.window.plan_label.setText("planning…" if load.profile else plan_in_words(None))
+        self.window.input.setEnabled(True)  # closed only while no model is on its way
         if isinstance(load, PlannedLoad):
             self.model.request_id = self.worker.load_model(load.params, load.plan, load.profile)
         else:

@@ -16,7 +16,9 @@ the text in view does not jump. Clicks are resolved through the cards' own
 geometry: links in the text (copy a code block, fold a reasoning model's
 thinking, web links to the browser), thumbnails, and each message's
 Copy / Edit / Delete. While the view is scrolled up, "Jump to latest" brings the
-newest message back and new text no longer pulls the view down.
+newest message back and new text no longer pulls the view down. A long conversation
+comes a page at a time: scrolled near the top of what it holds, the view asks for the
+page before (older_wanted) and keeps the text in view where it was when it comes.
 """
 
 from __future__ import annotations
