@@ -168,7 +168,8 @@ class ChatState:
         """`history()`, to be read on the engine's thread: opening a long chat then costs
         the window a page of what it shows, not the model's history too."""
         conversation_id, max_chars = self._open_id(), CHARS_PER_TOKEN_AT_MOST * self.n_ctx()
-        through = self.store.last_position(conversation_id)
+        last = self.store.last_position(conversation_id)
+        through = last if last is not None else -1  # an empty chat's history stays empty
         return StoredHistory(self.store.path, conversation_id, max_chars, through, leave_out_last)
 
     # --- the open conversation's settings ---

@@ -226,3 +226,22 @@ def test_a_load_answer_for_an_older_request_is_ignored() -> None:
     event = ModelLoaded(4, "/models/a.gguf", "Old", "llama", 1, N_CTX, 0.1, {})
     assert not model.loaded(event) and not model.ready
     assert model.request().model_path == "/models/a.gguf" and model.budget() is None
+
+
+def test_the_history_asked_for_is_what_the_chat_held_then_even_read_later(
+    state: ChatState, store: ChatStore
+) -> None:
+    """The engine reads it after the window has moved on: a message sent in between is
+    asked on its own, never also as history (an empty chat's history stays empty)."""
+    empty = state.stored_history()
+    state.ask("First question")
+    assert empty.read() == ()
+    conversation = state.conversation_id
+    assert conversation is not None
+    store.update_message(state.reply.message_id, "First answer", True)  # type: ignore[union-attr]
+    state.reply = None
+    asked = state.stored_history()
+    state.ask("Second question")
+    assert [turn.content for turn in asked.read()] == ["First question", "First answer"]
+    held = state.stored_history(leave_out_last=True)  # the second is held for the model
+    assert [turn.content for turn in held.read()] == ["First question", "First answer"]
