@@ -19,16 +19,17 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from app.events import FINAL_EVENTS, EngineEvent, RequestFailed
+from app.events import FINAL_EVENTS, EngineEvent, ModelLoaded, RequestFailed
 from app.model_lifecycle.load_planning import LoadRequest
 from engine.child_process import death_reason
 
 log = logging.getLogger(__name__)
 
+NO_IMAGES_WHEN_SPLIT = "a model split across lent computers does not see images yet"
 ENDED = "the model's engine process has ended: the model loads again"
 EXIT_TIMEOUT_S = 10.0  # for the child to free its model and close its forwards
 _ERRORS_TAIL = 300
@@ -64,7 +65,6 @@ class ChildEngine:
         on_exit: Callable[[ChildEngine, ChildEnded], None],
     ) -> None:
         self._on_event, self._on_exit = on_event, on_exit
-        self.load_id = load.load_id
         self.load = load
         self._unanswered: dict[int, None] = {load.load_id: None}  # ordered, as submitted
         self._ended = False  # its process is gone and on_exit was (or is being) told
@@ -157,7 +157,20 @@ class ChildEngine:
         if isinstance(event, FINAL_EVENTS):
             with self._lock:
                 self._unanswered.pop(event.request_id, None)
+        if event.request_id == self.load.load_id:
+            event = self._of_the_load(event)
         self._on_event(event)
+
+    def _of_the_load(self, event: EngineEvent) -> EngineEvent:
+        """The load's answer says the split; a refused one keeps no model (the window's
+        was unloaded for the split), so it is not the user's mistake to undo."""
+        if isinstance(event, RequestFailed):
+            return replace(event, bad_input=False)
+        if isinstance(event, ModelLoaded):
+            said = " · ".join(line for line in (self.said, self.weights) if line)
+            problem = NO_IMAGES_WHEN_SPLIT if self.load.request.mmproj_path else None
+            return replace(event, split=said, vision_problem=problem or event.vision_problem)
+        return event
 
     def _last_error(self) -> str:
         self._errors.seek(0)

@@ -17,7 +17,6 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 
 from app.api.engine_calls import ApiJob
 from app.child_engine import ChildEnded, ChildEngine, LentLoad
@@ -30,7 +29,7 @@ from app.engine_requests import (
     SetPlacement,
     UnloadModel,
 )
-from app.events import FINAL_EVENTS, EngineEvent, EngineLost, ModelLoaded, RequestFailed
+from app.events import FINAL_EVENTS, EngineEvent, EngineLost, RequestFailed
 from app.lent_computers import reached_computers
 from app.worker import EngineWorker
 from engine.errors import BadInputError
@@ -41,7 +40,6 @@ SPLIT_PLACEMENT = (
     "the model runs across the lent computers, split as planned for them: turn off "
     "'Run models across these computers' to place it on this computer"
 )
-NO_IMAGES_WHEN_SPLIT = "a model split across lent computers does not see images yet"
 API_REFUSED = "the window's model runs across lent computers; the API loads models here only"
 
 
@@ -120,7 +118,7 @@ class EngineRouter(EngineClient):
         self.here.submit_as(unloading, UnloadModel())
         with self._lock:
             load = LentLoad(request_id, request.request, self._left_out, self.here_bytes)
-            self._child = ChildEngine(load, self._from_child, self._child_ended)
+            self._child = ChildEngine(load, self._on_event, self._child_ended)
 
     def _from_here(self, event: EngineEvent) -> None:
         with self._lock:
@@ -129,18 +127,6 @@ class EngineRouter(EngineClient):
                 self._ours.discard(event.request_id)
         if not ours:
             self._on_event(event)
-
-    def _from_child(self, event: EngineEvent) -> None:
-        child = self._child
-        if isinstance(event, RequestFailed) and child and event.request_id == child.load_id:
-            # the model here was unloaded for the split: a refused split leaves none loaded
-            event = replace(event, bad_input=False)
-        elif isinstance(event, ModelLoaded) and child is not None:
-            said = " · ".join(line for line in (child.said, child.weights) if line)
-            event = replace(event, split=said)
-            if child.load.request.mmproj_path is not None:  # the split loads no projector
-                event = replace(event, vision_problem=NO_IMAGES_WHEN_SPLIT)
-        self._on_event(event)
 
     def _end_child(self) -> ChildEngine | None:
         """Stop the child engine, if one runs, without waiting for it; which it was."""
@@ -168,14 +154,14 @@ class EngineRouter(EngineClient):
                 self._on_event(RequestFailed(request_id, "the model was unloaded", False))
             return
         gone = self._gone(ended.using)
-        loading = child.load_id in ended.unanswered
+        loading = child.load.load_id in ended.unanswered
         what = (
             f"the lent computer {', '.join(gone)} stopped answering"
             if gone
             else f"the model's engine process {ended.reason}"
         )
         for request_id in ended.unanswered:
-            during = "while the model loaded" if request_id == child.load_id else "mid-reply"
+            during = "while the model loaded" if request_id == child.load.load_id else "mid-reply"
             self._on_event(RequestFailed(request_id, f"{what} {during}", bad_input=False))
         with self._lock:
             self._left_out |= frozenset(gone)

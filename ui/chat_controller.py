@@ -73,7 +73,6 @@ class ChatController(QObject):
         self._first_load = load
         self.model = ModelStatus(load)
         self.state = ChatState(store, settings, self.model)
-        self._held: str | None = None  # a message sent while the model loads, saved, not yet asked
         self.actions = MessageActions(window, worker, self.state, self.send, self._open)
         self._connect()
 
@@ -231,16 +230,15 @@ class ChatController(QObject):
             self._refresh_list()
         self.window.chat_view.add_message(turn.asked)
         self.window.chat_view.add_message(turn.reply)
-        self._held = text
         self.window.set_busy(True)
         self.window.statusBar().showMessage(SENT_WHEN_LOADED, 8000)
 
     def _ask_held(self) -> None:
         """The model has loaded (and been given the conversation before the held message)."""
-        text, self._held = self._held, None
-        assert text is not None and self.state.reply is not None
-        self.state.reply.request_id = self.worker.send_message(
-            text, self.state.sampling(), thinking=self.state.thinking()
+        held = self.state.held
+        assert held is not None
+        held.request_id = self.worker.send_message(
+            held.asked, self.state.sampling(), thinking=self.state.thinking()
         )
 
     def export_chat(self) -> None:
@@ -273,8 +271,7 @@ class ChatController(QObject):
 
     def stop(self) -> None:
         reply = self.state.reply
-        if self._held is not None:  # never asked: it ends here, empty, and the message stays
-            self._held = None
+        if self.state.held is not None:  # never asked: it ends here, empty; the message stays
             row = self.state.failed(None)
             if row is not None:
                 self._end_reply(row)
@@ -363,7 +360,7 @@ class ChatController(QObject):
         if self.conversation_id is not None:
             self._open(redraw=False)
         self._show_empty_state()
-        if self._held is not None and self.model.ready:  # else a reload for its context comes
+        if self.state.held is not None and self.model.ready:  # else a reload for its context comes
             self._ask_held()
 
     def _on_token(self, request_id: int, text: str) -> None:
@@ -455,7 +452,7 @@ class ChatController(QObject):
             self._reload_for_context(state.n_ctx())  # reopens this conversation when loaded
             return
         # read on the engine's thread; a held message is asked once it has the rest
-        self.worker.start_conversation(None, state.stored_history(self._held is not None))
+        self.worker.start_conversation(None, state.stored_history(state.held is not None))
 
     def _apply_context_length(self) -> None:
         if self.state.needs_reload():
@@ -469,7 +466,7 @@ class ChatController(QObject):
     def _load(self, load: LoadRequest | PlannedLoad) -> None:
         """Queue the load (the old model is freed first). The input stays open: a message
         sent before ModelLoaded is held, and asked once the model has loaded."""
-        if self._held is None:
+        if self.state.held is None:
             self.stop()
         self.model.begin(load)
         self.window.model_label.setText(self.model.label)

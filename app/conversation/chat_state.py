@@ -41,8 +41,9 @@ WAIT_FOR_REPLY = "wait for the current reply (Esc stops it)"
 class Reply:
     """The reply being streamed: its request, its saved row, and what it said so far."""
 
-    request_id: int | None
+    request_id: int | None  # None: not asked yet (held while the model loads)
     message_id: int
+    asked: str  # the message it answers
     text: str = ""
     thinking: str = ""  # a reasoning model's thinking, apart from the answer
     stats: dict | None = None
@@ -235,10 +236,16 @@ class ChatState:
         retitled = self._retitle(text)
         change = self.store.add_message(conversation_id, "assistant", "", complete=False)
         assert change.message_id is not None and asked.message_id is not None
-        self.reply = Reply(None, change.message_id)
+        self.reply = Reply(None, change.message_id, text)
         names = tuple(image.name for image in images)
         row = MessageRow(asked.message_id, "user", text, image_names=names)
         return Turn(row, self.reply.row(streaming=True), retitled)
+
+    @property
+    def held(self) -> Reply | None:
+        """The reply to a message sent while the model loaded, not asked of it yet."""
+        reply = self.reply
+        return reply if reply is not None and reply.request_id is None else None
 
     def streamed(self, request_id: int, text: str = "", thinking: str = "") -> Reply | None:
         """A piece of the reply (None when it is another request's); saved now and then."""
