@@ -154,12 +154,17 @@ class ChatController(QObject):
 
     # --- actions ---
 
-    def start(self, conversation_id: int | None = None) -> None:
-        """Recover what a crash left, open the given (else newest) conversation, load the model."""
+    def start(self, conversation_id: int | None = None, loading: int | None = None) -> None:
+        """Recover what a crash left, open the given (else newest) conversation, load the model
+        (`loading`: the id of its load, queued already by whoever started the engine)."""
         self.state.open_first(conversation_id)
         self._refresh_list()
         self._show_conversation()
-        self._load(self._first_load)
+        if loading is None:
+            self._load(self._first_load)
+        else:
+            self._begin(self._first_load)
+            self.model.request_id = loading
 
     def load_model(self, model_path: str, mmproj: str | None = None) -> None:
         """Switch to another model (with its projector, if paired) under the same budget;
@@ -468,14 +473,18 @@ class ChatController(QObject):
         sent before ModelLoaded is held, and asked once the model has loaded."""
         if self.state.held is None:
             self.stop()
-        self.model.begin(load)
-        self.window.model_label.setText(self.model.label)
-        self.window.plan_label.setText("planning…" if load.profile else plan_in_words(None))
-        self.window.input.setEnabled(True)  # closed only while no model is on its way
+        self._begin(load)
         if isinstance(load, PlannedLoad):
             self.model.request_id = self.worker.load_model(load.params, load.plan, load.profile)
         else:
             self.model.request_id = self.worker.load_planned(load)
+
+    def _begin(self, load: LoadRequest | PlannedLoad) -> None:
+        """A load is on its way: say so, and keep the input open."""
+        self.model.begin(load)
+        self.window.model_label.setText(self.model.label)
+        self.window.plan_label.setText("planning…" if load.profile else plan_in_words(None))
+        self.window.input.setEnabled(True)  # closed only while no model is on its way
 
     def _show_conversation(self) -> None:
         if self.conversation_id is None:

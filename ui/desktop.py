@@ -11,9 +11,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QIcon
 
+from app.early_engine import EarlyEngine
 from app.engine_router import EngineRouter
 from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.screen_text.model_choices import picker_entries
@@ -56,11 +57,14 @@ class Desktop:
         settings: SamplingSettings | None = None,
         read_gpu: GpuReader = read_first_gpu,
         theme: ThemeManager | None = None,
+        early: EarlyEngine | None = None,
     ) -> None:
         """`theme` is the app's (run_gui applies it); without one the window follows a
-        manager of its own that restyles nothing but the conversation."""
+        manager of its own that restyles nothing but the conversation. `early`: the engine,
+        already loading the model (app.early_engine), taken over instead of starting one."""
         self.bridge = EngineBridge()
-        self.worker = EngineRouter(self.bridge).start()
+        self._early = early
+        self.worker = early.engine if early is not None else EngineRouter(self.bridge).start()
         self.window = MainWindow()
         self.window.setWindowIcon(QIcon(str(ICON)))
         self.models = ModelLibrary()
@@ -68,8 +72,7 @@ class Desktop:
         self.model_drop.watch(self.window.chat_view)  # else the view takes file drops itself
         self.store = ChatStore()
         self.state = WindowState()
-        mmproj = self._projector_of(model_path)
-        load = LoadRequest(model_path, n_ctx, profile, mmproj_path=mmproj)  # planned on the worker
+        load = early.load if early is not None else self._load_request(model_path, n_ctx, profile)
         self.chat = ChatController(
             self.window, self.worker, self.bridge, self.store, load, settings or SamplingSettings()
         )
@@ -219,9 +222,13 @@ class Desktop:
             self.download_suggested(*wizard.download_choice)
 
     def start(self) -> Desktop:
-        """Restore the window and the last conversation, start loading the model, show."""
+        """Restore the window and the last conversation, start loading the model (or take
+        the load started early), show."""
         conversation = self.state.restore(self.window)
-        self.chat.start(conversation)
+        early = self._early
+        self.chat.start(conversation, loading=None if early is None else early.request_id)
+        if early is not None:  # what the engine said meanwhile comes as from the loop
+            QTimer.singleShot(0, lambda: early.events.pass_to(self.bridge))
         self.show_models(None)
         if self.store.recovered_from is not None:
             self._say(
@@ -253,12 +260,14 @@ class Desktop:
             self.store.close()
             self.models.close()
 
+    def _load_request(self, model_path: str, n_ctx: int, profile: Profile | None) -> LoadRequest:
+        """The first load, planned on the worker."""
+        return LoadRequest(model_path, n_ctx, profile, mmproj_path=self._projector_of(model_path))
+
     def _projector_of(self, model_path: str) -> str | None:
         """The vision projector paired with this model in the model list, if its file exists."""
-        entry = self.models.find(model_path) if model_path else None
-        if entry is None or not entry.mmproj_exists or entry.mmproj_path is None:
-            return None
-        return str(entry.mmproj_path)
+        projector = self.models.projector_of(model_path) if model_path else None
+        return None if projector is None else str(projector)
 
     def _show_server(self, view: ServerView) -> None:
         """The status bar's API label; while it serves, the VRAM panel predicts its slots."""

@@ -3,12 +3,13 @@
 The Qt event loop is driven by qasync, so panels can use asyncio (timers, file
 work) on the GUI thread without blocking it.
 
-Start-up work that takes a while runs on a thread while a Qt event loop keeps
-spinning on the GUI thread: probing the hardware (0.12 s here; more with GPU drivers
-to ask), then reading the built-in model's inventory (0.08 s), which the model list
-describes as soon as the window is built. The wizard waits only for the probe; the window
-waits for both, and its own read of the built-in model then comes from
-`read_inventory`'s cache.
+On a machine profiled already, `shardchat gui` has started the engine with the model's
+load queued before Qt was imported (app.early_engine): the window takes it over, and
+the load's C part runs while Qt is imported and the window built. On a first launch,
+probing the hardware (25 ms here; more with GPU drivers to ask) and reading the
+built-in model's inventory (70 ms) run on a thread while a Qt event loop keeps spinning;
+the wizard waits only for the probe, the window for both, and its own read of the
+built-in model then comes from `read_inventory`'s cache.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import qasync
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QDialog
 
+from app.early_engine import EarlyEngine
 from app.model_lifecycle.load_planning import stored_profile
 from app.profiling_job import needs_profiling
 from app.stop_signals import exit_now
@@ -44,11 +46,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> int:
+def run_gui(
+    model_path: str, n_ctx: int = 4096, model_chosen: bool = False, early: EarlyEngine | None = None
+) -> int:
     """Open the window on `model_path` and run until it is closed; returns the exit code.
 
-    On a machine never profiled, the first-launch wizard comes first; the model it
-    chooses is used unless one was named on the command line (`model_chosen`).
+    `early`: the engine, started with the model's load queued before Qt was imported
+    (a machine profiled already). Without it, on a machine never profiled, the
+    first-launch wizard comes first; the model it chooses is used unless one was named
+    on the command line (`model_chosen`).
     """
     app = QApplication.instance() or QApplication(sys.argv[:1])
     if not isinstance(app, QApplication):  # widgets cannot run under a bare QCoreApplication
@@ -57,12 +63,15 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     app.setDesktopFileName("shardchat")
     theme = ThemeManager(parent=app)
     theme.apply(app)  # before the wizard, so it too follows the system's light or dark
+    exit_when_ready = os.environ.get(EXIT_WHEN_READY_ENV) == "1"
+    if early is not None:
+        desktop = Desktop(model_path, early.load.profile, n_ctx, theme=theme, early=early)
+        return run_desktop(app, desktop.start(), exit_when_ready)
     start_up = ThreadPoolExecutor(max_workers=1, thread_name_prefix="start-up")
     probed = start_up.submit(probe_hardware)
     builtin_read = start_up.submit(read_builtin_model)
     start_up.shutdown(wait=False)  # both still run, in that order
     hardware = wait_spinning(probed)
-    exit_when_ready = os.environ.get(EXIT_WHEN_READY_ENV) == "1"
     wizard_choice: str | None = None
     suggested_download: tuple[str, str] | None = None  # a Hub model the wizard suggested
     if needs_profiling(hardware):
@@ -82,11 +91,16 @@ def run_gui(model_path: str, n_ctx: int = 4096, model_chosen: bool = False) -> i
     wait_spinning(builtin_read)  # the model list, from here on, describes it
     if wizard_choice is not None:
         model_path = remember_default_model(wizard_choice)
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
     desktop = Desktop(model_path, stored_profile(), n_ctx, theme=theme).start()
     if suggested_download is not None:
         desktop.download_suggested(*suggested_download)
+    return run_desktop(app, desktop, exit_when_ready)
+
+
+def run_desktop(app: QApplication, desktop: Desktop, exit_when_ready: bool) -> int:
+    """Run the started desktop's event loop (asyncio's too) until the window is closed."""
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
     exit_code = [0]
     if exit_when_ready:
         _quit_when_loaded(app, desktop, exit_code)

@@ -14,7 +14,7 @@ import sys
 
 from app.command_line.arg_types import add_prompt_format_option
 from app.command_line.sampling_options import add_sampling_options
-from app.commands.chat_command import run_chat
+from app.early_engine import start_engine_early
 from app.qt_platform_check import platform_problem
 from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import SamplingSettings
@@ -33,7 +33,7 @@ def has_display() -> bool:
 def library_default() -> str:
     """The model chosen as default in the model manager (the embedded one until then)."""
     with ModelLibrary() as models:
-        return str(models.default().path)
+        return str(models.default_path())
 
 
 def run_gui_command(args: argparse.Namespace) -> int:
@@ -48,9 +48,10 @@ def run_gui_command(args: argparse.Namespace) -> int:
             return EXIT_CANNOT_START
         print(f"{problem.message()}; starting the terminal chat instead", file=sys.stderr)
         return _terminal_chat(args, model_path)
+    early = start_engine_early(model_path, args.ctx)  # loads while Qt is imported
     from ui.gui_main import run_gui  # Qt loads here, and only here
 
-    return run_gui(model_path, n_ctx=args.ctx, model_chosen=args.model is not None)
+    return run_gui(model_path, n_ctx=args.ctx, model_chosen=args.model is not None, early=early)
 
 
 def _on_a_terminal() -> bool:
@@ -59,6 +60,8 @@ def _on_a_terminal() -> bool:
 
 
 def _terminal_chat(args: argparse.Namespace, model_path: str) -> int:
+    from app.commands.chat_command import run_chat  # the window never needs it
+
     return run_chat(terminal_chat_args(model_path, args.ctx, args.verbose))
 
 

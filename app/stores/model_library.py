@@ -162,8 +162,7 @@ class ModelLibrary:
 
     def models(self) -> list[ModelEntry]:
         """The built-in model first (when installed), then stored ones in the order added."""
-        rows = self._conn.execute(_SELECT + " ORDER BY id").fetchall()
-        stored = [_entry_from_row(row) for row in rows]
+        stored = self._stored()
         if self._builtin_path is None:
             return stored
         has_default = any(entry.is_default for entry in stored)
@@ -172,12 +171,26 @@ class ModelLibrary:
     def find(self, path: str | os.PathLike[str]) -> ModelEntry | None:
         """The listed entry for this file (any spelling of its path, links followed), or None."""
         wanted = _resolved(path)
-        entries = self.models()
-        exact = next((entry for entry in entries if entry.path == wanted), None)
-        if exact is not None:
-            return exact
-        real = wanted.resolve()
-        return next((entry for entry in entries if entry.path.resolve() == real), None)
+        return _matching(self.models(), wanted)
+
+    def projector_of(self, path: str | os.PathLike[str]) -> Path | None:
+        """The projector paired with this listed model, if its file exists. Unlike find(),
+        it never reads the built-in model's header (it has no projector): the window asks
+        this before its model starts loading."""
+        entry = _matching(self._stored(), _resolved(path))
+        if entry is None or not entry.mmproj_exists:
+            return None
+        return entry.mmproj_path
+
+    def default_path(self) -> Path:
+        """The file default() names, without reading the built-in model's header where that
+        is the one (about 75 ms, on the way to the window's first load)."""
+        chosen = next((entry for entry in self._stored() if entry.is_default), None)
+        if chosen is None and self._builtin_path is not None:
+            return self._builtin_path
+        if chosen is not None and chosen.exists:
+            return chosen.path
+        return self.default().path  # the chosen file is gone: default() says what then
 
     def default(self) -> ModelEntry:
         """The model to load when none is named: the user's choice while its file exists."""
@@ -308,6 +321,10 @@ class ModelLibrary:
             )
         log.info("projector of %s is now %s", model_path, projector)
 
+    def _stored(self) -> list[ModelEntry]:
+        rows = self._conn.execute(_SELECT + " ORDER BY id").fetchall()
+        return [_entry_from_row(row) for row in rows]
+
     def _builtin_entry(self, is_default: bool) -> ModelEntry:
         path = self._builtin_path
         assert path is not None
@@ -436,6 +453,15 @@ def _resolved(path: str | os.PathLike[str]) -> Path:
     into its blobs/ folder, and only the link's name says what it is (and where its
     split parts and projector lie)."""
     return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def _matching(entries: list[ModelEntry], wanted: Path) -> ModelEntry | None:
+    """The entry of this path as written, else of the same file (links followed)."""
+    exact = next((entry for entry in entries if entry.path == wanted), None)
+    if exact is not None:
+        return exact
+    real = wanted.resolve()
+    return next((entry for entry in entries if entry.path.resolve() == real), None)
 
 
 def _display_name(path: Path) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -236,7 +237,8 @@ def read_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     """
     model_path = check_model_path(path).resolve()
     versions = tuple(_file_version(p) for p in split_parts(model_path))
-    return _read_inventory(str(model_path), versions)
+    with _READING:  # a second asker of the same file takes the first one's result
+        return _read_inventory(str(model_path), versions)
 
 
 def inventory_from_headers(
@@ -270,6 +272,9 @@ def _file_version(path: Path) -> tuple[str, int, int]:
     except OSError:
         return str(path), -1, -1  # a missing part: refused when read, and not cached stale
     return str(path), stat.st_size, stat.st_mtime_ns
+
+
+_READING = threading.Lock()  # the window's model list and the engine's first load ask at once
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "installer"))
 
-from startup_time import launch_until_ready  # noqa: E402
+from startup_time import launch_until_ready, store_smoke_profile  # noqa: E402
 
 SHARDCHAT = Path(sys.executable).parent / "shardchat"
 
@@ -25,3 +25,16 @@ def test_first_launch_shows_the_wizard_then_the_window_with_its_model(tmp_path: 
     assert launch.wizard_s is not None, "an empty data folder must open the profiling wizard"
     assert launch.open_s is not None and launch.open_s >= launch.wizard_s
     assert launch.window_s is not None and launch.window_s >= launch.open_s
+
+
+def test_a_returning_user_s_launch_loads_the_model_under_the_window(tmp_path: Path) -> None:
+    """A profiled machine: no wizard; the model's load is queued before Qt is imported
+    (app.early_engine), and the window shows it loaded."""
+    home, data = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    store_smoke_profile(SHARDCHAT, home, data)
+    launch = launch_until_ready(SHARDCHAT, home, data, args=["gui"])
+    assert launch.returncode == 0, "\n".join(launch.output)
+    assert launch.wizard_s is None, "a profiled machine goes straight to the window"
+    assert launch.open_s is not None and launch.window_s is not None
+    assert launch.window_s >= launch.open_s

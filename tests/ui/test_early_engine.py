@@ -1,0 +1,93 @@
+"""`shardchat gui` on a profiled machine queues the model's load before Qt is imported
+(app.early_engine); the window then takes that engine over. Its events, held until the
+window is there, arrive in order; a message typed meanwhile is answered once."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from PySide6.QtCore import Qt
+
+from app.early_engine import EarlyEngine, HeldEvents, start_engine_early
+from app.events import ModelUnloaded
+from app.stores.profile_store import ProfileStore
+from engine.machine.hardware import probe_hardware
+from tests.ui.conftest import SHORT, TIMEOUT_MS, no_gpu
+from ui.desktop import Desktop
+
+
+def store_as_this_machines(profile) -> None:
+    hardware = probe_hardware()
+    with ProfileStore() as store:
+        store.save(replace(profile, llama_build=hardware.llama_build))
+
+
+def adopt(qtbot, desktops, model, early: EarlyEngine) -> Desktop:
+    desktop = Desktop(str(model), early.load.profile, 1024, SHORT, no_gpu, early=early)
+    desktops.append(desktop)
+    qtbot.addWidget(desktop.window)
+    desktop.start()
+    return desktop
+
+
+def test_an_unprofiled_machine_starts_no_engine_early(default_model_file) -> None:
+    assert start_engine_early(str(default_model_file), 1024) is None  # the wizard comes first
+
+
+def test_the_window_takes_over_a_load_that_finished_before_it_was_built(
+    qtbot, desktops, default_model_file, recorded_profile_here
+) -> None:
+    store_as_this_machines(recorded_profile_here)
+    early = start_engine_early(str(default_model_file), 1024)
+    assert early is not None and early.load.profile is not None
+    qtbot.waitUntil(lambda: early.events.held > 0, timeout=TIMEOUT_MS)  # the load's answer
+    desktop = adopt(qtbot, desktops, default_model_file, early)
+    assert not desktop.chat.model_ready  # the held answer comes through the event loop
+    with qtbot.waitSignal(desktop.bridge.model_loaded, timeout=TIMEOUT_MS) as loaded:
+        pass
+    assert loaded.args[0].request_id == early.request_id and desktop.chat.model_ready
+    assert "SmolLM2" in desktop.window.model_label.text()
+    with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
+        qtbot.keyClicks(desktop.window.input, "Say yes.")
+        qtbot.keyClick(desktop.window.input, Qt.Key.Key_Return)
+    said = [m.content for m in desktop.store.messages(desktop.chat.conversation_id)]
+    assert said == ["Say yes.", finished.args[0].text] and finished.args[0].text.strip()
+
+
+def test_a_message_typed_before_the_early_load_ends_is_answered_once(
+    qtbot, desktops, default_model_file, recorded_profile_here
+) -> None:
+    store_as_this_machines(recorded_profile_here)
+    early = start_engine_early(str(default_model_file), 1024)
+    assert early is not None
+    desktop = adopt(qtbot, desktops, default_model_file, early)
+    with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
+        qtbot.keyClicks(desktop.window.input, "Say yes.")
+        qtbot.keyClick(desktop.window.input, Qt.Key.Key_Return)
+        assert not desktop.chat.model_ready  # held: no event has run yet
+    said = [m.content for m in desktop.store.messages(desktop.chat.conversation_id)]
+    assert said == ["Say yes.", finished.args[0].text] and finished.args[0].text.strip()
+
+
+def test_held_events_pass_on_in_order_while_more_arrive() -> None:
+    """Events sent from another thread while the held ones are passed on wait for them."""
+    received: list[int] = []
+    held = HeldEvents()
+    sent = threading.Event()
+    count = 2000
+
+    def send() -> None:
+        for number in range(count):
+            held(ModelUnloaded(number, None))
+            if number == count // 2:
+                sent.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    sent.wait()
+    held.pass_to(lambda event: received.append(event.request_id))
+    sender.join()
+    assert received == list(range(count)) and held.held == 0
+    held(ModelUnloaded(count, None))  # passed straight on now
+    assert received[-1] == count and held.held == 0
