@@ -17,8 +17,6 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from markdown_it import MarkdownIt
-
 from app.stores.atomic_files import write_text_atomic
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
@@ -118,6 +116,8 @@ def _closed_fences(text: str) -> str:
     Only a fence at the top level matters: one inside a list or a quote ends with
     its container when the next heading starts.
     """
+    from markdown_it import MarkdownIt  # an export only: the chat list opens without it
+
     tokens = MarkdownIt("commonmark").parse(text)
     fences = [t for t in tokens if t.type == "fence" and t.level == 0 and t.map]
     if not fences:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from app.stores.profile_store import ProfileStore
 from app.stores.remote_machines import RemoteMachine
 from engine.errors import BadInputError
-from engine.profiling.remote_steps import measured_speed
 from engine.remote.addresses import RemoteAddress, parse_address
 from engine.remote.lent_budget import REMOTE_SHARE
 from engine.remote.link_measure import LinkFigures, measure_link
@@ -104,6 +103,8 @@ def _probed(
     with RpcSession.open(host, port) as session:
         server, link = session.server, measure_link(session)
     say(f"Measuring the speed of {host}:{port}...")
+    from engine.profiling.remote_steps import measured_speed  # the profiler's models
+
     return server, link, measured_speed(f"{host}:{port}")
 
 

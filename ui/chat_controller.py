@@ -14,7 +14,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal, SignalInstance
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QListWidgetItem
 
-from app.chat_export import export_conversation
 from app.conversation.chat_state import WAIT_FOR_MODEL, WAIT_FOR_REPLY, ChatState
 from app.conversation.message_row import MessageRow
 from app.conversation.model_status import ModelStatus
@@ -258,6 +257,8 @@ class ChatController(QObject):
             self.export_to(Path(path))
 
     def export_to(self, path: Path) -> Path | None:
+        from app.chat_export import export_conversation  # its Markdown parser: when used
+
         assert self.conversation_id is not None
         try:
             written = export_conversation(self.store, self.conversation_id, path)

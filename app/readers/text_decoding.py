@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import codecs
 
-import charset_normalizer
-
 from app.readers.extraction import Extracted, UnreadableDocument
 
 _BYTE_ORDER_MARKS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
@@ -76,6 +74,8 @@ def _detected(data: bytes) -> Extracted:
 
 
 def _likeliest_encoding(data: bytes) -> str | None:
+    import charset_normalizer  # its models: only for text no encoding above reads
+
     matches = list(charset_normalizer.from_bytes(data))
     if not matches:
         return None

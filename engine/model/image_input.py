@@ -41,6 +41,7 @@ warning would turn a one-line refusal into three lines.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -48,10 +49,12 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-
-from PIL import Image, PngImagePlugin, UnidentifiedImageError
+from typing import TYPE_CHECKING
 
 from engine.errors import BadInputError
+
+if TYPE_CHECKING:  # Pillow itself comes with the first image (_pillow)
+    from PIL import Image
 
 ACCEPTED_FORMATS = {"PNG": "PNG", "JPEG": "JPEG", "WEBP": "WebP", "BMP": "BMP", "GIF": "GIF"}
 READ_AS = {"MPO": "JPEG"}  # a JPEG with more pictures after it: its first is read
@@ -60,10 +63,17 @@ MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_PIXELS = 64_000_000  # decoding more takes gigabytes of RAM; no encoder wants it
 MIN_SIDE_PX = 2
 
-Image.MAX_IMAGE_PIXELS = MAX_PIXELS
-PngImagePlugin.MAX_TEXT_CHUNK = 1024 * 1024
-PngImagePlugin.MAX_TEXT_MEMORY = 64 * 1024 * 1024
-warnings.filterwarnings("ignore", module=r"PIL\.")
+
+@functools.cache
+def _pillow() -> None:
+    """Import Pillow and set its limits, at the first image: the window and the engine
+    start without it (about 15 ms)."""
+    from PIL import Image, PngImagePlugin
+
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    PngImagePlugin.MAX_TEXT_CHUNK = 1024 * 1024
+    PngImagePlugin.MAX_TEXT_MEMORY = 64 * 1024 * 1024
+    warnings.filterwarnings("ignore", module=r"PIL\.")
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,9 @@ def _loaded(data: bytes, name: str) -> tuple[Image.Image, str]:
     """The first frame decoded, and a note on the frames left out."""
     if not data:
         raise BadInputError(f"{name}: the file is empty (zero bytes)")
+    _pillow()
+    from PIL import Image
+
     image = _open(data, name)
     try:
         note = _first_frame_note(image)
@@ -181,6 +194,8 @@ def _loaded(data: bytes, name: str) -> tuple[Image.Image, str]:
 
 def _open(data: bytes, name: str) -> Image.Image:
     """Read the header only, and check what it says before any pixel is decoded."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
@@ -219,6 +234,8 @@ def _damaged(name: str, exc: Exception) -> BadInputError:
 def _downscaled(image: Image.Image, max_side_px: int) -> Image.Image:
     """The longer side at max_side_px; the shorter never below MIN_SIDE_PX, so a long thin
     strip that passed the size check is not squeezed to one pixel on its way to the encoder."""
+    from PIL import Image
+
     scale = max_side_px / max(image.size)
     size = [max(MIN_SIDE_PX, round(side * scale)) for side in image.size]
     return image.resize((size[0], size[1]), Image.Resampling.LANCZOS, reducing_gap=2.0)
@@ -238,6 +255,8 @@ def _first_frame_note(image: Image.Image) -> str:
 
 def _as_rgb(image: Image.Image) -> Image.Image:
     """RGB pixels; transparent areas become white, as most viewers show them."""
+    from PIL import Image
+
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))

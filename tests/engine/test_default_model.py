@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from engine.model.default_model import default_model_path
+from engine.model.default_model import _listed_model_path, default_model_path
 from engine.model.inventory import read_inventory
 
 
@@ -27,3 +27,8 @@ def test_locating_the_default_model_does_not_import_its_package_or_llm() -> None
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_package_folder_and_the_distribution_s_file_list_name_the_same_file() -> None:
+    """The bundle has no package folder to find; its file list must give the same file."""
+    assert _listed_model_path() == default_model_path()
