@@ -15,6 +15,7 @@ import sys
 from app.command_line.arg_types import add_prompt_format_option
 from app.command_line.sampling_options import add_sampling_options
 from app.early_engine import start_engine_early
+from app.interpreter_sharing import share_the_interpreter_quickly
 from app.qt_platform_check import platform_problem
 from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import SamplingSettings
@@ -48,6 +49,7 @@ def run_gui_command(args: argparse.Namespace) -> int:
             return EXIT_CANNOT_START
         print(f"{problem.message()}; starting the terminal chat instead", file=sys.stderr)
         return _terminal_chat(args, model_path)
+    share_the_interpreter_quickly()  # the engine's load beside the GUI thread's Python
     early = start_engine_early(model_path, args.ctx)  # loads while Qt is imported
     from ui.gui_main import run_gui  # Qt loads here, and only here
 

@@ -4,12 +4,18 @@ window is there, arrive in order; a message typed meanwhile is answered once."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import replace
 
+import pytest
+
 from PySide6.QtCore import Qt
 
+import ui.gui_main
+from app.cli import main
 from app.early_engine import EarlyEngine, HeldEvents, start_engine_early
+from app.interpreter_sharing import SWITCH_INTERVAL_S
 from app.events import ModelUnloaded
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
@@ -91,3 +97,29 @@ def test_held_events_pass_on_in_order_while_more_arrive() -> None:
     assert received == list(range(count)) and held.held == 0
     held(ModelUnloaded(count, None))  # passed straight on now
     assert received[-1] == count and held.held == 0
+
+
+@pytest.fixture
+def switch_interval_kept():
+    """The command sets the process's switch interval: the test process gets its own back."""
+    kept = sys.getswitchinterval()
+    yield
+    sys.setswitchinterval(kept)
+
+
+def test_shardchat_gui_queues_the_load_before_the_window_and_shares_the_interpreter(
+    monkeypatch, switch_interval_kept, default_model_file, recorded_profile_here
+) -> None:
+    store_as_this_machines(recorded_profile_here)
+    seen: dict[str, object] = {}
+
+    def run_gui(model_path: str, n_ctx: int, model_chosen: bool, early: EarlyEngine) -> int:
+        seen.update(interval=sys.getswitchinterval(), early=early, n_ctx=n_ctx)
+        early.engine.shutdown()
+        return 0
+
+    monkeypatch.setattr(ui.gui_main, "run_gui", run_gui)
+    assert main(["gui", "--model", str(default_model_file), "--ctx", "512"]) == 0
+    early = seen["early"]
+    assert isinstance(early, EarlyEngine) and early.load.n_ctx == seen["n_ctx"] == 512
+    assert seen["interval"] == pytest.approx(SWITCH_INTERVAL_S)  # a load beside the GUI: not 26x
