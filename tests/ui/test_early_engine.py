@@ -9,14 +9,13 @@ import threading
 from dataclasses import replace
 
 import pytest
-
 from PySide6.QtCore import Qt
 
 import ui.gui_main
 from app.cli import main
 from app.early_engine import EarlyEngine, HeldEvents, start_engine_early
-from app.interpreter_sharing import SWITCH_INTERVAL_S
 from app.events import ModelUnloaded
+from app.interpreter_sharing import SWITCH_INTERVAL_S
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from tests.ui.conftest import SHORT, TIMEOUT_MS, no_gpu
