@@ -38,7 +38,9 @@ MAX_HEADER_BYTES = 2**40  # no count may imply more than this
 MAX_STRING_BYTES = 2**30
 MAX_TENSOR_DIMS = 4  # ggml's GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 8
-FIRST_READ_BYTES = 1 << 20
+# a vocabulary's header is 1-10 MiB (SmolLM2's 1.2, Llama 3's about 8): one read of 8 MiB
+# parses most in one pass, where 1 MiB parsed the built-in model's twice (23 ms more)
+FIRST_READ_BYTES = 8 << 20
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
