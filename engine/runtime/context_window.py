@@ -35,7 +35,7 @@ def fit_messages(
     n_ctx: int,
     reply_tokens: int,
 ) -> FittedPrompt[Prompt]:
-    """Drop the oldest non-system turns until the prompt leaves room for a reply.
+    """Drop the fewest oldest non-system turns that leave room in the prompt for a reply.
 
     `measure` makes the prompt of some messages (rendered and tokenized) and says how
     many tokens it takes. `reply_tokens` is the room we would like to keep for the
@@ -45,28 +45,48 @@ def fit_messages(
     system = [m for m in messages[:1] if m.role == "system"]
     turns = list(messages[len(system) :])
     budget = n_ctx - min(reply_tokens, max(n_ctx // 2, MIN_REPLY_TOKENS))
-    dropped = 0
-    while True:
-        candidate = (*system, *turns)
+    cuts = _cuts(turns)
+
+    def measured(cut: int) -> tuple[int, FittedPrompt[Prompt]]:
+        candidate = (*system, *turns[cut:])
         n_tokens, prompt = measure(candidate)
-        if n_tokens <= budget or (len(turns) == 1 and n_tokens <= n_ctx - MIN_REPLY_TOKENS):
-            return FittedPrompt(candidate, n_tokens, dropped, prompt)
-        if len(turns) <= 1:
-            raise ContextOverflowError(
-                f"the message is too long for the context window ({n_tokens} tokens, window "
-                f"{n_ctx}); shorten it or load the model with a larger context"
-            )
-        dropped += _drop_oldest_exchange(turns)
+        return n_tokens, FittedPrompt(candidate, n_tokens, cut, prompt)
+
+    def fits(n_tokens: int, cut: int) -> bool:
+        alone = cut == len(turns) - 1  # the newest message by itself may use the reply's room
+        return n_tokens <= budget or (alone and n_tokens <= n_ctx - MIN_REPLY_TOKENS)
+
+    n_tokens, whole = measured(0)
+    if fits(n_tokens, 0):
+        return whole
+    n_tokens, last = measured(cuts[-1])
+    if not fits(n_tokens, cuts[-1]):
+        raise ContextOverflowError(
+            f"the message is too long for the context window ({n_tokens} tokens, window "
+            f"{n_ctx}); shorten it or load the model with a larger context"
+        )
+    # the fewest exchanges left out: fewer tokens with every one dropped, so a bisection
+    # (a long history measured log2(n) times, not once per exchange dropped)
+    low, high, best = 0, len(cuts) - 1, last  # cuts[low] does not fit, cuts[high] does
+    while high - low > 1:
+        middle = (low + high) // 2
+        n_tokens, fitted = measured(cuts[middle])
+        if fits(n_tokens, cuts[middle]):
+            high, best = middle, fitted
+        else:
+            low = middle
+    return best
 
 
-def _drop_oldest_exchange(turns: list[ChatMessage]) -> int:
-    """Remove the oldest turn and any replies to it, so the prompt still opens with a user turn.
-
-    Templates such as Gemma's refuse a conversation that does not alternate
-    user/assistant, so an assistant turn never leads.
-    """
-    removed = 0
-    while len(turns) > 1 and (removed == 0 or turns[0].role != "user"):
-        turns.pop(0)
-        removed += 1
-    return removed
+def _cuts(turns: Sequence[ChatMessage]) -> list[int]:
+    """Where the prompt may start, oldest first: each leaves out the oldest exchange more,
+    and opens with a user turn (templates such as Gemma's refuse a conversation that
+    does not alternate user/assistant, so an assistant turn never leads); the last one
+    keeps the newest message alone."""
+    cuts, start = [0], 0
+    while len(turns) - start > 1:
+        start += 1
+        while len(turns) - start > 1 and turns[start].role != "user":
+            start += 1
+        cuts.append(start)
+    return cuts

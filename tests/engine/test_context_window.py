@@ -54,6 +54,11 @@ def test_fitted_prompt_fits_and_keeps_what_matters(
     assert kept_turns == all_turns[len(all_turns) - len(kept_turns) :]
     assert kept_turns[0].role == "user"
     assert fitted.dropped_messages == len(all_turns) - len(kept_turns)
+    if fitted.dropped_messages:  # the fewest left out: one exchange more would not fit
+        earlier = [i for i in range(fitted.dropped_messages) if all_turns[i].role == "user"]
+        start = max(earlier, default=0)
+        kept_more = messages[: int(system)] + all_turns[start:]
+        assert count_words(kept_more)[0] > n_ctx - min(reply, max(n_ctx // 2, MIN_REPLY_TOKENS))
 
 
 def test_nothing_is_dropped_when_everything_fits() -> None:
@@ -73,3 +78,18 @@ def test_oldest_exchange_goes_first() -> None:
 def test_a_single_message_too_long_for_the_window_is_refused() -> None:
     with pytest.raises(ContextOverflowError, match="too long for the context window"):
         fit_messages([ChatMessage("user", "w " * 500)], count_words, 256, 64)
+
+
+def test_a_long_history_is_measured_a_logarithmic_number_of_times() -> None:
+    """A long chat's turn renders and tokenizes its prompt about log2(n) times, not once
+    per exchange left out (2,000 messages took 17 s before the first token)."""
+    messages = conversation([40] * 2000, system=True)
+    measured: list[int] = []
+
+    def counting(candidate):
+        measured.append(len(candidate))
+        return count_words(candidate)
+
+    fitted = fit_messages(messages, counting, 2048, 128)
+    assert fitted.n_tokens <= 2048 - 128 and len(measured) <= 2 + 12
+    assert count_words(messages[:1] + messages[-len(fitted.messages) - 1 :])[0] > 2048 - 128
