@@ -65,7 +65,10 @@ cuda: $(INSTALLED)
 TEST_WORKERS ?= 2
 
 # The lent-computer tests start OpenSSH's server on a loopback port (tests/app/test_devices_cli.py).
-test: $(INSTALLED)
+# Mesa's software Vulkan device (lavapipe) is installed too: with a Vulkan loader and no
+# driver at all, llama.cpp's Vulkan module fails to start instead of finding no GPU, and
+# the suite checks what a machine with a Vulkan driver and no GPU says.
+test: $(INSTALLED) $(LAVAPIPE)
 	@$(call apt_ensure,sshd:openssh-server ssh:openssh-client)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .

@@ -237,7 +237,7 @@ def read_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     """
     model_path = check_model_path(path).resolve()
     versions = tuple(_file_version(p) for p in split_parts(model_path))
-    with _READING:  # a second asker of the same file takes the first one's result
+    with _reading(str(model_path)):  # a second asker of this file takes the first's result
         return _read_inventory(str(model_path), versions)
 
 
@@ -274,7 +274,13 @@ def _file_version(path: Path) -> tuple[str, int, int]:
     return str(path), stat.st_size, stat.st_mtime_ns
 
 
-_READING = threading.Lock()  # the window's model list and the engine's first load ask at once
+_READING: dict[str, threading.Lock] = {}  # per file: the window's model list and the
+_READING_GUARD = threading.Lock()  # engine's first load ask at once; other files never wait
+
+
+def _reading(path: str) -> threading.Lock:
+    with _READING_GUARD:
+        return _READING.setdefault(path, threading.Lock())
 
 
 @functools.lru_cache(maxsize=16)
