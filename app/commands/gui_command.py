@@ -14,12 +14,10 @@ import sys
 
 from app.command_line.arg_types import add_prompt_format_option
 from app.command_line.sampling_options import add_sampling_options
-from app.early_engine import start_engine_early
 from app.interpreter_sharing import share_the_interpreter_quickly
 from app.qt_platform_check import platform_problem
-from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import SamplingSettings
-from engine.runtime.loaded_model import inspect_model
+from engine.llama.backends import start_ggml_meanwhile
 
 EXIT_CANNOT_START = 2  # the CLI's bad-input code: the fix is on the user's side
 
@@ -33,11 +31,17 @@ def has_display() -> bool:
 
 def library_default() -> str:
     """The model chosen as default in the model manager (the embedded one until then)."""
+    from app.stores.model_library import ModelLibrary
+
     with ModelLibrary() as models:
         return str(models.default_path())
 
 
 def run_gui_command(args: argparse.Namespace) -> int:
+    share_the_interpreter_quickly()  # the engine's threads beside the GUI thread's Python
+    start_ggml_meanwhile()  # mostly C: it runs beside the imports from here on
+    from engine.runtime.loaded_model import inspect_model
+
     model_path = str(inspect_model(args.model or library_default()).path)
     if not has_display():
         print("shardchat: no display here; starting the terminal chat instead", file=sys.stderr)
@@ -49,7 +53,8 @@ def run_gui_command(args: argparse.Namespace) -> int:
             return EXIT_CANNOT_START
         print(f"{problem.message()}; starting the terminal chat instead", file=sys.stderr)
         return _terminal_chat(args, model_path)
-    share_the_interpreter_quickly()  # the engine's load beside the GUI thread's Python
+    from app.early_engine import start_engine_early
+
     early = start_engine_early(model_path, args.ctx)  # loads while Qt is imported
     from ui.gui_main import run_gui  # Qt loads here, and only here
 

@@ -208,6 +208,14 @@ def start_ggml() -> BackendReport:
         return _report
 
 
+def start_ggml_meanwhile() -> None:
+    """Start ggml on a thread of its own and return at once. Loading the backend modules is
+    mostly C without the interpreter (a Vulkan driver takes 0.1 s and more: lavapipe's
+    0.13 s here), so it runs beside the caller's imports; whoever needs ggml next waits in
+    start_ggml for what is left of it."""
+    threading.Thread(target=start_ggml, name="shardchat-ggml-start", daemon=True).start()
+
+
 def why_no_gpu() -> str:
     """Why llama.cpp has no GPU device in this process, in one line (starts ggml)."""
     return start_ggml().why_no_gpu()
