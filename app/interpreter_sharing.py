@@ -6,9 +6,12 @@ Python hands the interpreter to a waiting thread only once its holder has run fo
 switch interval, 5 ms by default. So while the GUI thread runs Python (laying out a
 long conversation, a panel), each line waits up to 5 ms: a load that takes 0.14 s alone
 took 3.5 s beside a thread running Python (`bench/load_beside_python.py`); at 0.1 ms it
-takes 0.24 s. A short interval costs nothing while no other thread waits. (It cannot
-help where the other thread holds the interpreter inside C, as Qt's imports do at
-start-up: there the load takes about 0.27 s against 0.16 s alone, at either interval.)
+takes 0.24 s. A short interval costs nothing while no other thread waits.
+
+The window sets it once its first events have run (ui.gui_main.run_desktop), not before:
+at start-up the load runs beside Qt's imports, which hold the interpreter inside C where
+no interval helps (the load takes about 0.27 s there against 0.16 s alone, at either),
+and the extra switches cost the window about 20 ms of its opening.
 """
 
 from __future__ import annotations

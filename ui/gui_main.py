@@ -28,6 +28,7 @@ from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QDialog
 
 from app.early_engine import EarlyEngine
+from app.interpreter_sharing import share_the_interpreter_quickly
 from app.model_lifecycle.load_planning import stored_profile
 from app.profiling_job import needs_profiling
 from app.stop_signals import exit_now
@@ -101,6 +102,7 @@ def run_desktop(app: QApplication, desktop: Desktop, exit_when_ready: bool) -> i
     """Run the started desktop's event loop (asyncio's too) until the window is closed."""
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
+    QTimer.singleShot(0, share_the_interpreter_quickly)  # once the window's first events ran
     exit_code = [0]
     if exit_when_ready:
         _quit_when_loaded(app, desktop, exit_code)

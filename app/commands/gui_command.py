@@ -14,7 +14,6 @@ import sys
 
 from app.command_line.arg_types import add_prompt_format_option
 from app.command_line.sampling_options import add_sampling_options
-from app.interpreter_sharing import share_the_interpreter_quickly
 from app.qt_platform_check import platform_problem
 from engine.generation.sampling import SamplingSettings
 from engine.llama.backends import start_ggml_meanwhile
@@ -38,7 +37,6 @@ def library_default() -> str:
 
 
 def run_gui_command(args: argparse.Namespace) -> int:
-    share_the_interpreter_quickly()  # the engine's threads beside the GUI thread's Python
     start_ggml_meanwhile()  # mostly C: it runs beside the imports from here on
     from engine.runtime.loaded_model import inspect_model
 
