@@ -6,7 +6,7 @@ import argparse
 
 from app.command_line.arg_types import positive_int, size
 from app.command_line.run_later import run_later
-from engine.machine.described_machines import described_names
+from engine.machine.described_names import shipped_names
 
 
 def add_plan_command(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def add_plan_command(commands: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--hardware",
         metavar="PROFILE",
-        help=f"a profile JSON file or a described machine ({', '.join(described_names())}); "
+        help=f"a profile JSON file or a described machine ({', '.join(shipped_names())}); "
         "default: this machine's stored profile",
     )
     plan.add_argument(

@@ -16,6 +16,7 @@ from engine.machine.described_machines import (
     load_described,
     write_described_files,
 )
+from engine.machine.described_names import shipped_names
 from engine.machine.hardware_info import HardwareInfo
 from engine.machine.profile import Device, KernelShape, Profile, ProfileMode
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
@@ -176,3 +177,8 @@ def test_gpu_prompt_throughput_grows_laptop_desktop_5090(inventory: ModelInvento
     names = ("laptop-8gb", "desktop-16gb", "rtx5090-desktop")
     times = [step_s(name, inventory, ALL_GPU, n_tokens=256) for name in names]
     assert times[0] > times[1] > times[2]
+
+
+def test_the_shipped_files_name_every_described_machine_and_no_other() -> None:
+    """The command line lists them from the files, without importing the table."""
+    assert shipped_names() == tuple(sorted(described_names()))
