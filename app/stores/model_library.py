@@ -183,32 +183,27 @@ class ModelLibrary:
         return entry.mmproj_path
 
     def default_path(self) -> Path:
-        """The file default() names, without reading the built-in model's header where that
-        is the one (about 75 ms, on the way to the window's first load)."""
+        """The model to load when none is named: the user's choice while its file exists,
+        else the built-in. Read from the stored rows alone: the built-in model's header
+        (75 ms) is not read on the way to the window's first load."""
         chosen = next((entry for entry in self._stored() if entry.is_default), None)
-        if chosen is None and self._builtin_path is not None:
-            return self._builtin_path
         if chosen is not None and chosen.exists:
             return chosen.path
-        return self.default().path  # the chosen file is gone: default() says what then
-
-    def default(self) -> ModelEntry:
-        """The model to load when none is named: the user's choice while its file exists."""
-        entries = self.models()
-        chosen = next((entry for entry in entries if entry.is_default), None)
-        if chosen is not None and chosen.exists:
-            return chosen
-        builtin = next((entry for entry in entries if entry.builtin), None)
-        if builtin is not None:
+        if self._builtin_path is not None:
             if chosen is not None:
                 log.warning("default model %s is missing; using the built-in", chosen.path)
-            return builtin
+            return self._builtin_path
         if chosen is not None:
             raise ModelFileError(
                 f"the default model {chosen.path} is missing and the built-in model is not "
                 "installed"
             )
         raise ModelFileError(f"no model to load: {self._builtin_problem}")
+
+    def default(self) -> ModelEntry:
+        """default_path()'s entry in the list."""
+        path = self.default_path()
+        return next(entry for entry in self.models() if entry.path == path)
 
     # -- changing ------------------------------------------------------------------------------
 
