@@ -73,7 +73,7 @@ class MessageActions:
         self.state.delete_message(row.message_id)
         view.remove_messages(index)
         if self.state.model.ready:
-            self.worker.start_conversation(None, self.state.history())
+            self.worker.start_conversation(None, self.state.stored_history())
 
     def _put_back(self, last: StoredMessage) -> None:
         self._take_back(last)
@@ -112,4 +112,4 @@ class MessageActions:
             message_id
         ):
             view.replace_message(index, row)
-        self.worker.start_conversation(None, self.state.history())
+        self.worker.start_conversation(None, self.state.stored_history())

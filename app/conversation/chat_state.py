@@ -21,7 +21,6 @@ from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
 from app.stores.stored_history import StoredHistory
 from engine.generation.sampling import SamplingSettings
-from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 
 SAVE_INTERVAL_S = 0.5
@@ -159,15 +158,11 @@ class ChatState:
             if m.content or m.thinking or m.complete
         ]
 
-    def history(self) -> list[ChatMessage]:
-        """What the model must remember of the open conversation: the newest messages, as
-        many as its context window could hold (a window of n tokens holds no more than
-        CHARS_PER_TOKEN_AT_MOST * n characters), so a long chat opens at once."""
-        return self.store.history(self._open_id(), CHARS_PER_TOKEN_AT_MOST * self.n_ctx())
-
     def stored_history(self, leave_out_last: bool = False) -> StoredHistory:
-        """`history()`, to be read on the engine's thread: opening a long chat then costs
-        the window a page of what it shows, not the model's history too."""
+        """What the model must remember of the open conversation, to be read on the engine's
+        thread: the newest messages, as many as its context window could hold (a window of
+        n tokens holds no more than CHARS_PER_TOKEN_AT_MOST * n characters). Opening,
+        editing or deleting in a long chat then costs the window nothing of the history."""
         conversation_id, max_chars = self._open_id(), CHARS_PER_TOKEN_AT_MOST * self.n_ctx()
         last = self.store.last_position(conversation_id)
         through = last if last is not None else -1  # an empty chat's history stays empty

@@ -156,7 +156,7 @@ def test_taking_back_the_last_message_removes_it_and_its_reply(state: ChatState)
     assert [image.data for image in last.images] == [b"png bytes"]
     state.take_back(last)
     assert [r.text for r in state.rows()] == ["first", "answer one"]
-    assert [m.content for m in state.history()] == ["first", "answer one"]
+    assert [m.content for m in state.stored_history().read()] == ["first", "answer one"]
 
 
 def test_an_edited_reply_and_a_deleted_message_change_what_the_model_hears(
@@ -168,9 +168,9 @@ def test_an_edited_reply_and_a_deleted_message_change_what_the_model_hears(
     row = state.finished(finished(1, "wrong"))
     assert row is not None and row.message_id is not None
     state.edit_reply(row.message_id, "right")
-    assert [m.content for m in state.history()] == ["q", "right"]
+    assert [m.content for m in state.stored_history().read()] == ["q", "right"]
     state.delete_message(row.message_id)
-    assert [m.content for m in state.history()] == ["q"]
+    assert [m.content for m in state.stored_history().read()] == ["q"]
 
 
 def test_settings_thinking_and_context_length_are_the_conversations_own(
@@ -184,7 +184,7 @@ def test_settings_thinking_and_context_length_are_the_conversations_own(
     assert state.thinking() is False
     assert state.n_ctx() == 4096 and state.needs_reload()
     assert state.set_system_prompt(" be brief ") and not state.set_system_prompt("be brief")
-    assert state.history()[0].content == "be brief"
+    assert state.stored_history().read()[0].content == "be brief"
 
 
 def test_the_list_searches_titles_and_renames_skip_blank_or_same_titles(
