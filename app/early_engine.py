@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from app.engine_router import EngineRouter
 from app.events import EngineEvent
+from app.interpreter_sharing import share_the_interpreter_quickly
 from app.machine_profile import this_machine_profile
 from app.model_lifecycle.load_planning import LoadRequest
 from app.stores.model_library import ModelLibrary
@@ -82,4 +83,6 @@ def start_engine_early(model_path: str, n_ctx: int) -> EarlyEngine | None:
     load = LoadRequest(
         model_path, n_ctx, profile, mmproj_path=None if mmproj is None else str(mmproj)
     )
-    return EarlyEngine(engine, events, load, engine.load_planned(load))
+    request_id = engine.load_planned(load)
+    share_the_interpreter_quickly()  # the load's log lines wait for it beside the imports
+    return EarlyEngine(engine, events, load, request_id)

@@ -8,10 +8,11 @@ long conversation, a panel), each line waits up to 5 ms: a load that takes 0.14 
 took 3.5 s beside a thread running Python (`bench/load_beside_python.py`); at 0.1 ms it
 takes 0.24 s. A short interval costs nothing while no other thread waits.
 
-The window sets it once its first events have run (ui.gui_main.run_desktop), not before:
-at start-up the load runs beside Qt's imports, which hold the interpreter inside C where
-no interval helps (the load takes about 0.27 s there against 0.16 s alone, at either),
-and the extra switches cost the window about 20 ms of its opening.
+A window started on a profiled machine sets it as soon as its model's load is queued
+(app.early_engine): the load then runs beside Qt's imports and the window's first
+layout, and side by side the window was ready 35-40 ms sooner with it (median of 9-15
+launches each). Otherwise the window sets it once its first events have run
+(ui.gui_main.run_desktop).
 """
 
 from __future__ import annotations

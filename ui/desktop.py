@@ -19,6 +19,7 @@ from app.engine_router import EngineRouter
 from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.screen_text.model_choices import picker_entries
 from app.screen_text.server_view import ServerView, status_text
+from app.start_up_gc import collect_again
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import ModelLibrary
 from engine.errors import BadInputError
@@ -288,6 +289,7 @@ def freeze_long_lived_objects() -> None:
     GUI thread mid-scroll (bench/gui_latency.py). Reference counting frees all but cycles."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    collect_again()  # `shardchat gui` held the collector off until the window was shown
 
 
 def remember_default_model(model_path: str) -> str:

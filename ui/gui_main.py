@@ -32,6 +32,7 @@ from app.early_engine import EarlyEngine
 from app.interpreter_sharing import share_the_interpreter_quickly
 from app.model_lifecycle.load_planning import stored_profile
 from app.profiling_job import needs_profiling
+from app.start_up_gc import collect_again
 from app.stop_signals import exit_now
 from engine.errors import BadInputError
 from engine.machine.hardware import probe_hardware
@@ -69,6 +70,7 @@ def run_gui(
     if early is not None:
         desktop = Desktop(model_path, early.load.profile, n_ctx, theme=theme, early=early)
         return run_desktop(app, desktop.start(), exit_when_ready)
+    collect_again()  # a first launch: the wizard may profile the machine for minutes
     start_up = ThreadPoolExecutor(max_workers=1, thread_name_prefix="start-up")
     probed = start_up.submit(probe_hardware)
     builtin_read = start_up.submit(read_builtin_model)

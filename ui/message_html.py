@@ -18,15 +18,17 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name, guess_lexer
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 THINK_SCHEME = "think"  # the fold line of a reasoning model's thinking
 COPY_SCHEME, COPY_LABEL = "copy", "Copy code"  # copy:N under closed code block N
@@ -67,7 +69,7 @@ def render_message(
     unless open (or still the only thing streamed: then it shows live)."""
     codes: list[str] = []
     env = {"colours": colours, "codes": codes, "lines": markdown.split("\n")}
-    body = _PARSER.render(markdown + (" ▌" if streaming else ""), env)
+    body = _parser().render(markdown + (" ▌" if streaming else ""), env)
     fold = _thinking_html(thinking, colours, thinking_open, live=streaming and not markdown)
     table = (
         f'<table border="1" cellspacing="0" cellpadding="5" style="border-color:{colours.border};'
@@ -98,15 +100,18 @@ def _code_block(
     return _code_panel(tokens[idx].content, "", env["colours"])
 
 
-def _make_parser() -> MarkdownIt:
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    """Made once, when the first message is drawn (or by warm_up after the model's first
+    load): building the rule chains costs more than a message, and importing markdown-it
+    (20-30 ms) would otherwise delay the window's first paint."""
+    from markdown_it import MarkdownIt
+
     parser = MarkdownIt("commonmark", {"html": False, "breaks": False})
     parser.enable(["table", "strikethrough"])
     parser.add_render_rule("fence", _fence)
     parser.add_render_rule("code_block", _code_block)
     return parser
-
-
-_PARSER = _make_parser()  # made once: building the rule chains costs more than a message
 
 
 def _is_closed(token: Token, lines: list[str]) -> bool:
@@ -167,7 +172,7 @@ def warm_up(styles: Sequence[str]) -> None:
             highlight("x = 1\n", get_lexer_by_name(language), _formatter(styles[0]))
     for style in styles:
         _formatter(style)
-    _PARSER.render("warm *up*\n\n| a |\n|---|\n| 1 |\n")
+    _parser().render("warm *up*\n\n| a |\n|---|\n| 1 |\n")
 
 
 def _thinking_html(thinking: str, colours: MessageColours, unfolded: bool, live: bool) -> str:

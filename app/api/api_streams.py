@@ -131,7 +131,8 @@ class ApiStreams:
             context_length=trained or 0,
             vision=model.vision is not None,
             created=int(Path(path).stat().st_mtime) if Path(path).exists() else 0,
-            longest_token_bytes=longest_token_bytes(model.handle.vocab),
+            longest_token_bytes=model.inventory.longest_token_bytes
+            or longest_token_bytes(model.handle.vocab),  # no token list in its header
         )
 
     def advance(self, model: LoadedModel | None, may_switch: bool = False) -> None:

@@ -15,6 +15,7 @@ import sys
 from app.command_line.arg_types import add_prompt_format_option
 from app.command_line.sampling_options import add_sampling_options
 from app.qt_platform_check import platform_problem
+from app.start_up_gc import collect_again, collection_held_off
 from engine.generation.sampling import SamplingSettings
 from engine.llama.backends import start_ggml_meanwhile
 
@@ -37,6 +38,11 @@ def library_default() -> str:
 
 
 def run_gui_command(args: argparse.Namespace) -> int:
+    with collection_held_off():  # until the window is shown (app.start_up_gc)
+        return _run_gui_command(args)
+
+
+def _run_gui_command(args: argparse.Namespace) -> int:
     start_ggml_meanwhile()  # mostly C: it runs beside the imports from here on
     from engine.runtime.loaded_model import inspect_model
 
@@ -67,6 +73,7 @@ def _on_a_terminal() -> bool:
 def _terminal_chat(args: argparse.Namespace, model_path: str) -> int:
     from app.commands.chat_command import run_chat  # the window never needs it
 
+    collect_again()  # a chat runs for hours
     return run_chat(terminal_chat_args(model_path, args.ctx, args.verbose))
 
 

@@ -9,7 +9,6 @@ person reading them out on a support call gives the figures the CLI would.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from app.paths import app_paths
@@ -50,6 +49,10 @@ def about_facts() -> AboutFacts:
 
 
 def shardchat_version() -> str:
+    """Read when asked: importlib.metadata costs 10-20 ms, which the window, whose Help
+    menu imports this module, would pay before its first paint."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("shardchat")
     except PackageNotFoundError:

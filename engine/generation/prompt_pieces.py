@@ -14,6 +14,8 @@ import numpy as np
 
 from engine.errors import PromptTooLong
 
+TILE_MARK = "#"  # an EncodedImage's digest#k: the k-th tile of a sliced image
+
 
 @dataclass(frozen=True)
 class EncodedImage:

@@ -175,6 +175,7 @@ class ModelInventory:
     tied_output: bool = False
     is_vision_projector: bool = False
     projector_type: str | None = None
+    longest_token_bytes: int = 0  # of the token list's texts, UTF-8 (0: no token list)
     quant_bytes: dict[str, int] = field(default_factory=dict)
     blocks: tuple[BlockInventory, ...] = ()
     globals: tuple[SubLayer, ...] = ()
@@ -349,6 +350,7 @@ def _inventory_of(
         n_head=hp.layer_int("attention.head_count", 0),
         n_head_kv=hp.layer_int("attention.head_count_kv", 0),
         n_vocab=_vocab_size(fields, hp),
+        longest_token_bytes=_longest_token_bytes(fields),
         expert_count=hp.number("expert_count") or 0,
         expert_used_count=hp.number("expert_used_count") or 0,
         expert_shared_count=hp.number("expert_shared_count") or 0,
@@ -484,6 +486,20 @@ def _vocab_size(fields: Mapping[str, object], hp: _Hyper) -> int | None:
         return explicit
     tokens = fields.get("tokenizer.ggml.tokens")
     return len(tokens) if isinstance(tokens, list) else None
+
+
+def _longest_token_bytes(fields: Mapping[str, object]) -> int:
+    """What llama.cpp's vocabulary calls the longest token text, from the header already
+    read: 3 ms for 49k tokens, where asking llama.cpp token by token after the load took
+    23 ms before the window heard the model was ready. A byte the header's decoding
+    replaced counts 3 bytes, so the figure never comes out below llama.cpp's."""
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):
+        return 0
+    try:
+        return max(map(len, map(str.encode, tokens)), default=0)
+    except TypeError:  # a malformed list, not of strings: the load will refuse the file
+        return 0
 
 
 def _projector_type(fields: Mapping[str, object]) -> str | None:

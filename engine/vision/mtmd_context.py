@@ -22,7 +22,7 @@ import numpy as np
 from llama_cpp import mtmd_cpp
 
 from engine.errors import BadInputError
-from engine.generation.prompt_pieces import EncodedImage, Piece, TextRun
+from engine.generation.prompt_pieces import TILE_MARK, EncodedImage, Piece, TextRun
 from engine.llama import log_capture as llama_log
 from engine.model.chat_message import MEDIA_MARKER
 from engine.model.image_input import RgbImage
@@ -30,7 +30,6 @@ from engine.vision.options import VisionOptions
 
 log = logging.getLogger(__name__)
 
-TILE_MARK = "#"  # digest#k: the k-th tile of a sliced image
 _FLASH_ATTN = {True: 1, False: 0}  # llama_flash_attn_type: ENABLED / DISABLED
 
 

@@ -14,10 +14,11 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from engine.cancel import CancelToken
 from engine.errors import BadInputError
-from engine.generation.prompt_pieces import EncodedImage, Piece
+from engine.generation.prompt_pieces import TILE_MARK, EncodedImage, Piece
 from engine.generation.replies import generate
 from engine.generation.sampling import SamplingSettings
 from engine.generation.stats import GenerationResponse
@@ -25,9 +26,11 @@ from engine.generation.stream import StreamRequest
 from engine.model.chat_template import RenderedPrompt
 from engine.model.image_input import ImageFile, RgbImage, decode_image
 from engine.runtime.loaded_model import LoadedModel
-from engine.vision.mtmd_context import TILE_MARK, MtmdContext
 from engine.vision.options import VisionOptions
 from engine.vision.projector import projector_facts
+
+if TYPE_CHECKING:
+    from engine.vision.mtmd_context import MtmdContext
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +172,10 @@ class VisionRuntime:
         if self._encoder is not None and self._encoder.on_gpu != on_gpu and on_gpu:
             self.close_encoder()  # a CPU-only context that now has images to encode
         if self._encoder is None:
+            # imported with the first image: loading mtmd's library and declaring its calls
+            # costs 20 ms that every start-up of the window would otherwise pay
+            from engine.vision.mtmd_context import MtmdContext
+
             options = replace(self.options, encoder_on_gpu=on_gpu)
             handle = self.model.handle
             self._encoder = MtmdContext(

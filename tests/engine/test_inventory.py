@@ -9,8 +9,10 @@ import gguf
 import pytest
 
 from engine.errors import ModelFileError
+from engine.llama.load_params import LoadParams
+from engine.llama.vocabulary import longest_token_bytes
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
-from engine.runtime.loaded_model import inspect_model
+from engine.runtime.loaded_model import inspect_model, load_model
 
 K = SubLayerKind
 
@@ -131,3 +133,19 @@ def test_inventory_refuses_a_cut_file(kept: int, tmp_path: Path, default_model_f
     with pytest.raises(ModelFileError, match="truncated GGUF") as raised:
         read_inventory(path)
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_longest_token_is_read_from_the_header_as_llama_cpp_counts_it(
+    default_model_file: Path, make_synthetic
+) -> None:
+    """The API server refuses a prompt too long for the context from its byte length and
+    this figure; it is read from the header, so llama.cpp is not asked token by token."""
+    dragons = "<|" + "🐉" * 60 + "|>"  # 244 bytes in 64 characters: counted in bytes
+    synthetic = make_synthetic("llama", "F16", extra_tokens=(dragons,))
+    for path, longest in ((default_model_file, None), (synthetic, len(dragons.encode()))):
+        model = load_model(LoadParams(str(path), n_ctx=64, n_threads=1))
+        try:
+            asked = longest_token_bytes(model.handle.vocab)
+        finally:
+            model.close()
+        assert read_inventory(path).longest_token_bytes == asked == (longest or asked) > 0

@@ -5,6 +5,7 @@ window is there, arrive in order; a message typed meanwhile is answered once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 from dataclasses import replace
@@ -67,9 +68,14 @@ def test_a_message_typed_before_the_early_load_ends_is_answered_once(
     qtbot, desktops, default_model_file, recorded_profile_here
 ) -> None:
     store_as_this_machines(recorded_profile_here)
+    sys.setswitchinterval(0.005)  # Python's default
+    gc.disable()  # as `shardchat gui` starts
     early = start_engine_early(str(default_model_file), 1024)
     assert early is not None
+    # the load's log lines, one call into Python each, get the interpreter from the imports
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
     desktop = adopt(qtbot, desktops, default_model_file, early)
+    assert gc.isenabled()  # the window is shown: cycles are collected again
     with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
         qtbot.keyClicks(desktop.window.input, "Say yes.")
         qtbot.keyClick(desktop.window.input, Qt.Key.Key_Return)
@@ -101,13 +107,15 @@ def test_held_events_pass_on_in_order_while_more_arrive() -> None:
     assert received[-1] == count and held.held == 0
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def switch_interval_kept():
-    """The window sets the process's switch interval and asyncio's loop (qasync's, closed
-    when the window closes): the test process gets its own back."""
+    """The early engine and the window set the process's switch interval and turn the
+    garbage collector back on, and the window sets asyncio's loop (qasync's, closed when
+    the window closes): the test process gets its own back."""
     kept = sys.getswitchinterval()
     yield
     sys.setswitchinterval(kept)
+    gc.enable()  # `shardchat gui` holds the collector off until its window shows
     asyncio.set_event_loop(None)
 
 
@@ -118,7 +126,7 @@ def test_shardchat_gui_queues_the_load_before_the_window(
     seen: dict[str, object] = {}
 
     def run_gui(model_path: str, n_ctx: int, model_chosen: bool, early: EarlyEngine) -> int:
-        seen.update(early=early, n_ctx=n_ctx)
+        seen.update(early=early, n_ctx=n_ctx, collecting=gc.isenabled())
         early.engine.shutdown()
         return 0
 
@@ -126,10 +134,11 @@ def test_shardchat_gui_queues_the_load_before_the_window(
     assert main(["gui", "--model", str(default_model_file), "--ctx", "512"]) == 0
     early = seen["early"]
     assert isinstance(early, EarlyEngine) and early.load.n_ctx == seen["n_ctx"] == 512
+    assert seen["collecting"] is False and gc.isenabled()  # held off until the window shows
 
 
 def test_the_running_window_hands_the_interpreter_over_within_a_tenth_of_a_ms(
-    qtbot, desktops, open_desktop, default_model_file, switch_interval_kept
+    qtbot, desktops, open_desktop, default_model_file
 ) -> None:
     """A load beside the GUI thread's Python took 26x as long at Python's default."""
     sys.setswitchinterval(0.005)

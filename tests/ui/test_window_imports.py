@@ -1,6 +1,7 @@
 """The window opens without what only some of its panels need: the Hub's client
 (huggingface_hub), the API server (aiohttp) and the document readers of summaries (bs4,
-pypdf, python-docx) are imported when the panel that uses them is first opened."""
+pypdf, python-docx) are imported when the panel that uses them is first opened, and
+llama.cpp's multimodal library (mtmd) with the first image."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LATER = ("huggingface_hub", "aiohttp", "bs4", "pypdf", "docx")
+LATER = ("huggingface_hub", "aiohttp", "bs4", "pypdf", "docx", "llama_cpp.mtmd_cpp")
 OPEN_WINDOW = """
 import json, sys
 from PySide6.QtCore import QEventLoop
