@@ -10,13 +10,15 @@ scheduler itself does not know which activity a stream belongs to.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from app.engine_requests import Queued
 from app.events import EngineEvent, JobFinished, ReplyFinished, TokenStreamed
 from app.model_lifecycle.resident_model import ResidentModel
-from app.summaries.summary_job import JobOutcome
 from engine.runtime.chat import ChatTurn
+
+if TYPE_CHECKING:
+    from app.summaries.summary_job import JobOutcome
 
 Emit = Callable[[EngineEvent], None]
 Ended = Callable[[Queued, Exception | None], None]  # the request, and why it failed if it did

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from app.engine_router import EngineRouter
 from app.events import EngineEvent
-from app.interpreter_sharing import share_the_interpreter_quickly
+from app.interpreter_sharing import share_the_interpreter_at_once
 from app.machine_profile import this_machine_profile
 from app.model_lifecycle.load_planning import LoadRequest
 from app.stores.model_library import ModelLibrary
@@ -84,5 +84,5 @@ def start_engine_early(model_path: str, n_ctx: int) -> EarlyEngine | None:
         model_path, n_ctx, profile, mmproj_path=None if mmproj is None else str(mmproj)
     )
     request_id = engine.load_planned(load)
-    share_the_interpreter_quickly()  # the load's log lines wait for it beside the imports
+    share_the_interpreter_at_once()  # the load's log lines wait for it beside the imports
     return EarlyEngine(engine, events, load, request_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.engine_requests import (
     CloseApi,
@@ -28,7 +29,6 @@ from app.engine_requests import (
 )
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from app.stores.stored_history import StoredHistory
-from app.summaries.summary_job import SummarySettings
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
 from engine.machine.profile import Profile
@@ -36,6 +36,9 @@ from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan
+
+if TYPE_CHECKING:  # the summary job's modules load when a summary runs
+    from app.summaries.summary_job import SummarySettings
 
 
 class EngineClient(ABC):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from app.stores.stored_history import StoredHistory
-from app.summaries.summary_job import SummarySettings
 from engine.cancel import CancelToken
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams
@@ -21,6 +21,9 @@ from engine.model.chat_message import ChatMessage
 from engine.model.image_input import ImageFile
 from engine.planning.placement_choice import PlacementChoice
 from engine.planning.plan import Plan
+
+if TYPE_CHECKING:  # the summary job's modules load when a summary runs
+    from app.summaries.summary_job import SummarySettings
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ from app.engine_requests import (
 from app.events import EngineEvent, JobProgressed, RequestFailed
 from app.model_controls import ModelControls
 from app.model_lifecycle.resident_model import ResidentModel
-from app.summaries.summary_job import SummaryJob
 from engine.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -220,6 +219,8 @@ class EngineWorker(EngineClient):
         return ConversationTurn(entry, turn, self._resident, self._emit, self._ended)
 
     def _begin_job(self, entry: Queued, request: Summarize) -> Activity:
+        from app.summaries.summary_job import SummaryJob  # its readers: with the first summary
+
         job = SummaryJob(
             self._resident.require(), request.input_folder, request.output_folder,
             request.settings,

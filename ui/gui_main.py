@@ -7,7 +7,7 @@ On a machine profiled already, `shardchat gui` has started the engine with the m
 load queued before Qt was imported (app.early_engine): the window takes it over, and
 the load's C part runs while Qt is imported and the window built. On a first launch,
 probing the hardware (25 ms here, 0.14 s with lavapipe's Vulkan driver to start; more
-with GPU drivers to ask) and reading the built-in model's inventory (54 ms) run on a
+with GPU drivers to ask) and reading the built-in model's inventory (25-35 ms) run on a
 thread while a Qt event loop keeps spinning;
 the wizard waits only for the probe, the window for both, and its own read of the
 built-in model then comes from `read_inventory`'s cache.

@@ -6,8 +6,7 @@ import argparse
 
 from app.command_line.arg_types import positive_int
 from app.command_line.run_later import run_later
-from engine.remote.addresses import DEFAULT_RPC_PORT
-from engine.remote.sharing import LOOPBACK
+from engine.remote.addresses import DEFAULT_RPC_PORT, LOOPBACK
 
 
 def add_share_command(commands: argparse._SubParsersAction) -> None:

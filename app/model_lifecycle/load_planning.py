@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from app.machine_profile import this_machine_profile
 from app.model_lifecycle.auto_budget import AutoBudget, first_gpu
-from app.model_lifecycle.vision_planning import VisionChoice, planned_vision
 from engine.errors import BadInputError, ShardChatError
 from engine.llama.load_params import DEFAULT_PARALLEL, DEFAULT_SHARED_CELLS, LoadParams
 from engine.machine.gpu_probe import probe_gpus
@@ -32,6 +32,9 @@ from engine.planning.placement_choice import (
     select_gpu,
 )
 from engine.planning.plan import Plan, PlanRequest
+
+if TYPE_CHECKING:
+    from app.model_lifecycle.vision_planning import VisionChoice
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,8 @@ def with_vision(
     model (a new budget, a new placement) come through here, so the language model and
     the encoder together stay within the budget after a change as after a load.
     """
+    from app.model_lifecycle.vision_planning import planned_vision  # with a projector only
+
     try:
         vision = planned_vision(inventory, mmproj_path, load.plan, load.profile, budget_bytes)
     except ShardChatError as exc:  # a bad projector leaves a working text model

@@ -33,7 +33,7 @@ from engine.errors import ModelFileError
 from engine.known_fields import known_fields
 from engine.model.gguf_checks import check_header
 from engine.model.gguf_file import check_model_path
-from engine.model.gguf_header import GGUFHeader, TensorInfo, read_local_header
+from engine.model.gguf_header import GGUFHeader, StringArray, TensorInfo, read_local_header
 from engine.model.model_naming import split_parts
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # the KV cache stays f16: lossless, always
@@ -485,15 +485,18 @@ def _vocab_size(fields: Mapping[str, object], hp: _Hyper) -> int | None:
     if explicit:
         return explicit
     tokens = fields.get("tokenizer.ggml.tokens")
-    return len(tokens) if isinstance(tokens, list) else None
+    return len(tokens) if isinstance(tokens, (list, StringArray)) else None
 
 
 def _longest_token_bytes(fields: Mapping[str, object]) -> int:
     """What llama.cpp's vocabulary calls the longest token text, from the header already
-    read: 3 ms for 49k tokens, where asking llama.cpp token by token after the load took
-    23 ms before the window heard the model was ready. A byte the header's decoding
-    replaced counts 3 bytes, so the figure never comes out below llama.cpp's."""
+    read (a tokenizer's list is walked, not decoded: it knows its longest), where asking
+    llama.cpp token by token after the load took 23 ms before the window heard the model
+    was ready. In a short list decoded already, a byte the decoding replaced counts 3, so
+    the figure never comes out below llama.cpp's."""
     tokens = fields.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, StringArray):
+        return tokens.longest_bytes
     if not isinstance(tokens, list):
         return 0
     try:

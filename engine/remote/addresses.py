@@ -13,6 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from engine.errors import BadInputError
 
+LOOPBACK = "127.0.0.1"  # where a computer lent from this one listens unless told otherwise
+
 DEFAULT_RPC_PORT = 50052  # llama.cpp's rpc-server default, and `shardchat share`'s
 DEFAULT_SSH_PORT = 22
 _SCHEMES = ("tcp", "ssh")

@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import BadInputError, ShardChatError
-from engine.remote.addresses import DEFAULT_RPC_PORT
+from engine.remote.addresses import DEFAULT_RPC_PORT, LOOPBACK
 from engine.remote.processes import KeptProcess, end_process, start_kept
 from engine.remote.rpc_probe import RemoteBusy, RemoteServer, RemoteUnreachable, probe
 
-LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 30.0
 _ANY_ADDRESS = {"0.0.0.0", "::"}
 

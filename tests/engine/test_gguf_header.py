@@ -15,8 +15,10 @@ import pytest
 from engine.errors import ModelFileError
 from engine.model.gguf_file import without_cyclic_gc
 from engine.model.gguf_header import (
+    LAZY_STRINGS_FROM,
     GGUFHeader,
     NeedMoreBytes,
+    StringArray,
     parse_header,
     read_local_header,
 )
@@ -95,7 +97,10 @@ def test_header_matches_gguf_reader(model_file: Path, header: GGUFHeader) -> Non
     assert got["fields"].keys() == expected["fields"].keys()
     for key, value in expected["fields"].items():
         assert got["fields"][key] == value, key
-        assert type(got["fields"][key]) is type(value), key
+        if isinstance(got["fields"][key], StringArray):  # a tokenizer's: decoded when read
+            assert isinstance(value, list) and len(value) >= LAZY_STRINGS_FROM, key
+        else:
+            assert type(got["fields"][key]) is type(value), key
     assert got["tensors"] == expected["tensors"]
     assert header.data_offset == header.header_bytes == expected["data_offset"]
     assert header.data_end == model_file.stat().st_size
@@ -261,6 +266,26 @@ def test_a_large_vocabulary_parses_in_well_under_a_second() -> None:
     assert header.fields["tokenizer.ggml.tokens"] == tokens
     assert header.fields["tokenizer.ggml.merges"] == merges
     assert elapsed < 1.0
+
+
+def test_a_long_string_array_is_checked_whole_and_decoded_when_read() -> None:
+    """The parse walks a tokenizer's strings (every length checked) without decoding them;
+    reading them decodes each as a short array's strings are, bad UTF-8 replaced."""
+    items = [f"t{i}" for i in range(LAZY_STRINGS_FROM)] + ["\u00e9" * 70]
+    raw = string_array(items)
+    bad_at = raw.index(gguf_string("t7"))  # t7 becomes "\xff7": not UTF-8
+    raw = raw[: bad_at + 8] + b"\xff" + raw[bad_at + 9 :]
+    header = parse_header(gguf_bytes(pair("tokenizer.ggml.tokens", VT.ARRAY, raw), n_kv=1))
+    tokens = header.fields["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, StringArray) and len(tokens) == len(items)
+    assert tokens.longest_bytes == 140  # 70 two-byte characters, counted in bytes
+    assert tokens[7] == "\ufffd7" and tokens[-1] == items[-1] and tokens[:2] == ["t0", "t1"]
+    assert tokens == [*items[:7], "\ufffd7", *items[8:]] and list(tokens) == tokens[:]
+    short = parse_header(gguf_bytes(pair("k", VT.ARRAY, string_array(items[:3])), n_kv=1))
+    assert short.fields["k"] == ["t0", "t1", "t2"] and type(short.fields["k"]) is list
+    absurd = raw[:bad_at] + struct.pack("<Q", 2**40) + raw[bad_at + 8 :]
+    with pytest.raises(ModelFileError, match="string length"):
+        parse_header(gguf_bytes(pair("tokenizer.ggml.tokens", VT.ARRAY, absurd), n_kv=1))
 
 
 def string_array(items: list[str]) -> bytes:

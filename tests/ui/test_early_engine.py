@@ -18,7 +18,7 @@ import ui.gui_main
 from app.cli import main
 from app.early_engine import EarlyEngine, HeldEvents, start_engine_early
 from app.events import ModelUnloaded
-from app.interpreter_sharing import SWITCH_INTERVAL_S
+from app.interpreter_sharing import START_UP_SWITCH_INTERVAL_S, SWITCH_INTERVAL_S
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from tests.ui.conftest import SHORT, TIMEOUT_MS, no_gpu
@@ -71,10 +71,11 @@ def test_a_message_typed_before_the_early_load_ends_is_answered_once(
     sys.setswitchinterval(0.005)  # Python's default
     gc.disable()  # as `shardchat gui` starts
     early = start_engine_early(str(default_model_file), 1024)
+    interval = sys.getswitchinterval()
     assert early is not None
+    desktop = adopt(qtbot, desktops, default_model_file, early)  # closed after the test
     # the load's log lines, one call into Python each, get the interpreter from the imports
-    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
-    desktop = adopt(qtbot, desktops, default_model_file, early)
+    assert interval == pytest.approx(START_UP_SWITCH_INTERVAL_S)
     assert gc.isenabled()  # the window is shown: cycles are collected again
     with qtbot.waitSignal(desktop.bridge.reply_finished, timeout=TIMEOUT_MS) as finished:
         qtbot.keyClicks(desktop.window.input, "Say yes.")
