@@ -22,15 +22,15 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, BinaryIO, overload
+from typing import Any, BinaryIO
 
 import gguf
 import numpy as np
 
 from engine.errors import ModelFileError
+from engine.model.gguf_strings import StringArray
 
 VT = gguf.GGUFValueType
 SUPPORTED_VERSIONS = (2, gguf.GGUF_VERSION)  # as gguf's own reader: v1 had 32-bit counts
@@ -110,54 +110,6 @@ class GGUFHeader:
 
     def field(self, key: str, default: object = None) -> object:
         return self.fields.get(key, default)
-
-
-class StringArray(Sequence[str]):
-    """A long string array of a header, decoded when first read.
-
-    A tokenizer's tokens and merges are some 100,000 strings that planning never reads
-    (it needs their count; the API server the longest token's bytes): decoding them
-    was half of the built-in model's header parse, 28 of 56 ms. The parse walks them,
-    checking every length as before, and keeps the count and the longest; the strings
-    are decoded (undecodable bytes replaced, as for any header string) on first use.
-    """
-
-    def __init__(self, buf: bytes, start: int, count: int, longest_bytes: int) -> None:
-        self._buf, self._start, self._count = buf, start, count
-        self.longest_bytes = longest_bytes  # the longest string's UTF-8 bytes
-
-    @cached_property
-    def _strings(self) -> list[str]:
-        buf, pos, unpack = self._buf, self._start, _U64.unpack_from
-        strings: list[str] = []
-        for _ in range(self._count):
-            end = pos + 8 + unpack(buf, pos)[0]  # every length was checked by the parse
-            strings.append(buf[pos + 8 : end].decode("utf-8", "replace"))
-            pos = end
-        return strings
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        return self._strings[index]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._strings)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (StringArray, list, tuple)):
-            return len(self) == len(other) and self._strings == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # compared by value, like the list it stands for
-
-    def __repr__(self) -> str:
-        return f"StringArray({self._count} strings, longest {self.longest_bytes} bytes)"
 
 
 class _Short(Exception):
@@ -367,35 +319,13 @@ class _Parser:
         return self._items(count, lambda: self._array(depth + 1))
 
     def _strings(self, count: int) -> list[str] | StringArray:
-        """A string array in one tight loop: tokenizers hold hundreds of thousands."""
-        if count >= LAZY_STRINGS_FROM:
-            return self._walked_strings(count)
-        buf, pos, start, limit = self.buf, self.pos, self.pos, self.limit
-        strings: list[str] = []
-        append, unpack = strings.append, _U64.unpack_from
-        end = pos + 8  # where the string being read ends, once its length is known
-        try:
-            for _ in range(count):
-                (length,) = unpack(buf, pos)
-                if length > MAX_STRING_BYTES or pos + 8 + length > limit:
-                    self.pos = pos + 8
-                    self._within_file(f"string length {length}", min(length, MAX_HEADER_BYTES))
-                    raise ModelFileError(f"malformed GGUF: absurd string length {length}")
-                end = pos + 8 + length
-                if end > len(buf):
-                    break
-                append(buf[pos + 8 : end].decode("utf-8", "replace"))
-                pos = end
-                end = pos + 8
-        except struct.error:
-            pass
-        self.pos = pos
-        if len(strings) < count:
-            raise _Short(max(end, _extrapolated(start, pos, len(strings), count, 8)))
-        return strings
+        """A string array, walked in one tight loop (tokenizers hold hundreds of thousands)
+        and decoded now if short, else when first read (engine.model.gguf_strings)."""
+        walked = self._walked_strings(count)
+        return walked if count >= LAZY_STRINGS_FROM else list(walked)
 
     def _walked_strings(self, count: int) -> StringArray:
-        """_strings' loop, with every length checked alike, but nothing decoded yet."""
+        """Every string's length checked against the bytes and the file; none decoded."""
         buf, pos, start, limit = self.buf, self.pos, self.pos, self.limit
         unpack, longest, done = _U64.unpack_from, 0, 0
         end = pos + 8

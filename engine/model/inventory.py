@@ -33,7 +33,8 @@ from engine.errors import ModelFileError
 from engine.known_fields import known_fields
 from engine.model.gguf_checks import check_header
 from engine.model.gguf_file import check_model_path
-from engine.model.gguf_header import GGUFHeader, StringArray, TensorInfo, read_local_header
+from engine.model.gguf_header import GGUFHeader, TensorInfo, read_local_header
+from engine.model.gguf_strings import StringArray
 from engine.model.model_naming import split_parts
 
 KV_CACHE_BYTES_PER_ELEMENT = 2  # the KV cache stays f16: lossless, always

@@ -18,10 +18,10 @@ from engine.model.gguf_header import (
     LAZY_STRINGS_FROM,
     GGUFHeader,
     NeedMoreBytes,
-    StringArray,
     parse_header,
     read_local_header,
 )
+from engine.model.gguf_strings import StringArray
 from engine.model.inventory import inventory_from_headers, read_inventory
 
 VT = gguf.GGUFValueType
