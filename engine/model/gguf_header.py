@@ -328,9 +328,9 @@ class _Parser:
         """Every string's length checked against the bytes and the file; none decoded."""
         buf, pos, start, limit = self.buf, self.pos, self.pos, self.limit
         unpack, longest, done = _U64.unpack_from, 0, 0
-        end = pos + 8
+        end = pos + 8  # where the string being read ends, once its length is known
         try:
-            for done in range(count):  # noqa: B007  # `done` counts what was read
+            for done in range(count):  # noqa: B007  # after it: how many were read
                 (length,) = unpack(buf, pos)
                 if length > MAX_STRING_BYTES or pos + 8 + length > limit:
                     self.pos = pos + 8
