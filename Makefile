@@ -13,6 +13,12 @@ LLAMA_PATCHES := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-backend-mod
 LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-backend-dl
 INSTALLED := $(VENV)/.installed
 INSTALLER_TOOLS := $(VENV)/.installer-tools
+# The system's part of a target, each a stamp whose rule checks the packages on every run
+# (tests/make_prerequisites.py checks that each target names the ones it needs).
+LAVAPIPE := $(VENV)/.lavapipe
+SSHD := $(VENV)/.sshd
+LLAMA_SRC := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp
+FIT_PARAMS := .cache/fit-params/llama-fit-params
 
 # One llama.cpp build for every machine, as llama.cpp's own releases are built: each backend
 # a module loaded at run time (engine/llama/backends.py loads them from llama_cpp/lib), the
@@ -30,6 +36,10 @@ LLAMA_SDIST := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION).tar.gz
 # bench/backend_build.py's side-by-side comparison builds it (make bench-build).
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DGGML_BMI2=ON
+PORTABLE_VENV := .venv-portable
+PORTABLE_WHEELS := .cache/wheels-portable
+PORTABLE_WHEEL_STAMP := $(PORTABLE_WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
+PORTABLE_INSTALLED := $(PORTABLE_VENV)/.installed
 
 .PHONY: run test test-gpu lint format bench bench-build screenshots clean distclean
 .PHONY: installer installer-test installer-clean
@@ -68,8 +78,8 @@ TEST_WORKERS ?= 2
 # Mesa's software Vulkan device (lavapipe) is installed too: with a Vulkan loader and no
 # driver at all, llama.cpp's Vulkan module fails to start instead of finding no GPU, and
 # the suite checks what a machine with a Vulkan driver and no GPU says.
-test: $(INSTALLED) $(LAVAPIPE)
-	@$(call apt_ensure,sshd:openssh-server ssh:openssh-client)
+test: $(INSTALLED) $(LAVAPIPE) $(SSHD)
+	$(PY) tests/make_prerequisites.py
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(VENV)/bin/mypy
@@ -81,19 +91,25 @@ test: $(INSTALLED) $(LAVAPIPE)
 # there is no other, with the same install as `make test`. llama.cpp skips CPU-type Vulkan
 # devices unless told (GGML_VK_VISIBLE_DEVICES).
 GPU_ENV := GGML_VK_VISIBLE_DEVICES=0 GGML_VK_DISABLE_F16=1 GGML_VK_DISABLE_COOPMAT=1
-LLAMA_SRC := .cache/llama-src/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp
-FIT_PARAMS := .cache/fit-params/llama-fit-params
-LAVAPIPE := $(VENV)/.lavapipe
 
 test-gpu: $(INSTALLED) $(LAVAPIPE) $(FIT_PARAMS)
 	QT_QPA_PLATFORM=offscreen $(GPU_ENV) FIT_PARAMS_TOOL=$(CURDIR)/$(FIT_PARAMS) \
 		$(PY) -m pytest -m gpu tests/gpu -v
 
-$(LAVAPIPE): | $(PY)
+# The stamps' rules run every time (FORCE): a package removed since the last run is installed
+# again, as on a fresh machine, and the check costs a few milliseconds.
+$(LAVAPIPE): FORCE | $(PY)
 	@$(call apt_ensure,vulkaninfo:vulkan-tools)
 	@test -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json -o -e /usr/share/vulkan/icd.d/lvp_icd.json || \
 		{ apt-get update && apt-get install -y --no-install-recommends mesa-vulkan-drivers libvulkan1; }
-	touch $@
+	@touch $@
+
+$(SSHD): FORCE | $(PY)
+	@$(call apt_ensure,sshd:openssh-server ssh:openssh-client)
+	@touch $@
+
+.PHONY: FORCE
+FORCE:
 
 # The sdist of the llama-cpp-python release, unpacked: the wheel, llama-server and the
 # fit-params tool are all built from it.
@@ -246,11 +262,6 @@ $(BENCH_INSTALLED): $(PORTABLE_WHEEL_STAMP)
 # bench/backend_build.py: the loadable-backend build against the portable single-library
 # build ShardChat shipped before (PORTABLE_CMAKE_ARGS), side by side on the default model.
 # The portable wheel is built once (about 5 minutes on 2 cores) into .venv-portable.
-PORTABLE_VENV := .venv-portable
-PORTABLE_WHEELS := .cache/wheels-portable
-PORTABLE_WHEEL_STAMP := $(PORTABLE_WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
-PORTABLE_INSTALLED := $(PORTABLE_VENV)/.installed
-
 bench-build: $(INSTALLED) $(PORTABLE_INSTALLED)
 	$(PY) bench/backend_build.py
 
