@@ -29,6 +29,7 @@ class ModelLoaded:
     prompt_format: str = ""  # the prompt format its conversations are written in
     prompt_format_reason: str = ""  # why that one (engine.model.prompt_format)
     thinking_switch: bool = False  # the chat template can be told to think or not
+    base_model: bool = False  # pretrained only, not tuned to chat (engine.model.model_purpose)
     general_name: str = ""  # the GGUF's own general.name, as the converter wrote it
     split: str = ""  # its split across lent computers, in one line; "" when it runs here
 

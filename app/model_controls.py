@@ -142,6 +142,7 @@ class ModelControls:
                 prompt_format=model.prompt_format.name,
                 prompt_format_reason=model.prompt_format.reason,
                 thinking_switch=model.chat_template.has_thinking_switch,
+                base_model=model.purpose.is_base,
                 general_name=inventory.name,
             )
         )

@@ -344,6 +344,7 @@ class ChatController(QObject):
 
     def _on_prompt_format_chosen(self, event: PromptFormatChosen) -> None:
         said = self.model.format_chosen(event)
+        self.window.model_label.setText(self.model.label)  # "base model: ..." follows the format
         self.window.model_label.setToolTip(self.model.tooltip())
         self.window.statusBar().showMessage(said, 8000)
 

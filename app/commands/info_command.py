@@ -12,6 +12,7 @@ from engine.errors import BadInputError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.model_naming import readable_model_name
+from engine.model.model_purpose import ModelPurpose, purpose_of_file
 from engine.model.prompt_format import PromptFormat
 from engine.runtime.loaded_model import prompt_format_of_file
 
@@ -33,9 +34,10 @@ def run_info(args: argparse.Namespace) -> int:
         raise BadInputError("info needs a MODEL (a GGUF file, or 'default'), or --devices")
     path = default_model_path() if args.model == "default" else args.model
     inventory = read_inventory(path)
-    chosen = None  # a projector writes no prompts
+    chosen, purpose = None, None  # a projector writes no prompts
     if not inventory.is_vision_projector:
         chosen = prompt_format_of_file(path, prompt_format_for(path, args.prompt_format))
+        purpose = purpose_of_file(path)
     if args.json:
         data = inventory.to_dict()
         data["readable_name"] = readable_model_name(path, inventory.name)
@@ -43,19 +45,28 @@ def run_info(args: argparse.Namespace) -> int:
             data["prompt_format"] = {
                 "name": chosen.name, "kind": chosen.kind.value, "reason": chosen.reason
             }  # fmt: skip
+        if purpose is not None:
+            data["trained_as"] = {"kind": purpose.purpose.value, "evidence": purpose.evidence}
         print(json.dumps(data, indent=2, default=str))
     else:
-        print(render_inventory(inventory, chosen, readable_model_name(path, inventory.name)))
+        name = readable_model_name(path, inventory.name)
+        print(render_inventory(inventory, chosen, name, purpose))
     return 0
 
 
 def render_inventory(
-    inventory: ModelInventory, prompt_format: PromptFormat | None = None, readable_name: str = ""
+    inventory: ModelInventory,
+    prompt_format: PromptFormat | None = None,
+    readable_name: str = "",
+    purpose: ModelPurpose | None = None,
 ) -> str:
-    """The summary lines (with the prompt format the model gets, and why), then one row per
-    block and the global sub-layers. `readable_name` is made from the path as given: the
-    inventory's is resolved, and a Hugging Face cache link resolves to a hash-named blob."""
+    """The summary lines (with what the model was trained for and the prompt format it gets,
+    and why), then one row per block and the global sub-layers. `readable_name` is made from
+    the path as given: the inventory's is resolved, and a Hugging Face cache link resolves
+    to a hash-named blob."""
     summary = _summary(inventory, readable_name or readable_model_name(inventory.path))
+    if purpose is not None:
+        summary.append(f"trained as     {purpose.describe()}")
     if prompt_format is not None:
         summary.append(f"prompt format  {prompt_format.describe()}")
     return "\n".join([*summary, "", *_block_table(inventory), *_globals(inventory)])

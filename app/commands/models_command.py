@@ -29,7 +29,9 @@ from app.hub.local_caches import hf_cache_dir, lmstudio_dirs, model_files_in
 from app.screen_text.units import format_bytes
 from app.stores.hub_store import UNFINISHED, HubStore
 from app.stores.model_library import ModelEntry, ModelLibrary
-from engine.errors import BadInputError
+from engine.errors import BadInputError, ModelFileError
+from engine.model.model_purpose import ModelPurpose, purpose_of_file
+from engine.model.prompt_format import AUTO
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ def run_list(args: argparse.Namespace) -> int:
     for entry in entries:
         flags = " ".join(f for f, on in (("default", entry.is_default), ("built-in", entry.builtin),
                                            ("missing", not entry.exists)) if on)  # fmt: skip
+        if base := base_model_flag(entry):
+            flags = f"{flags}; {base}" if flags else base
         shown = format_bytes(entry.file_bytes) if entry.file_bytes else "-"
         print(f"{entry.readable_name:44} {entry.kind_text:18} {shown:>10}  {entry.path}"
               + (f"  [{flags}]" if flags else ""))  # fmt: skip
@@ -64,12 +68,35 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _entry_dict(entry: ModelEntry) -> dict[str, object]:
+    purpose = entry_purpose(entry)
     return {
         "name": entry.readable_name, "path": str(entry.path), "kind": entry.kind_text,
         "file_bytes": entry.file_bytes, "default": entry.is_default, "builtin": entry.builtin,
         "exists": entry.exists,
         "mmproj_path": str(entry.mmproj_path) if entry.mmproj_path else None,
+        "trained_as": purpose.purpose.value if purpose else None,
+        "prompt_format": entry.prompt_format,
     }  # fmt: skip
+
+
+def entry_purpose(entry: ModelEntry) -> ModelPurpose | None:
+    """What a listed model was trained for (engine.model.model_purpose), read from its header;
+    None for a missing or unreadable file (the list still shows it)."""
+    if not entry.exists:
+        return None
+    try:
+        return purpose_of_file(entry.path)
+    except ModelFileError:
+        return None
+
+
+def base_model_flag(entry: ModelEntry) -> str:
+    """ "base model: plain completion" for a base model on the automatic format ("base model"
+    when its setting chose another), "" for any other model."""
+    purpose = entry_purpose(entry)
+    if purpose is None or not purpose.is_base:
+        return ""
+    return "base model: plain completion" if entry.prompt_format == AUTO else "base model"
 
 
 def run_remove(args: argparse.Namespace) -> int:

@@ -14,10 +14,15 @@ from pathlib import Path
 from app.events import ModelLoaded, PromptFormatChosen, RequestFailed
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from engine.machine.profile import Profile
+from engine.model.prompt_format import COMPLETION
 from engine.planning.plan import Plan
 
 NO_MODEL_LABEL = "no model loaded"
 LOADING_LABEL = "loading model…"
+# A base model written to as plain text: said on the model line, so that replies that read
+# like continued text rather than answers are explained where the model is named.
+BASE_MODEL_NOTE = "base model: plain completion"
+BASE_MODEL = "base model"  # a base model whose prompt-format setting chose another format
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class ModelStatus:
         self.vision: str | None = None  # the VLMOpt choices while the model sees images
         self.thinking_switch = False  # the model's template can be told to think or not
         self.prompt_format = ""  # which prompt format the loaded model got, and why
+        self.base_model = False  # the loaded model is pretrained only (model_purpose)
+        self._described = ""  # the model line without what it says of a base model
         self._kept: _Kept | None = None
 
     def begin(self, load: LoadRequest | PlannedLoad) -> None:
@@ -87,7 +94,9 @@ class ModelStatus:
         self.vision = event.vision
         self.thinking_switch = event.thinking_switch
         sees = " · sees images" if event.vision else ""
-        self.label = f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
+        self._described = f"{event.model_name} · {event.architecture} · {event.n_ctx} tokens{sees}"
+        self.base_model = event.base_model
+        self.label = self._model_line(event.prompt_format)
         self.prompt_format = f"Prompt format: {event.prompt_format} ({event.prompt_format_reason})"
         return True
 
@@ -105,7 +114,15 @@ class ModelStatus:
 
     def format_chosen(self, event: PromptFormatChosen) -> str:
         self.prompt_format = f"Prompt format: {event.name} ({event.reason})"
+        if self.ready:
+            self.label = self._model_line(event.name)
         return self.prompt_format
+
+    def _model_line(self, prompt_format: str) -> str:
+        if not self.base_model:
+            return self._described
+        note = BASE_MODEL_NOTE if prompt_format == COMPLETION else BASE_MODEL
+        return f"{self._described} · {note}"
 
     def tooltip(self) -> str:
         vision = [f"Vision: {self.vision}"] if self.vision else []

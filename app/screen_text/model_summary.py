@@ -1,4 +1,5 @@
-"""What the model manager says about one GGUF file, worked out from its inventory.
+"""What the model manager says about one GGUF file, worked out from its inventory (and, for
+"Trained as", from its header's general.* keys: engine.model.model_purpose).
 
 Why apart from the window: the wording ("MoE 128×8", "Q4_K 81% · Q6_K 17%") and
 the sub-layer breakdown are decisions about the model, not about widgets, so
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 
 from app.screen_text.units import format_bytes, format_count
 from app.stores.model_library import kind_label
+from engine.errors import ModelFileError
 from engine.model.inventory import ModelInventory, SubLayerKind
+from engine.model.model_purpose import purpose_of_file
 
 # How each sub-layer kind is named to a person; one table, in SubLayerKind's order.
 SUBLAYER_LABELS: dict[SubLayerKind, str] = {
@@ -62,6 +65,7 @@ class ModelSummary:
     tied_output: bool
     quant_mix: tuple[SizeShare, ...]  # largest first
     breakdown: tuple[SizeShare, ...]  # bytes per sub-layer kind, largest first
+    trained_as: str = ""  # "base model (...)": engine.model.model_purpose; "" when not read
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, text) rows in reading order, for a details pane."""
@@ -69,6 +73,7 @@ class ModelSummary:
             ("Name in file", self.name),
             ("Architecture", self.architecture),
             ("Kind", self.kind),
+            *([("Trained as", self.trained_as)] if self.trained_as else []),
             ("Parameters", format_count(self.n_params)),
             ("File size", format_bytes(self.file_bytes)),
             ("Context length", context_text(self.context_length)),
@@ -99,7 +104,19 @@ def summarize(inventory: ModelInventory) -> ModelSummary:
         breakdown=_shares(
             ((SUBLAYER_LABELS[kind], n) for kind, n in inventory.bytes_by_kind().items()), total
         ),
+        trained_as=_trained_as(inventory),
     )
+
+
+def _trained_as(inventory: ModelInventory) -> str:
+    """What the file says the model was trained for, read from its header (a projector writes
+    no prompts; a file gone since its inventory was read says nothing)."""
+    if inventory.is_vision_projector:
+        return ""
+    try:
+        return purpose_of_file(inventory.path).describe()
+    except ModelFileError:
+        return ""
 
 
 def context_text(context_length: int | None) -> str:

@@ -4,8 +4,9 @@ A model that ships `tokenizer.chat_template` gets it, rendered as Hugging Face
 does (Jinja2, in llama-cpp-python's ImmutableSandboxedEnvironment: a template
 cannot reach Python's internals, so a hostile GGUF cannot run code). Without
 one, or with one that fails a trial render, engine.model.prompt_format picks
-the format its vocabulary's special tokens belong to, else plain completion;
-the user may choose another per model.
+the format its vocabulary's special tokens belong to, else plain completion
+(a base model always gets plain completion: engine.model.model_purpose); the
+user may choose another per model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.errors import BadInputError
 from engine.model.chat_message import ChatMessage
+from engine.model.model_purpose import ModelPurpose
 from engine.model.prompt_format import (
     AUTO,
     COMPLETION_STOP,
@@ -71,13 +73,15 @@ class ChatTemplate:
         *,
         special_tokens: frozenset[str] = frozenset(),
         requested: str = AUTO,
+        purpose: ModelPurpose | None = None,
     ) -> None:
         self.source = template or None  # the GGUF's template text (None: it has none)
         self.special_tokens = special_tokens
+        self.purpose = purpose  # what the file says the model was trained for (None: unknown)
         self._bos_token, self._eos_token = bos_token, eos_token
         self._formatter, problem = self._sandboxed(self.source)
         self.format: PromptFormat = choose_format(
-            self.source is not None, special_tokens, requested, problem
+            self.source is not None, special_tokens, requested, problem, purpose
         )
         if problem and self.format.kind is not FormatKind.TEMPLATE:
             log.warning("the model's chat template is not used: %s", problem)
@@ -96,7 +100,7 @@ class ChatTemplate:
         """The same model's template under another prompt-format setting."""
         return ChatTemplate(
             self.source, self._bos_token, self._eos_token,
-            special_tokens=self.special_tokens, requested=requested,
+            special_tokens=self.special_tokens, requested=requested, purpose=self.purpose,
         )  # fmt: skip
 
     def render(

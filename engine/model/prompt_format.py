@@ -6,7 +6,9 @@ vocabulary), so a Gemma file that lost its template answers with literal
 ``<|im_start|>`` text. We look at the vocabulary instead: a model trained on a
 chat format has that format's turn markers as special tokens, and llama.cpp
 ships the format itself as a named built-in template. A vocabulary with no
-family's markers gets plain text completion (`COMPLETION_STOP` shows its shape).
+family's markers gets plain text completion (`COMPLETION_STOP` shows its shape),
+and so does a base model (engine.model.model_purpose): pretrained only, it has
+never seen the chat format its vocabulary's markers belong to.
 
 Every choice carries a one-line reason, for `shardchat info`, `chat --verbose`
 and the model manager. A per-model setting (`choose_format`'s `requested`)
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import llama_cpp
 
 from engine.errors import BadInputError
+from engine.model.model_purpose import ModelPurpose, Purpose
 
 AUTO = "auto"  # the rule above
 TEMPLATE = "template"  # the GGUF's own template (only when it has one)
@@ -148,16 +151,18 @@ def choose_format(
     special_tokens: frozenset[str],
     requested: str = AUTO,
     template_problem: str | None = None,
+    purpose: ModelPurpose | None = None,
 ) -> PromptFormat:
     """The format for a model: `requested` when it is not auto, else the rule of this module.
 
     `template_problem`: why the GGUF's template cannot be used (it broke out of the
     sandbox or failed to render); auto then falls back to the vocabulary, an explicit
-    request for the template is refused.
+    request for the template is refused. `purpose`: what the file says the model was
+    trained for (None: not known, as a chat model).
     """
     check_format_name(requested)
     if requested == AUTO:
-        return _automatic(has_template, special_tokens, template_problem)
+        return _automatic(has_template, special_tokens, template_problem, purpose)
     if requested == TEMPLATE:
         if not has_template:
             raise BadInputError(
@@ -175,7 +180,10 @@ def choose_format(
 
 
 def _automatic(
-    has_template: bool, special_tokens: frozenset[str], template_problem: str | None
+    has_template: bool,
+    special_tokens: frozenset[str],
+    template_problem: str | None,
+    purpose: ModelPurpose | None,
 ) -> PromptFormat:
     if has_template and not template_problem:
         return PromptFormat(TEMPLATE, FormatKind.TEMPLATE, "the model's own chat template")
@@ -184,6 +192,13 @@ def _automatic(
         if has_template
         else "no chat template"
     )
+    if purpose is not None and purpose.is_base:
+        return PromptFormat(
+            COMPLETION, FormatKind.COMPLETION,
+            f"{why}, and a base model ({purpose.evidence}): plain text completion",
+        )  # fmt: skip
+    if purpose is not None and purpose.purpose is Purpose.CHAT and not has_template:
+        why = f"{why}, a chat model ({purpose.evidence})"
     family = family_of(special_tokens)
     if family is None:
         return PromptFormat(

@@ -38,6 +38,7 @@ from engine.model.chat_template import ChatTemplate, RenderedPrompt
 from engine.model.gguf_file import check_model_path
 from engine.model.image_input import ImageFile, RgbImage
 from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.model_purpose import ModelPurpose, judge_purpose, purpose_of_file
 from engine.model.prompt_format import AUTO, FAMILY_MARKERS, PromptFormat
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class LoadedModel:
         self.handle = LlamaHandle.of(llm)
         self.inventory = inventory
         facts = vocabulary_facts(self.handle.model, self.handle.vocab, FAMILY_MARKERS)
-        self.chat_template = chat_template_for(facts, prompt_format)
+        self.purpose = purpose_of(facts, params.model_path)  # base or chat (model_purpose)
+        self.chat_template = chat_template_for(facts, prompt_format, self.purpose)
         self.scheduler = Scheduler(DecodeContext.of_model(self.handle, params))
         self.vision: ModelVision | None = None  # set by vision_runtime.attach_projector
 
@@ -202,7 +204,9 @@ def _within_trained_context(params: LoadParams, inventory: ModelInventory) -> Lo
     return params
 
 
-def chat_template_for(facts: VocabularyFacts, prompt_format: str = AUTO) -> ChatTemplate:
+def chat_template_for(
+    facts: VocabularyFacts, prompt_format: str = AUTO, purpose: ModelPurpose | None = None
+) -> ChatTemplate:
     """The model's ChatTemplate under its prompt-format setting."""
     return ChatTemplate(
         facts.chat_template,
@@ -210,10 +214,20 @@ def chat_template_for(facts: VocabularyFacts, prompt_format: str = AUTO) -> Chat
         facts.eos_token,
         special_tokens=facts.special_tokens,
         requested=prompt_format,
+        purpose=purpose,
     )
 
 
 def prompt_format_of_file(path: str | os.PathLike[str], prompt_format: str = AUTO) -> PromptFormat:
-    """The prompt format a model would load with, reading only its vocabulary."""
-    facts = read_vocabulary(check_model_path(path), FAMILY_MARKERS)
-    return chat_template_for(facts, prompt_format).format
+    """The prompt format a model would load with, reading only its vocabulary and header."""
+    checked = check_model_path(path)
+    facts = read_vocabulary(checked, FAMILY_MARKERS)
+    return chat_template_for(facts, prompt_format, purpose_of(facts, checked)).format
+
+
+def purpose_of(facts: VocabularyFacts, path: str | os.PathLike[str]) -> ModelPurpose:
+    """What the model was trained for. A chat template settles it, so a model that has one
+    (most do, the built-in one too) does not read its header a second time at every load."""
+    if facts.chat_template:
+        return judge_purpose(True, {})
+    return purpose_of_file(path)
