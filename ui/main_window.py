@@ -8,7 +8,7 @@ menus hold every action with its shortcut, so the keyboard reaches everything.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QChildEvent, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSplitter,
+    QTabBar,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.paths import app_paths
 from app.screen_text.about import about_facts
+from ui import side_tabs
 from ui.batch_panel import BatchPanel
 from ui.chat_view import ChatView
 from ui.conversation_settings import ConversationSettings
@@ -41,9 +43,11 @@ from ui.message_input import MessageInput
 from ui.model_picker import ModelPicker
 from ui.server_panel import ServerPanel
 from ui.sharing_panel import SharingPanel
+from ui.side_tabs import FullNameTips, side_dock, tab_bar_width
 from ui.vram_panel import VramPanel
 
 CONVERSATION_ID = Qt.ItemDataRole.UserRole
+PANEL_MIN_WIDTH = 300  # the side panel's forms need this much, whatever its tabs say
 
 
 class MainWindow(QMainWindow):
@@ -56,7 +60,7 @@ class MainWindow(QMainWindow):
         self.new_chat = _named(QPushButton("New chat"), "New chat")
         self.delete_chat = _named(QPushButton("Delete chat"), "Delete chat")
         self.settings = ConversationSettings()
-        self.settings_dock = QDockWidget("Conversation", self)
+        self.settings_dock = side_dock(side_tabs.SETTINGS, self)
         self.model_picker = ModelPicker()
         self.context_meter = _named(QProgressBar(), "Context used")
         self.panel_button = _named(QToolButton(), "Show or hide the side panel")
@@ -74,19 +78,20 @@ class MainWindow(QMainWindow):
         self.model_label, self.plan_label, self.speed_label = QLabel(), QLabel(), QLabel()
         self.api_label = _named(QLabel("API off"), "Local API server")
         self.vram_panel = VramPanel()
-        self.vram_dock = QDockWidget("VRAM", self)
+        self.vram_dock = side_dock(side_tabs.VRAM, self)
         self.batch_panel = BatchPanel()
-        self.batch_dock = QDockWidget("Summarise a folder", self)
+        self.batch_dock = side_dock(side_tabs.SUMMARISE, self)
         self.server_panel = ServerPanel()
-        self.server_dock = QDockWidget("API", self)  # a short tab: six share the panel
+        self.server_dock = side_dock(side_tabs.API, self)
         self.sharing_panel = SharingPanel()
-        self.sharing_dock = QDockWidget("Share", self)
+        self.sharing_dock = side_dock(side_tabs.SHARE, self)
         self.jobs_view = JobsView()
-        self.jobs_dock = QDockWidget("Jobs", self)
+        self.jobs_dock = side_dock(side_tabs.JOBS, self)
         self.side_docks = (
             self.settings_dock, self.vram_dock, self.batch_dock, self.server_dock,
             self.sharing_dock, self.jobs_dock,
         )  # fmt: skip
+        self.tab_tips = FullNameTips(side_tabs.ALL, self)
         self._make_actions()
         self._lay_out()
         self._make_menus()
@@ -130,7 +135,6 @@ class MainWindow(QMainWindow):
         for action in (self.find_action, self.settings_action, self.stop_action):
             chat.addAction(action)
         self.view_menu = view = bar.addMenu("&View")
-        self.server_dock.toggleViewAction().setText("Local &API server")
         for dock in self.side_docks:
             view.addAction(dock.toggleViewAction())
         tools = bar.addMenu("&Tools")
@@ -201,7 +205,10 @@ class MainWindow(QMainWindow):
 
     def _side_panel(self) -> None:
         """Settings, VRAM, the folder summary, the API server, sharing and the jobs as tabs of one
-        panel."""
+        panel, never narrower than its tab bar needs to show every tab's word whole in the
+        font and style the app has (a larger system font widens it)."""
+        words = [dock.windowTitle() for dock in self.side_docks]
+        width = max(PANEL_MIN_WIDTH, tab_bar_width(words))
         scroller = QScrollArea()
         scroller.setWidgetResizable(True)
         scroller.setFrameShape(QFrame.Shape.NoFrame)
@@ -216,7 +223,7 @@ class MainWindow(QMainWindow):
         ):
             dock.setObjectName(name)
             dock.setWidget(widget)
-            dock.setMinimumWidth(300)
+            dock.setMinimumWidth(width)
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
         self.tabifyDockWidget(self.settings_dock, self.vram_dock)
         self.tabifyDockWidget(self.vram_dock, self.batch_dock)
@@ -224,7 +231,7 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.server_dock, self.sharing_dock)
         self.tabifyDockWidget(self.sharing_dock, self.jobs_dock)
         self.settings_dock.raise_()
-        self.resizeDocks([self.settings_dock], [320], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.settings_dock], [width], Qt.Orientation.Horizontal)
         for dock in self.side_docks:
             dock.visibilityChanged.connect(lambda _shown: self._sync_panel_button())
 
@@ -288,6 +295,14 @@ class MainWindow(QMainWindow):
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
+
+    def childEvent(self, event: QChildEvent) -> None:  # noqa: N802 - Qt's name
+        """Qt makes the side panel's tab bars as it tabs docks together; each new one shows
+        the full names as tooltips."""
+        super().childEvent(event)
+        child = event.child()
+        if event.polished() and isinstance(child, QTabBar):
+            self.tab_tips.watch(child)
 
     def _show_dock(self, dock: QDockWidget) -> None:
         dock.show()
