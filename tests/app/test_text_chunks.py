@@ -152,8 +152,9 @@ def test_twice_the_line_takes_about_twice_the_time(
     make: Callable[[int], str], tokens: CountTokens
 ) -> None:
     """Measured side by side, best of five, in this process's processor time, which other
-    work on a shared machine disturbs less than the clock. Linear is 2x; the old splitter
-    took 3.6-3.7x."""
+    work on a shared machine disturbs less than the clock. Linear is 2x (1.8-2.3x measured
+    here under load); the old splitter took 3.6-3.7x, so the bound leaves noise room
+    between the two. The counting test above is the exact check of linearity."""
     small, large = make(100_000), make(200_000)
     best = {small: float("inf"), large: float("inf")}
     for _ in range(5):
@@ -161,4 +162,4 @@ def test_twice_the_line_takes_about_twice_the_time(
             began = time.process_time()
             split_by_tokens(text, BUDGET, tokens)
             best[text] = min(best[text], time.process_time() - began)
-    assert best[large] / best[small] < 2.5
+    assert best[large] / best[small] < 2.8
