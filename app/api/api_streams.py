@@ -194,7 +194,7 @@ class ApiStreams:
                 continue
             try:
                 loaded = self._require_model(job, model)
-                served = admit(job, loaded, self._pool_of(loaded))
+                choices = admit(job, loaded, self._pool_of(loaded))
             except ApiError as exc:
                 job.sink(ApiFailed(exc))
                 continue
@@ -205,7 +205,8 @@ class ApiStreams:
                 log.exception("%s could not be prepared", job.label)
                 job.sink(ApiFailed(server_error(f"the request could not be prepared: {exc!r}")))
                 continue
-            self._served[id(served.entry)] = served
+            for served in choices:
+                self._served[id(served.entry)] = served
 
     def _guarded(self, served: ServedJob, send: Callable[[], None], key: int | None = None) -> None:
         """Turn a stream's output into events; a failure there ends that stream alone."""

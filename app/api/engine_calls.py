@@ -13,6 +13,7 @@ server's loop turns into OpenAI's JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -33,8 +34,8 @@ from engine.cancel import CancelToken
 from engine.errors import BadInputError
 from engine.generation.logprobs import TokenLogprob
 from engine.generation.prompt_pieces import Piece, TextRun, prompt_fits, prompt_size
-from engine.generation.stats import FinishReason
-from engine.generation.stream import StreamRequest
+from engine.generation.stats import FinishReason, GenerationStats
+from engine.generation.stream import Stream, StreamRequest
 from engine.generation.thinking import ThinkingSplitter
 from engine.model.chat_template import ChatTemplate
 from engine.runtime.loaded_model import LoadedModel
@@ -42,6 +43,7 @@ from engine.serving.stream_pool import PoolEntry, StreamPool
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+_RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: each sampler draws its own
 # formats whose call marker is a control token ([TOOL_CALLS], <|python_tag|>): the reply's
 # text must show control tokens for the parser to see the call
 _MARKED_BY_CONTROL_TOKENS = (ToolCallFormat.MISTRAL, ToolCallFormat.LLAMA3)
@@ -63,12 +65,69 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Timings:
+    """llama-server's `timings` of a reply so far (its `timings_per_token` extension)."""
+
+    cache_n: int
+    prompt_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+
+    @classmethod
+    def of(cls, stats: GenerationStats) -> Timings:
+        prompt_n = stats.prompt_tokens - stats.reused_prompt_tokens
+        rate = stats.decode_tokens_per_s
+        predicted_ms = 1e3 * (stats.generated_tokens - 1) / rate if rate > 0 else 0.0
+        return cls(
+            stats.reused_prompt_tokens, prompt_n, 1e3 * stats.time_to_first_token_s,
+            stats.generated_tokens, predicted_ms,
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": _per(self.prompt_ms, self.prompt_n),
+            "prompt_per_second": _rate(self.prompt_n, self.prompt_ms),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": _per(self.predicted_ms, self.predicted_n),
+            "predicted_per_second": _rate(self.predicted_n, self.predicted_ms),
+        }
+
+
+@dataclass(frozen=True)
 class ApiDelta:
-    """New reply text (answer and reasoning apart) and its tokens' logprobs."""
+    """New reply text (answer and reasoning apart) and its tokens' logprobs, of choice
+    `index` (a request for n choices runs n streams)."""
 
     content: str = ""
     reasoning: str = ""
     logprobs: tuple[TokenLogprob, ...] = ()
+    index: int = 0
+    timings: Timings | None = None  # when the request asked (timings_per_token)
+
+
+@dataclass(frozen=True)
+class ApiProgress:
+    """How far the prompt's evaluation is (llama-server's `return_progress`): `processed`
+    of `total` prompt tokens are in the cache, `cache` of them were there already."""
+
+    total: int
+    cache: int
+    processed: int
+    seconds: float
+    index: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "cache": self.cache,
+            "processed": self.processed,
+            "time_ms": 1e3 * self.seconds,
+        }
 
 
 @dataclass(frozen=True)
@@ -77,6 +136,8 @@ class ApiFinished:
     usage: Usage
     tool_calls: tuple[ToolCall, ...] = ()
     seconds: float = 0.0
+    index: int = 0
+    timings: Timings | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +145,7 @@ class ApiFailed:
     error: ApiError
 
 
-ApiEvent = ApiDelta | ApiFinished | ApiFailed
+ApiEvent = ApiDelta | ApiProgress | ApiFinished | ApiFailed
 Sink = Callable[[ApiEvent], None]
 
 
@@ -129,27 +190,45 @@ def prepare(call: ApiCall, model: LoadedModel) -> PreparedPrompt:
 
 
 class ServedJob:
-    """A job admitted to the pool: its stream's output turned into events."""
+    """One choice of a job admitted to the pool: its stream's output turned into events."""
 
     def __init__(
-        self, job: ApiJob, entry: PoolEntry, prompt_text: str, tools: ToolCallFormat | None
+        self,
+        job: ApiJob,
+        entry: PoolEntry,
+        prompt_text: str,
+        tools: ToolCallFormat | None,
+        index: int = 0,
     ) -> None:
         self.job = job
         self.entry = entry
+        self.index = index
         chat = job.call.endpoint == "chat"
         self._thinking = ThinkingSplitter.after(prompt_text) if chat else None
         self._tools = ToolCallStream(tools) if tools is not None else None
+        self._processed = -1  # prompt tokens last reported in the cache (return_progress)
 
     def pump(self) -> None:
         """Send what the stream said since the last call."""
         stream = self.entry.stream
         if stream is None:
             return
+        self._progress(stream)
         text = stream.take_text()
         logprobs = tuple(stream.take_logprobs())
         content, reasoning = self._split(text)
         if content or reasoning or logprobs:
-            self.job.sink(ApiDelta(content, reasoning, logprobs))
+            timings = Timings.of(stream.stats()) if self.job.call.timings else None
+            self.job.sink(ApiDelta(content, reasoning, logprobs, self.index, timings))
+
+    def _progress(self, stream: Stream) -> None:
+        processed = min(stream.fed, len(stream.identities))
+        if not self.job.call.progress or processed <= self._processed:
+            return
+        self._processed = processed
+        seconds = stream.clock.seconds
+        total = len(stream.identities)
+        self.job.sink(ApiProgress(total, stream.reused, processed, seconds, self.index))
 
     def finish(self) -> None:
         """Send the end: the last held-back text, the tool calls, the finish reason, usage."""
@@ -170,12 +249,13 @@ class ServedJob:
         if self._tools is not None:
             tail, calls = self._tools.finish()
             content += tail
+        timings = Timings.of(stream.stats()) if self.job.call.timings else None
         if content or reasoning:
-            self.job.sink(ApiDelta(content, reasoning))
+            self.job.sink(ApiDelta(content, reasoning, index=self.index, timings=timings))
         finish = _finish_reason(stream.finish or FinishReason.CANCELLED, bool(calls))
         usage = Usage(len(stream.identities), len(stream.generated), stream.reused)
         seconds = time.perf_counter() - self.job.created
-        self.job.sink(ApiFinished(finish, usage, tuple(calls), seconds))
+        self.job.sink(ApiFinished(finish, usage, tuple(calls), seconds, self.index, timings))
 
     def _split(self, text: str) -> tuple[str, str]:
         if self._thinking is None:
@@ -189,11 +269,17 @@ class ServedJob:
         return self._tools.feed(text)
 
 
-def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
+def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> list[ServedJob]:
     """Render and tokenize the job's prompt (unless the server's thread did) and queue it in
-    the pool; ApiError when it cannot run (the model cannot see images, the template cannot
-    render tools, it does not fit)."""
+    the pool, once per choice it asks for; ApiError when it cannot run (the model cannot see
+    images, the template cannot render tools, it does not fit, more choices than slots).
+
+    The choices of one request are sequences of the one context, decoded side by side, as
+    llama-server runs them: the first evaluates the prompt, the others wait for it and
+    start from a copy of its cache, each with a seed of its own."""
     call = job.call
+    if call.n > pool.n_slots:
+        raise too_many_choices(call.n, pool.n_slots)
     prepared = job.prepared
     if prepared is None or not prepared.fits(model):
         prepared = prepare(call, model)
@@ -211,8 +297,25 @@ def admit(job: ApiJob, model: LoadedModel, pool: StreamPool) -> ServedJob:
         show_special=tool_format in _MARKED_BY_CONTROL_TOKENS, window=room,
     )  # fmt: skip
     seed = call.settings.seed if call.settings.seed is not None else model.params.seed
-    entry = pool.submit(request, seed, job.label)
-    return ServedJob(job, entry, prompt_text, tool_format)
+    first = pool.submit(request, seed, job.label)
+    served = [ServedJob(job, first, prompt_text, tool_format)]
+    for index in range(1, call.n):
+        own = seed if seed == _RANDOM_SEED else (seed + index) % 2**32
+        settings = call.settings.with_changes(seed=own) if call.settings.seed is not None else None
+        choice = dataclasses.replace(request, settings=settings) if settings else request
+        label = f"{job.label} choice {index}"
+        entry = pool.submit(choice, own, label, after=first)
+        served.append(ServedJob(job, entry, prompt_text, tool_format, index))
+    return served
+
+
+def too_many_choices(n: int, slots: int) -> ApiError:
+    """More choices than sequences run at once: refused, as llama-server refuses n past its
+    slots (the choices of one request decode side by side or not at all)."""
+    return bad_request(
+        f"n is {n}, more than the {slots} sequences this server runs at once: ask for at "
+        f"most {slots} choices", "n",
+    )  # fmt: skip
 
 
 def _prompt(
@@ -303,3 +406,11 @@ def _admission_error(message: str) -> ApiError:
     if "model was" in message:
         return ApiError(503, message, "server_error", "model_unloaded")
     return server_error(message)
+
+
+def _per(ms: float, n: int) -> float:
+    return ms / n if n else 0.0
+
+
+def _rate(n: int, ms: float) -> float:
+    return 1e3 * n / ms if ms > 0 else 0.0

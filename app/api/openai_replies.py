@@ -4,6 +4,7 @@ A stream is what OpenAI sends: a first chunk with the assistant's role, then
 content (and reasoning) deltas, tool calls as deltas of their own, a last
 chunk with an empty delta and the finish reason and, when the client asked
 with `stream_options.include_usage`, one more with no choices and the usage.
+A request for n choices gets each of these per choice, told apart by `index`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.api.engine_calls import ApiDelta, ApiFinished
+from app.api.engine_calls import ApiDelta, ApiFinished, Usage
 from app.api.tool_calls import ToolCall
 from engine.generation.logprobs import TokenLogprob
 
@@ -63,18 +64,29 @@ def tool_call_dict(call: ToolCall, index: int | None = None) -> dict[str, Any]:
 
 
 @dataclass
+class _ChoiceSoFar:
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    token_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return sum(len(c) for c in self.content)
+
+
+@dataclass
 class ReplyBuilder:
-    """One reply's identity and what it has said so far; makes its chunks and its whole body."""
+    """One reply's identity and what each of its choices has said so far; makes its chunks
+    and its whole body."""
 
     endpoint: str  # "chat" or "completion"
     model: str
     include_usage: bool = False
     logprobs: bool = False
+    n: int = 1
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
-    content: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    choices: dict[int, _ChoiceSoFar] = field(default_factory=dict)
 
     @property
     def _chat(self) -> bool:
@@ -97,21 +109,32 @@ class ReplyBuilder:
             body["usage"] = None
         return body
 
+    def _choice(self, index: int) -> _ChoiceSoFar:
+        return self.choices.setdefault(index, _ChoiceSoFar())
+
     # --- streaming ---
 
-    def first_chunk(self) -> dict[str, Any] | None:
+    def first_chunks(self) -> list[dict[str, Any]]:
+        """A chat stream opens with the assistant's role, one chunk per choice."""
         if not self._chat:
-            return None
-        choice = {
-            "index": 0,
-            "delta": {"role": "assistant", "content": ""},
-            "logprobs": None,
-            "finish_reason": None,
-        }
-        return self._envelope([choice], True)
+            return []
+        return [
+            self._envelope(
+                [
+                    {
+                        "index": index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+                True,
+            )
+            for index in range(self.n)
+        ]
 
     def delta_chunk(self, delta: ApiDelta) -> dict[str, Any]:
-        offset = sum(len(c) for c in self.content)
+        offset = self._choice(delta.index).length
         self.take(delta)
         if self._chat:
             change: dict[str, Any] = {}
@@ -120,58 +143,84 @@ class ReplyBuilder:
             if delta.content:
                 change["content"] = delta.content
             logprobs = chat_logprobs(delta.logprobs) if self.logprobs else None
-            choice = {"index": 0, "delta": change, "logprobs": logprobs, "finish_reason": None}
+            choice = {
+                "index": delta.index,
+                "delta": change,
+                "logprobs": logprobs,
+                "finish_reason": None,
+            }
         else:
             logprobs = completion_logprobs(list(delta.logprobs), offset) if self.logprobs else None
             choice = {
-                "index": 0,
+                "index": delta.index,
                 "text": delta.content,
                 "logprobs": logprobs,
                 "finish_reason": None,
             }
         return self._envelope([choice], True)
 
-    def tool_calls_chunk(self, calls: tuple[ToolCall, ...]) -> dict[str, Any]:
+    def tool_calls_chunk(self, finished: ApiFinished) -> dict[str, Any]:
+        calls = finished.tool_calls
         change = {"tool_calls": [tool_call_dict(call, i) for i, call in enumerate(calls)]}
-        choice = {"index": 0, "delta": change, "logprobs": None, "finish_reason": None}
+        choice = {
+            "index": finished.index,
+            "delta": change,
+            "logprobs": None,
+            "finish_reason": None,
+        }
         return self._envelope([choice], True)
 
     def final_chunk(self, finished: ApiFinished) -> dict[str, Any]:
         if self._chat:
-            choice: dict[str, Any] = {"index": 0, "delta": {}, "logprobs": None}
+            choice: dict[str, Any] = {"index": finished.index, "delta": {}, "logprobs": None}
         else:
-            choice = {"index": 0, "text": "", "logprobs": None}
+            choice = {"index": finished.index, "text": "", "logprobs": None}
         choice["finish_reason"] = finished.finish_reason
         return self._envelope([choice], True)
 
-    def usage_chunk(self, finished: ApiFinished) -> dict[str, Any]:
+    def usage_chunk(self, finished: list[ApiFinished]) -> dict[str, Any]:
         body = self._envelope([], True)
-        body["usage"] = finished.usage.to_dict()
+        body["usage"] = total_usage(finished).to_dict()
         return body
 
     # --- whole ---
 
     def take(self, delta: ApiDelta) -> None:
-        self.content.append(delta.content)
-        self.reasoning.append(delta.reasoning)
-        self.token_logprobs.extend(delta.logprobs)
+        choice = self._choice(delta.index)
+        choice.content.append(delta.content)
+        choice.reasoning.append(delta.reasoning)
+        choice.token_logprobs.extend(delta.logprobs)
 
-    def whole(self, finished: ApiFinished) -> dict[str, Any]:
-        text = "".join(self.content)
+    def whole(self, finished: list[ApiFinished]) -> dict[str, Any]:
+        """The reply once every choice has finished."""
+        choices = [self._whole_choice(end) for end in sorted(finished, key=lambda f: f.index)]
+        body = self._envelope(choices, False)
+        body["usage"] = total_usage(finished).to_dict()
+        return body
+
+    def _whole_choice(self, finished: ApiFinished) -> dict[str, Any]:
+        said = self._choice(finished.index)
+        text = "".join(said.content)
         if self._chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if finished.tool_calls:
                 message["content"] = text or None
                 message["tool_calls"] = [tool_call_dict(call) for call in finished.tool_calls]
-            reasoning = "".join(self.reasoning)
+            reasoning = "".join(said.reasoning)
             if reasoning:
                 message["reasoning_content"] = reasoning
-            logprobs = chat_logprobs(self.token_logprobs) if self.logprobs else None
-            choice = {"index": 0, "message": message, "logprobs": logprobs}
+            logprobs = chat_logprobs(said.token_logprobs) if self.logprobs else None
+            choice = {"index": finished.index, "message": message, "logprobs": logprobs}
         else:
-            logprobs = completion_logprobs(self.token_logprobs, 0) if self.logprobs else None
-            choice = {"index": 0, "text": text, "logprobs": logprobs}
+            logprobs = completion_logprobs(said.token_logprobs, 0) if self.logprobs else None
+            choice = {"index": finished.index, "text": text, "logprobs": logprobs}
         choice["finish_reason"] = finished.finish_reason
-        body = self._envelope([choice], False)
-        body["usage"] = finished.usage.to_dict()
-        return body
+        return choice
+
+
+def total_usage(finished: list[ApiFinished]) -> Usage:
+    """A request's usage, as OpenAI counts it: the prompt once (its choices share it), the
+    tokens of every choice's reply."""
+    first = min(finished, key=lambda f: f.index).usage
+    generated = sum(f.usage.completion_tokens for f in finished)
+    return Usage(first.prompt_tokens, generated, first.cached_tokens)

@@ -57,11 +57,14 @@ class ApiCall:
     include_usage: bool = False
     top_logprobs: int | None = None  # None: no logprobs
     grammar: str | None = None  # from response_format
+    n: int = 1  # choices: sequences of the one context, decoded side by side
+    timings: bool = False  # llama-server's timings_per_token (the Responses API's events)
+    progress: bool = False  # llama-server's return_progress (the Responses API's events)
 
 
 def parse_chat(body: Any) -> ApiCall:
     """POST /v1/chat/completions."""
-    body = _object(body)
+    body = request_object(body)
     messages, images = _messages(body.get("messages"))
     tools = _tools(body.get("tools"))
     choice = body.get("tool_choice")
@@ -84,7 +87,7 @@ def parse_chat(body: Any) -> ApiCall:
 
 def parse_completion(body: Any) -> ApiCall:
     """POST /v1/completions (a prompt string, or a list holding one)."""
-    body = _object(body)
+    body = request_object(body)
     text = body.get("prompt")
     if isinstance(text, list) and len(text) == 1 and isinstance(text[0], str):
         text = text[0]
@@ -106,8 +109,10 @@ def _call(
     if not isinstance(model, str) or not model:
         raise bad_request("model is required: the id GET /v1/models lists", "model")
     n = body.get("n")
-    if n is not None and (n != 1 or isinstance(n, bool)):  # null is the default: one
-        raise bad_request("n must be 1: one choice per request", "n")
+    if n is None:  # null is the default: one
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise bad_request("n must be a positive integer: how many choices to generate", "n")
     stream = _bool(body, "stream", False)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -122,6 +127,7 @@ def _call(
         include_usage=include_usage,
         top_logprobs=top,
         grammar=_grammar(body.get("response_format")),
+        n=n,
     )
 
 
@@ -351,7 +357,8 @@ def _stop(value: Any) -> tuple[str, ...]:
     raise bad_request(f"stop must be a string or up to {MAX_STOP_STRINGS} strings", "stop")
 
 
-def _object(body: Any) -> dict[str, Any]:
+def request_object(body: Any) -> dict[str, Any]:
+    """The body as an object whose text is all text (see _check_text); 400 if not."""
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     _check_text(body)
@@ -420,4 +427,7 @@ def _int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> 
     return value
 
 
-__all__ = ["API_DEFAULTS", "ApiCall", "ApiError", "ApiPrompt", "parse_chat", "parse_completion"]
+__all__ = [
+    "API_DEFAULTS", "ApiCall", "ApiError", "ApiPrompt", "parse_chat", "parse_completion",
+    "request_object",
+]  # fmt: skip

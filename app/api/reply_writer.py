@@ -19,7 +19,7 @@ from aiohttp import web
 
 from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished
 from app.api.middlewares import USAGE_WORDS
-from app.api.openai_replies import ReplyBuilder
+from app.api.openai_replies import ReplyBuilder, total_usage
 
 
 class Outbox:
@@ -53,16 +53,19 @@ class Outbox:
 async def write_whole(
     request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
 ) -> web.Response:
-    """The reply as one JSON body, once the stream has finished; its failure is raised."""
-    while True:
+    """The reply as one JSON body, once every choice's stream has finished; a failure of
+    any is raised."""
+    finished: list[ApiFinished] = []
+    while len(finished) < reply.n:
         event = await queue.get()
         if isinstance(event, ApiDelta):
             reply.take(event)
         elif isinstance(event, ApiFailed):
             raise event.error
-        else:
-            request[USAGE_WORDS] = _usage_words(event)
-            return web.json_response(reply.whole(event))
+        elif isinstance(event, ApiFinished):
+            finished.append(event)
+    request[USAGE_WORDS] = usage_words(finished)
+    return web.json_response(reply.whole(finished))
 
 
 async def write_stream(
@@ -81,8 +84,8 @@ async def write_stream(
         }
     )
     await response.prepare(request)
-    opening = reply.first_chunk()
-    chunks: list[bytes] = [_event(opening)] if opening is not None else []
+    chunks: list[bytes] = [_event(chunk) for chunk in reply.first_chunks()]
+    finished: list[ApiFinished] = []
     event: ApiEvent = first
     while True:
         if isinstance(event, ApiDelta):
@@ -90,11 +93,14 @@ async def write_stream(
         elif isinstance(event, ApiFailed):
             await response.write(b"".join([*chunks, _event(event.error.body())]))
             return response
-        else:
-            request[USAGE_WORDS] = _usage_words(event)
-            await response.write(b"".join([*chunks, *_closing(reply, event)]))
-            await response.write_eof()
-            return response
+        elif isinstance(event, ApiFinished):
+            finished.append(event)
+            chunks += _closing(reply, event)
+            if len(finished) == reply.n:
+                request[USAGE_WORDS] = usage_words(finished)
+                await response.write(b"".join([*chunks, *_usage(reply, finished)]))
+                await response.write_eof()
+                return response
         if queue.empty():
             await response.write(b"".join(chunks))
             chunks = []
@@ -104,14 +110,17 @@ async def write_stream(
 
 
 def _closing(reply: ReplyBuilder, finished: ApiFinished) -> list[bytes]:
-    """The last chunks of a finished stream: its tool calls, the finish reason, the usage
-    when asked for, and [DONE]."""
+    """The last chunks of a finished choice: its tool calls and its finish reason."""
     chunks = []
     if finished.tool_calls:
-        chunks.append(_event(reply.tool_calls_chunk(finished.tool_calls)))
+        chunks.append(_event(reply.tool_calls_chunk(finished)))
     chunks.append(_event(reply.final_chunk(finished)))
-    if reply.include_usage:
-        chunks.append(_event(reply.usage_chunk(finished)))
+    return chunks
+
+
+def _usage(reply: ReplyBuilder, finished: list[ApiFinished]) -> list[bytes]:
+    """After the last choice: the usage when asked for, and [DONE]."""
+    chunks = [_event(reply.usage_chunk(finished))] if reply.include_usage else []
     return [*chunks, b"data: [DONE]\n\n"]
 
 
@@ -119,8 +128,9 @@ def _event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
-def _usage_words(finished: ApiFinished) -> str:
-    usage = finished.usage
+def usage_words(finished: list[ApiFinished]) -> str:
+    """What the request log says of a reply's tokens."""
+    usage = total_usage(finished)
     return (
         f"prompt {usage.prompt_tokens} ({usage.cached_tokens} cached) "
         f"completion {usage.completion_tokens} tokens,"

@@ -14,7 +14,9 @@ CORS answers only the origins the user lists.
 
 This module keeps the routes; what every request passes through first (errors,
 CORS, the key) is `app.api.middlewares`, and writing a reply, whole or as
-server-sent events, is `app.api.reply_writer`.
+server-sent events, is `app.api.reply_writer`. The Responses API
+(/v1/responses) is a chat request in other words: `app.api.responses_request`
+translates it, `app.api.openai_responses` writes its Response and events.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from aiohttp import web
 
 from app.api.api_errors import ApiError, bad_request, context_exceeded, model_not_loaded
 from app.api.api_streams import ApiStreams, PoolShape, ServedModel, model_id
-from app.api.engine_calls import ApiEvent, ApiJob
+from app.api.engine_calls import ApiEvent, ApiJob, too_many_choices
 from app.api.middlewares import (
     auth_middleware,
     cors_middleware,
@@ -42,7 +44,9 @@ from app.api.middlewares import (
 )
 from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
+from app.api.openai_responses import ResponseBuilder, write_response
 from app.api.reply_writer import Outbox, write_stream, write_whole
+from app.api.responses_request import parse_responses
 from app.api.server_config import (
     SHUTDOWN_SECONDS,
     ServerConfig,
@@ -173,6 +177,7 @@ class ApiServer:
         app.router.add_get("/v1/models/{id:.+}", self._model)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/health", self._health)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS
@@ -248,11 +253,17 @@ class ApiServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, parse_completion)
 
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """The Responses API: a chat request in other words, on the same engine."""
+        return await self._generate(request, parse_responses, responses=True)
+
     async def _generate(
-        self, request: web.Request, parse: Callable[[Any], ApiCall]
+        self, request: web.Request, parse: Callable[[Any], ApiCall], responses: bool = False
     ) -> web.StreamResponse:
         body = await _json_body(request)
         call = parse(body)
+        if call.n > self.config.n_slots:  # the engine checks again, against its sequences
+            raise too_many_choices(call.n, self.config.n_slots)
         model = self.worker.api.model
         switch_to = None
         # with switching allowed, any library model may be named, the loaded one included:
@@ -278,12 +289,17 @@ class ApiServer:
             job = ApiJob(call, lambda event: outbox.put(queue, event), switch_to=switch_to)
             served_as = model_id(switch_to[0]) if switch_to else model.id if model else call.model
             reply = ReplyBuilder(
-                call.endpoint, served_as, call.include_usage, call.top_logprobs is not None
-            )
+                call.endpoint, served_as, call.include_usage, call.top_logprobs is not None,
+                call.n,
+            )  # fmt: skip
             # rendered and tokenised here, beside the engine's steps, not between them
             await asyncio.get_running_loop().run_in_executor(None, self.worker.api.prepare, job)
             self.worker.serve_api(job)
             try:
+                if responses:
+                    return await write_response(
+                        request, queue, ResponseBuilder(served_as, call, body)
+                    )
                 if call.stream:
                     return await write_stream(request, queue, reply)
                 return await write_whole(request, queue, reply)

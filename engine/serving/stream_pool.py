@@ -15,7 +15,8 @@ whose cache holds the longest opening of its prompt, unless taking it would
 throw away more of another conversation than it saves (then an empty one,
 or the one left longest ago, so a client coming back finds its own); when
 another sequence holds a longer opening, it is copied over. Only the rest
-is evaluated.
+is evaluated. So the n choices of one request evaluate their prompt once: the
+first starts, the others wait until its prompt is in the cache and copy it.
 """
 
 from __future__ import annotations
@@ -45,10 +46,18 @@ class PoolEntry:
     error: str | None = None  # refused at admission (the prompt did not fit)
     bad_input: bool = False  # refused for what it asked (BadInputError), not by a failure
     label: str = field(default="")
+    # another choice of the same request: this one starts once that one's prompt is in the
+    # cache, and copies it rather than evaluating it again
+    after: PoolEntry | None = None
 
     @property
     def done(self) -> bool:
         return self.error is not None or (self.stream is not None and self.stream.done)
+
+    @property
+    def prompt_evaluated(self) -> bool:
+        """Its prompt is in its sequence's cache (or it will never be: it ended)."""
+        return self.done or (self.stream is not None and self.stream.prompt_left == 0)
 
 
 class StreamPool:
@@ -92,9 +101,13 @@ class StreamPool:
         """(running, waiting) requests."""
         return len(self._running), len(self._waiting)
 
-    def submit(self, request: StreamRequest, seed: int, label: str = "") -> PoolEntry:
-        """Queue a request; it starts at the next step with a free sequence and room."""
-        entry = PoolEntry(request, seed, label=label)
+    def submit(
+        self, request: StreamRequest, seed: int, label: str = "", after: PoolEntry | None = None
+    ) -> PoolEntry:
+        """Queue a request; it starts at the next step with a free sequence and room (with
+        `after`, another choice of the same prompt, once that entry's prompt is evaluated:
+        the prompt is evaluated once, as llama-server does for n choices)."""
+        entry = PoolEntry(request, seed, label=label, after=after)
         self._waiting.append(entry)
         return entry
 
@@ -146,6 +159,9 @@ class StreamPool:
             free = self.scheduler.free_sequences(self.sequences)
             if not free:
                 break
+            waiting_for = self._waiting[0].after
+            if waiting_for is not None and not waiting_for.prompt_evaluated:
+                break  # a step or a few; later arrivals keep their place behind it
             entry = self._waiting.popleft()
             if entry.request.cancel.cancelled:
                 entry.error = "cancelled before it started"

@@ -166,7 +166,7 @@ def test_bad_requests_get_openai_errors(serving: Serving) -> None:
     status, body = _post(url, b"{not json")
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     ok = {"model": serving.model_id, "messages": QUESTION}
-    status, body = _post(url, json.dumps({**ok, "n": 2}).encode())
+    status, body = _post(url, json.dumps({**ok, "n": 9}).encode())  # more than the 8 slots
     assert status == 400 and body["error"]["param"] == "n"
     remote = [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
     status, body = _post(

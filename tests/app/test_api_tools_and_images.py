@@ -107,6 +107,40 @@ def test_a_named_tool_call_streams_as_a_delta(tool_serving: Serving) -> None:
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_a_forced_tool_call_through_the_responses_api(tool_serving: Serving) -> None:
+    """The Responses API's flat function tools, its function_call output item (whole and
+    streamed), and the call and its output sent back as input items."""
+    client = tool_serving.client()
+    flat = {"type": "function", **WEATHER["function"]}
+    asked = {"model": tool_serving.model_id, "tools": [flat], "tool_choice": "required",
+             "temperature": 0, "max_output_tokens": 200}  # fmt: skip
+    called = client.responses.create(input="What is the weather in Oslo?", **asked)
+    assert called.status == "completed"
+    (call,) = [item for item in called.output if item.type == "function_call"]
+    assert call.name == "get_weather" and call.call_id.startswith("call_")
+    assert json.loads(call.arguments)["unit"] in ("C", "F")
+    events = list(client.responses.create(input="What is the weather in Oslo?", stream=True,
+                                          **asked))  # fmt: skip
+    kinds = [event.type for event in events]
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert done.arguments == call.arguments
+    assert kinds[-1] == "response.completed"
+    assert events[-1].response.output[-1].type == "function_call"
+    answered = client.responses.create(
+        model=tool_serving.model_id, tools=[flat], temperature=0, max_output_tokens=8,
+        input=[
+            {"role": "user", "content": "What is the weather in Oslo?"},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name,
+             "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id,
+             "output": '{"temperature": 3}'},
+        ],
+    )  # fmt: skip
+    assert answered.usage is not None and called.usage is not None
+    # the template rendered the call and its result into the second prompt
+    assert answered.usage.input_tokens > called.usage.input_tokens + 20
+
+
 def test_tools_for_a_template_that_cannot_render_them_are_refused(
     default_model_file: Path,
 ) -> None:

@@ -105,3 +105,24 @@ def test_the_key_guards_every_route_but_health_and_cors_answers_listed_origins()
         assert "Access-Control-Allow-Origin" not in other.headers
 
     served(check)
+
+
+def test_an_authorization_header_that_is_not_utf8_is_a_wrong_key() -> None:
+    """Raw header bytes that are not UTF-8 (a fuzzer's, a broken client's) are a wrong key:
+    401 like any other, not a 400 about the header's encoding."""
+
+    async def check(client: TestClient[web.Request, web.Application]) -> None:
+        for header in (b"Bearer \xff\xfe", b"\xff\xfe\xfd", b"Bearer " + KEY.encode() + b"\xff"):
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(
+                b"POST /v1/ok HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\nAuthorization: " + header + b"\r\n\r\n"
+            )
+            await writer.drain()
+            answer = await reader.read()
+            writer.close()
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 401 "), (header, answer)
+            assert b'"invalid_api_key"' in body
+
+    served(check)
