@@ -32,10 +32,14 @@ MAX_EXPERTS = 1024  # llama-hparams.h LLAMA_MAX_EXPERTS
 TENSOR_ALIGNMENT = 32  # ggml-impl.h: a mapped tensor's address must be a multiple of this
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama-model.cpp
 VISION_ARCHITECTURE = "clip"
+# A trained context below ShardChat's least context (engine.llama.load_params) holds no
+# chat; above int32 llama.cpp reports it negative (llama_model_n_ctx_train), and
+# llama-cpp-python's tokenizer makes an array of that many tokens
+MIN_CONTEXT = 16
+MAX_CONTEXT = 2**31 - 1
 
 # Counts llama.cpp reads as uint32 (per layer where marked), and the least each may be.
 _COUNTS: dict[str, int] = {
-    "context_length": 1,
     "embedding_length": 1,
     "vocab_size": 1,
     "expert_shared_count": 0,
@@ -72,9 +76,11 @@ def check_header(
     try:
         _check_numbers(header.fields)
         _check_tensor_table(header, file_bytes)
-        arch = header.fields.get("general.architecture")
-        if first_part and arch != VISION_ARCHITECTURE:
-            _check_hyperparameters(header.fields, str(arch))
+        arch = _architecture(header.fields) if first_part else None
+        if arch == VISION_ARCHITECTURE:
+            _check_counts_read(header.fields, arch)
+        elif arch is not None:
+            _check_hyperparameters(header.fields, arch)
     except _Refusal as refusal:
         raise ModelFileError(f"bad model file: {refusal}") from None
 
@@ -132,12 +138,24 @@ def _check_tensor_table(header: GGUFHeader, file_bytes: int | None) -> None:
 # -- hyper-parameters -------------------------------------------------------------------------
 
 
+def _architecture(fields: Mapping[str, object]) -> str:
+    """The name every hyper-parameter's key starts with."""
+    arch = fields.get("general.architecture")
+    if arch is None:
+        raise _Refusal("general.architecture is missing")
+    if not isinstance(arch, str) or not arch:
+        raise _Refusal(f"general.architecture is {_shown(arch)}, not an architecture's name")
+    return arch
+
+
 def _check_hyperparameters(fields: Mapping[str, object], arch: str) -> None:
     n_layer = _count(fields, f"{arch}.block_count", least=1, required=True)
     if n_layer > MAX_LAYERS:
         raise _Refusal(f"{arch}.block_count is {n_layer}; llama.cpp allows at most {MAX_LAYERS}")
     for name, least in _COUNTS.items():
         _count(fields, f"{arch}.{name}", least=least)
+    _check_context_length(fields, arch)
+    _check_sliding_window_pattern(fields, arch)
     per_layer = {name: _per_layer(fields, f"{arch}.{name}", n_layer) for name in _PER_LAYER_COUNTS}
     nextn = _count(fields, f"{arch}.nextn_predict_layers", least=0)
     if nextn > n_layer:
@@ -145,6 +163,17 @@ def _check_hyperparameters(fields: Mapping[str, object], arch: str) -> None:
     _check_heads(arch, per_layer["attention.head_count"], per_layer["attention.head_count_kv"])
     _check_experts(fields, arch, max(per_layer["expert_used_count"], default=0))
     _check_rope_scaling(fields, arch)
+
+
+def _check_counts_read(fields: Mapping[str, object], arch: str) -> None:
+    """A projector has no hyper-parameters llama.cpp needs, but the inventory reads its
+    counts as for any model: each, where present, a whole number."""
+    for name in ("block_count", "context_length", "expert_count", *_COUNTS):
+        _count(fields, f"{arch}.{name}", least=0)
+    for name in _PER_LAYER_COUNTS:
+        value = fields.get(key := f"{arch}.{name}")
+        for item in value if isinstance(value, list) else [] if value is None else [value]:
+            _whole(key, item, 0)
 
 
 def _count(fields: Mapping[str, object], key: str, least: int, required: bool = False) -> int:
@@ -160,8 +189,10 @@ def _count(fields: Mapping[str, object], key: str, least: int, required: bool = 
 def _whole(key: str, value: object, least: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise _Refusal(f"{key} is {_shown(value)}, not a whole number")
-    if not least <= value <= _MAX_COUNT:
+    if value < least:
         raise _Refusal(f"{key} is {value}; it must be at least {least}")
+    if value > _MAX_COUNT:
+        raise _Refusal(f"{key} is {value}; llama.cpp reads it as 32 bits, at most {_MAX_COUNT}")
     return value
 
 
@@ -185,6 +216,29 @@ def _check_heads(arch: str, heads: list[int], kv_heads: list[int]) -> None:
                 f"{arch}.attention.head_count_kv ({n_kv}) does not divide head_count ({n_head}) "
                 f"in layer {layer}"
             )
+
+
+def _check_context_length(fields: Mapping[str, object], arch: str) -> None:
+    key = f"{arch}.context_length"
+    context = _count(fields, key, least=MIN_CONTEXT)
+    if context > MAX_CONTEXT:
+        raise _Refusal(f"{key} is {context}; llama.cpp reports at most {MAX_CONTEXT}")
+
+
+def _check_sliding_window_pattern(fields: Mapping[str, object], arch: str) -> None:
+    """As llama.cpp reads it (load_swa_pattern): a period (every n-th layer is global) or
+    one flag per layer, bool or integer; the inventory reads it for every architecture."""
+    key = f"{arch}.attention.sliding_window_pattern"
+    value = fields.get(key)
+    if value is None:
+        return
+    if not isinstance(value, list):
+        _whole(key, value, 0)
+        return
+    if len(value) > MAX_LAYERS:
+        raise _Refusal(f"{key} has {len(value)} entries; llama.cpp allows at most {MAX_LAYERS}")
+    if value and not isinstance(value[0], int):  # a GGUF array has one item type
+        raise _Refusal(f"{key} holds {_shown(value[0])}, not a flag per layer")
 
 
 def _check_experts(fields: Mapping[str, object], arch: str, used: int) -> None:

@@ -11,7 +11,9 @@ by construction.
 Only little-endian GGUF (versions 2 and 3) is read; big-endian files are
 refused. Counts and lengths are checked before anything is allocated from
 them, and every item consumes bytes, so a malicious header cannot make the
-parser loop or allocate beyond the bytes it was given. Where the file's size is
+parser loop or allocate beyond the bytes it was given. No string may be longer
+than its place in the header can hold (a key, a tensor name, a text value such
+as a chat template, an item of a token list), and where the file's size is
 known, no count or length may imply more bytes than the file holds, and a local
 header is read in growing steps (at most 8x a round) rather than at the size its
 counts claim: one corrupt tensor count made the reader ask for gigabytes of weights.
@@ -24,7 +26,7 @@ import os
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import gguf
 import numpy as np
@@ -36,7 +38,17 @@ VT = gguf.GGUFValueType
 SUPPORTED_VERSIONS = (2, gguf.GGUF_VERSION)  # as gguf's own reader: v1 had 32-bit counts
 DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 MAX_HEADER_BYTES = 2**40  # no count may imply more than this
-MAX_STRING_BYTES = 2**30
+# Each string is bounded by what its place in the header can hold, before a byte of it is
+# read: a file's size alone let a 6 GiB file's chat template claim 1 GiB, and reading the
+# header peaked at 7.6 GiB of memory (the reads, the parser's copies, the decoded text).
+MAX_KEY_BYTES = 2**16 - 1  # the GGUF spec's limit for a metadata key
+MAX_TENSOR_NAME_BYTES = 63  # ggml's GGML_MAX_NAME (64) with its NUL; gguf.cpp refuses longer
+# a text value: a chat template is kilobytes (the longest we know, tool-calling templates,
+# tens of KB), a license or a description as long; llama.cpp's own limit is 1 GiB
+MAX_TEXT_BYTES = 16 << 20
+# an item of a string array: a token or merge is a few bytes (the longest token of a
+# vocabulary is a few hundred), a tag or a language a word
+MAX_ITEM_BYTES = 64 << 10
 MAX_TENSOR_DIMS = 4  # ggml's GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 8
 # a vocabulary's header is 1-10 MiB (SmolLM2's 1.2, Llama 3's about 8): one read of 8 MiB
@@ -258,10 +270,11 @@ class _Parser:
         self.pos = end
         return values
 
-    def _string(self) -> str:
+    def _string(self, most: int, what: str) -> str:
+        """A string of at most `most` bytes (`what` it is names it in the refusal)."""
         (length,) = self._unpack(_U64)
-        if length > MAX_STRING_BYTES:
-            raise ModelFileError(f"malformed GGUF: absurd string length {length}")
+        if length > most:
+            raise ModelFileError(_too_long(length, what, most))
         self._within_file(f"string length {length}", length)
         end = self.pos + length
         if end > len(self.buf):
@@ -271,7 +284,7 @@ class _Parser:
         return text
 
     def _key_value(self) -> None:
-        self.key, self.array_count = self._string(), 0
+        self.key, self.array_count = self._string(MAX_KEY_BYTES, "a metadata key"), 0
         if self.key in self.fields:
             raise ModelFileError(f"malformed GGUF: metadata key {self.key!r} appears twice")
         self.value_start = self.pos
@@ -288,7 +301,7 @@ class _Parser:
 
     def _value(self, vtype: VT, depth: int = 0) -> object:
         if vtype is VT.STRING:
-            return self._string()
+            return self._string(MAX_TEXT_BYTES, self.key)
         if vtype is VT.ARRAY:
             return self._array(depth + 1)
         values: list[object] = self._numbers(vtype, 1)
@@ -332,10 +345,9 @@ class _Parser:
         try:
             for done in range(count):  # noqa: B007  # after it: how many were read
                 (length,) = unpack(buf, pos)
-                if length > MAX_STRING_BYTES or pos + 8 + length > limit:
+                if length > MAX_ITEM_BYTES or pos + 8 + length > limit:
                     self.pos = pos + 8
-                    self._within_file(f"string length {length}", min(length, MAX_HEADER_BYTES))
-                    raise ModelFileError(f"malformed GGUF: absurd string length {length}")
+                    self._refuse_item(length)
                 end = pos + 8 + length
                 if end > len(buf):
                     break
@@ -351,6 +363,12 @@ class _Parser:
         if done < count:
             raise _Short(max(end, _extrapolated(start, pos, done, count, 8)))
         return StringArray(buf, start, count, longest)
+
+    def _refuse_item(self, length: int) -> NoReturn:
+        """An array's string too long for any item, or for the file that holds it."""
+        if length <= MAX_ITEM_BYTES:
+            self._within_file(f"string length {length}", length)
+        raise ModelFileError(_too_long(length, f"an item of {self.key}", MAX_ITEM_BYTES))
 
     def _items(self, count: int, read_item: Callable[[], object]) -> list[object]:
         start, items = self.pos, []
@@ -377,7 +395,7 @@ class _Parser:
         return tuple(tensors)
 
     def _tensor_info(self) -> TensorInfo:
-        name = self._string()
+        name = self._string(MAX_TENSOR_NAME_BYTES, f"the name of tensor {self.tensors_done}")
         (n_dims,) = self._unpack(_U32)
         if n_dims > MAX_TENSOR_DIMS:
             raise ModelFileError(f"malformed GGUF: tensor {name!r} has {n_dims} dimensions")
@@ -388,6 +406,10 @@ class _Parser:
         n_elements = math.prod(shape)
         n_bytes = n_elements * type_size // block_size
         return TensorInfo(name, tuple(shape), ggml_type, offset, n_elements, n_bytes)
+
+
+def _too_long(length: int, what: str, most: int) -> str:
+    return f"malformed GGUF: absurd string length {length} for {what} (at most {most} bytes)"
 
 
 def _extrapolated(start: int, pos: int, done: int, count: int, least_item: int) -> int:

@@ -1,8 +1,9 @@
-"""`models import` and `info` with bad files: the good ones listed, each bad one refused with
-its reason, exit 2 when anything was refused, and never a traceback."""
+"""`models import`, `info` and `chat --model` with bad files: the good ones listed, each bad
+one refused with its reason, exit 2 when anything was refused, and never a traceback."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from app.cli import main
 from app.stores.model_library import ModelLibrary
-from tests.engine.gguf_mutations import VT, rewritten
+from tests.engine.gguf_mutations import VT, patched, rewritten, string_length_at
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +62,52 @@ def test_info_on_a_bad_value_is_one_line_and_exit_2(
     code, out, err = _run(capsys, "info", str(bad))
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0 and "expert_used_count (3) exceeds expert_count" in err
+
+
+@pytest.fixture(scope="module")
+def chatty(make_synthetic) -> Path:
+    """A small model with the default model's tokenizer and chat template: one that chats."""
+    return make_synthetic("llama", "F16")
+
+
+WINDOW_AS_TEXT = {
+    "llama.attention.sliding_window": (64, VT.UINT32),
+    "llama.attention.sliding_window_pattern": ("every 2nd", VT.STRING),
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"llama.context_length": (8, VT.UINT32)}, "llama.context_length is 8; it must be"),
+        ({"llama.context_length": (2**32 - 1, VT.UINT32)}, "llama.context_length is 4294967295;"),
+        ({"general.architecture": None}, "general.architecture is missing"),
+        (WINDOW_AS_TEXT, "llama.attention.sliding_window_pattern is 'every 2nd', not a whole"),
+    ],
+    ids=["context of 8", "context of 2^32 - 1", "no architecture", "window pattern as text"],
+)
+def test_chat_with_a_bad_value_is_one_line_and_exit_2(
+    chatty: Path, tmp_path: Path, shardchat, changes: dict, named: str
+) -> None:
+    """Each was "internal error: ..." and exit 1 (n_ctx below 16 tokens, a context llama.cpp
+    reports as -1, "None.block_count is missing", a ValueError in the inventory)."""
+    bad = rewritten(chatty, tmp_path / "bad.gguf", changes)
+    run = shardchat("chat", "--model", str(bad), "Hello")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(f"shardchat: error: {bad}: bad model file: {named}")
+    assert run.stderr.count("\n") == 1
+
+
+def test_info_on_a_chat_template_of_a_gigabyte_is_one_line_and_exit_2(
+    chatty: Path, tmp_path: Path, shardchat
+) -> None:
+    """A 6 GiB file (sparse) whose chat template says 2^30 - 1 bytes: was a MemoryError."""
+    at = string_length_at(chatty, "tokenizer.chat_template")
+    big = patched(chatty, tmp_path / "big.gguf", at, "<Q", 2**30 - 1)
+    os.truncate(big, 6 << 30)
+    run = shardchat("info", str(big))
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (
+        f"shardchat: error: {big}: malformed GGUF: absurd string length 1073741823 for "
+        f"tokenizer.chat_template (at most {16 << 20} bytes)\n"
+    )

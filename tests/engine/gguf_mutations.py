@@ -70,3 +70,10 @@ def patched(source: Path, target: Path, offset: int, fmt: str, value: int) -> Pa
 
 N_TENSORS_AT = 8  # magic, version: the fixed header's counts follow
 N_KV_AT = 16
+
+
+def string_length_at(source: Path, key: str) -> int:
+    """Where the length of the string value `key` lies in `source`, to be `patched`."""
+    field = gguf.GGUFReader(source, "r").fields[key]
+    key_length, key_bytes, value_type = field.parts[:3]
+    return field.offset + key_length.nbytes + key_bytes.nbytes + value_type.nbytes

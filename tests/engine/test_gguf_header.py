@@ -195,6 +195,32 @@ REFUSALS = {
         gguf_bytes(pair("a", VT.ARRAY, struct.pack("<IQQ", VT.STRING, 3, 2**31)), n_kv=1),
         "absurd string length",
     ),
+    # each string bounded by what its place holds, whatever the bytes or the file allow
+    "a key past the spec's 65,535 bytes": (
+        gguf_bytes(struct.pack("<Q", 2**16), n_kv=1),
+        "absurd string length 65536 for a metadata key",
+    ),
+    "a text value past 16 MiB": (
+        gguf_bytes(
+            pair("tokenizer.chat_template", VT.STRING, struct.pack("<Q", 2**30 - 1)), n_kv=1
+        ),
+        "absurd string length 1073741823 for tokenizer.chat_template",
+    ),
+    "a token past 64 KiB": (
+        gguf_bytes(
+            pair(
+                "tokenizer.ggml.tokens",
+                VT.ARRAY,
+                struct.pack("<IQ", VT.STRING, 2) + gguf_string("a") + gguf_string("b" * 65537),
+            ),
+            n_kv=1,
+        ),
+        "absurd string length 65537 for an item of tokenizer.ggml.tokens",
+    ),
+    "a tensor name past ggml's 63 bytes": (
+        gguf_bytes(tensor_entry("w" * 64, (32,), 0), n_tensors=1),
+        "absurd string length 64 for the name of tensor 0",
+    ),
     "nested too deeply": (
         gguf_bytes(pair("a", VT.ARRAY, struct.pack("<IQ", VT.ARRAY, 1) * 20), n_kv=1),
         "nested too deeply",

@@ -19,10 +19,17 @@ from engine.errors import BadInputError, ModelFileError
 from engine.llama.file_check import check_loads_in_child
 from engine.llama.load_params import LoadParams
 from engine.model.chat_message import ChatMessage
-from engine.model.gguf_header import read_local_header
+from engine.model.gguf_header import FIRST_READ_BYTES, MAX_TEXT_BYTES, read_local_header
 from engine.model.inventory import read_inventory
 from engine.runtime.loaded_model import load_model
-from tests.engine.gguf_mutations import N_KV_AT, N_TENSORS_AT, VT, patched, rewritten
+from tests.engine.gguf_mutations import (
+    N_KV_AT,
+    N_TENSORS_AT,
+    VT,
+    patched,
+    rewritten,
+    string_length_at,
+)
 
 NAN, INF = math.nan, math.inf
 
@@ -70,6 +77,32 @@ VALUE_CASES: list[tuple[str, str, dict, int | None, str]] = [
      {"qwen3moe.expert_group_count": (3, VT.UINT32)}, None, "groups"),
     ("groups without experts", "llama",
      {"llama.expert_group_count": (2, VT.UINT32)}, None, "without experts"),
+    # found by a seeded sweep of value mutants (issue 44): each was an internal error
+    ("window pattern as text", "llama",
+     {"llama.attention.sliding_window": (64, VT.UINT32),
+      "llama.attention.sliding_window_pattern": ("every 2nd", VT.STRING)}, None,
+     "llama.attention.sliding_window_pattern is 'every 2nd', not a whole number"),
+    ("window pattern of floats", "llama",
+     {"llama.attention.sliding_window": (64, VT.UINT32),
+      "llama.attention.sliding_window_pattern": ([1.0, 0.0], VT.ARRAY, VT.FLOAT32)}, None,
+     "sliding_window_pattern holds 1.0, not a flag per layer"),
+    ("negative window pattern", "llama",
+     {"llama.attention.sliding_window": (64, VT.UINT32),
+      "llama.attention.sliding_window_pattern": (-2, VT.INT32)}, None,
+     "sliding_window_pattern is -2; it must be at least 0"),
+    ("no architecture", "llama", {"general.architecture": None}, None,
+     "bad model file: general.architecture is missing$"),
+    ("architecture as a number", "llama", {"general.architecture": (7, VT.UINT32)}, None,
+     "general.architecture is 7, not an architecture's name"),
+    ("a projector's count as text", "llama",
+     {"general.architecture": ("clip", VT.STRING), "clip.block_count": ("x", VT.STRING)}, None,
+     "clip.block_count is 'x', not a whole number"),
+    ("context of 8 tokens", "llama", {"llama.context_length": (8, VT.UINT32)}, None,
+     "llama.context_length is 8; it must be at least 16"),
+    ("context past int32", "llama", {"llama.context_length": (2**32 - 1, VT.UINT32)}, None,
+     "llama.context_length is 4294967295; llama.cpp reports at most 2147483647"),
+    ("context past 32 bits", "llama", {"llama.context_length": (2**40, VT.UINT64)}, None,
+     "llama.context_length is 1099511627776; llama.cpp reads it as 32 bits"),
 ]  # fmt: skip
 
 
@@ -93,6 +126,48 @@ def test_a_bad_value_is_refused_in_one_line_naming_it(
         read_inventory(bad)
     message = str(refused.value)
     assert message.startswith(str(bad)) and "\n" not in message
+
+
+# The keys the inventory reads, and the mutations a hostile or broken writer makes of them
+SWEPT_KEYS = [
+    "general.architecture", "general.name", "general.alignment", "split.count", "split.no",
+    *(f"llama.{name}" for name in (
+        "block_count", "context_length", "embedding_length", "feed_forward_length",
+        "attention.head_count", "attention.head_count_kv", "attention.key_length",
+        "attention.value_length", "attention.sliding_window", "attention.sliding_window_pattern",
+        "vocab_size", "expert_count", "expert_used_count", "expert_shared_count",
+    )),
+]  # fmt: skip
+MUTATIONS = [
+    ("x", VT.STRING), ("", VT.STRING), (1.5, VT.FLOAT32), (True, VT.BOOL), (-1, VT.INT32),
+    (0, VT.UINT32), (2**31, VT.UINT32), (2**32 - 1, VT.UINT32), (2**40, VT.UINT64),
+    (-(2**40), VT.INT64), ([1, 2], VT.ARRAY, VT.UINT32), ([-1, -1], VT.ARRAY, VT.INT32),
+    (["a", "b"], VT.ARRAY, VT.STRING), ([1.0, 2.0], VT.ARRAY, VT.FLOAT32), None,
+]  # fmt: skip
+
+
+def test_every_mutation_of_every_key_read_is_read_or_refused_in_one_line(
+    tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each of the keys the inventory reads, as each wrong type or out-of-range value (or
+    removed), in a model with a sliding window (so its pattern is read): a ModelFileError of
+    one line naming the file, or an inventory; never another exception (25 ms a mutant)."""
+    windowed = rewritten(
+        tiny["llama"],
+        tmp_path / "windowed.gguf",
+        {"llama.attention.sliding_window": (64, VT.UINT32)},
+    )
+    outcomes = {"refused": 0, "read": 0}
+    for number, (key, value) in enumerate((k, v) for k in SWEPT_KEYS for v in MUTATIONS):
+        bad = rewritten(windowed, tmp_path / f"mutant-{number}.gguf", {key: value})
+        try:
+            read_inventory(bad)
+            outcomes["read"] += 1
+        except ModelFileError as refusal:
+            assert str(refusal).startswith(str(bad)) and "\n" not in str(refusal), (key, value)
+            outcomes["refused"] += 1
+        bad.unlink()
+    assert outcomes["refused"] > outcomes["read"] > 0
 
 
 def test_the_untouched_copies_pass_every_check(tiny: dict[str, Path], tmp_path: Path) -> None:
@@ -170,6 +245,26 @@ def test_a_corrupt_count_is_refused_without_reading_the_weights(
         read_inventory(path)
     read = _bytes_read() - before
     assert read < 8 * header_bytes < os.path.getsize(path) // 4, f"{read} bytes read"
+
+
+def test_a_chat_template_claiming_a_gigabyte_of_a_big_file_is_refused_unread(
+    make_synthetic, tmp_path: Path
+) -> None:
+    """A real file's chat template said to be 2^30 - 1 bytes, the file grown to 6 GiB
+    (sparse: no disk) so that it holds them. No chat template is that long; reading it
+    took over 4 GiB of memory."""
+    source = make_synthetic("llama", "F16")
+    at = string_length_at(source, "tokenizer.chat_template")
+    path = patched(source, tmp_path / "big.gguf", at, "<Q", 2**30 - 1)
+    os.truncate(path, 6 << 30)
+    before = _bytes_read()
+    with pytest.raises(ModelFileError) as refused:
+        read_inventory(path)
+    assert _bytes_read() - before < 2 * FIRST_READ_BYTES  # one first read, not a gigabyte
+    assert str(refused.value) == (
+        f"{path}: malformed GGUF: absurd string length 1073741823 for tokenizer.chat_template "
+        f"(at most {MAX_TEXT_BYTES} bytes)"
+    )
 
 
 def _bytes_read() -> int:
