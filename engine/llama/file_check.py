@@ -14,7 +14,6 @@ or assertion, and the app goes on.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
@@ -72,8 +71,8 @@ def read_without_weights(path: str) -> None:
     parent's last line of stderr is llama.cpp's own reason.
     """
     os.environ["GGML_NO_BACKTRACE"] = "1"  # an abort prints its assertion, not a gdb session
-    errors = _ErrorLines()
-    logging.getLogger(llama_log.LOGGER.name).addHandler(errors)
+    errors = llama_log.ErrorLines()
+    llama_log.LOGGER.addHandler(errors)  # for the child's whole life: it ends after this
     llama_log.install()
     backends.start_ggml()
     params = llama_cpp.llama_model_default_params()
@@ -92,20 +91,3 @@ def read_without_weights(path: str) -> None:
         llama_cpp.llama_free(context)
     finally:
         llama_cpp.llama_model_free(model)
-
-
-class _ErrorLines(logging.Handler):
-    """The ERROR lines llama.cpp logged while loading: they say why a load returned nothing."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage().strip())
-
-    @property
-    def reason(self) -> str:
-        """llama_model_load's "error loading model: ..." line says why; later ones only that."""
-        said = [line for line in self.lines if "error loading" in line] or self.lines
-        return said[0].split("error loading model: ")[-1] if said else ""

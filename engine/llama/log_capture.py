@@ -10,9 +10,11 @@ overrides), so the lines must arrive intact.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
+from collections.abc import Iterator
 
 import llama_cpp
 
@@ -84,3 +86,33 @@ def install_mtmd() -> None:
         install()
         mtmd_cpp.mtmd_helper_log_set(_on_llama_log, ctypes.c_void_p(0))
         _mtmd_installed = True
+
+
+class ErrorLines(logging.Handler):
+    """The ERROR lines llama.cpp logged while loading: they say why a load returned nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage().strip())
+
+    @property
+    def reason(self) -> str:
+        """llama_model_load's "error loading model: ..." line says why; later ones only that."""
+        said = [line for line in self.lines if "error loading" in line] or self.lines
+        return said[0].split("error loading model: ")[-1] if said else ""
+
+
+@contextlib.contextmanager
+def errors_logged() -> Iterator[ErrorLines]:
+    """llama.cpp's ERROR lines while the block runs (another thread's load may add its own:
+    the log is the process's), so a refusal can say why llama.cpp returned nothing."""
+    install()
+    lines = ErrorLines()
+    LOGGER.addHandler(lines)
+    try:
+        yield lines
+    finally:
+        LOGGER.removeHandler(lines)

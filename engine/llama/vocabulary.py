@@ -90,9 +90,11 @@ def _vocabulary_only(path: str | os.PathLike[str]) -> Iterator[llama_cpp.llama_m
     backends.start_ggml()
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)
+    with llama_log.errors_logged() as errors:
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)
     if model is None:
-        raise ModelFileError(f"{path}: llama.cpp could not read the model's vocabulary")
+        why = f": {errors.reason}" if errors.reason else ""
+        raise ModelFileError(f"{path}: llama.cpp could not read the model's vocabulary{why}")
     try:
         yield model
     finally:

@@ -160,12 +160,14 @@ def load_model(params: LoadParams, prompt_format: str = AUTO) -> LoadedModel:
     try:
         with (
             contextlib.redirect_stderr(chatter),
+            llama_log.errors_logged() as errors,
             loading_with_overrides(overrides, devices),
             loading_with_sequences(params.n_sequences, params.kv_unified),
         ):
             llm = llama_cpp.Llama(**make_llama_kwargs(params))
     except (ValueError, RuntimeError, OSError) as exc:
-        raise ModelFileError(f"{path}: llama.cpp could not load the model ({exc})") from exc
+        why = errors.reason or str(exc)  # llama-cpp-python's own says only "Failed to load"
+        raise ModelFileError(f"{path}: llama.cpp could not load the model ({why})") from exc
     finally:
         log.debug("llama-cpp-python said while loading: %s", chatter.getvalue())
     llm.verbose = False  # no per-turn prints to stderr from here on

@@ -18,6 +18,7 @@ import pytest
 from engine.errors import BadInputError, ModelFileError
 from engine.llama.file_check import check_loads_in_child
 from engine.llama.load_params import LoadParams
+from engine.llama.vocabulary import read_vocabulary
 from engine.model.chat_message import ChatMessage
 from engine.model.gguf_header import FIRST_READ_BYTES, MAX_TEXT_BYTES, read_local_header
 from engine.model.inventory import read_inventory
@@ -203,6 +204,27 @@ def test_a_file_llama_cpp_refuses_cleanly_is_refused_with_its_reason(
     read_inventory(bad)  # nothing our rules need is missing...
     with pytest.raises(ModelFileError, match="key not found in model: llama.context_length"):
         check_loads_in_child(bad)  # ...but llama.cpp needs the key
+
+
+def test_a_vocabulary_llama_cpp_cannot_read_is_refused_with_its_reason(
+    default_model_file: Path, tmp_path: Path
+) -> None:
+    """Our checks read no general.name, llama.cpp's do: its own line says which key and why
+    (the refusal said only "could not read the model's vocabulary")."""
+    bad = rewritten(default_model_file, tmp_path / "name.gguf", {"general.name": (1.5, VT.FLOAT32)})
+    with pytest.raises(ModelFileError, match=r"vocabulary: .*general\.name has wrong type"):
+        read_vocabulary(bad, ())
+
+
+def test_a_model_llama_cpp_cannot_load_is_refused_with_its_reason(
+    default_model_file: Path, tmp_path: Path
+) -> None:
+    """llama-cpp-python's own error says only "Failed to load model from file"."""
+    changes = {"llama.feed_forward_length": (0, VT.UINT32)}
+    bad = rewritten(default_model_file, tmp_path / "ffn.gguf", changes)
+    with pytest.raises(ModelFileError, match=r"could not load the model \(check_tensor_dims: "
+                       r"tensor 'blk\.0\.ffn_gate\.weight' has wrong shape"):  # fmt: skip
+        load_model(LoadParams(str(bad), n_ctx=64, n_threads=1))
 
 
 def test_damaged_header_bytes_are_refused_or_read_never_anything_else(
