@@ -17,52 +17,31 @@ is timed once beside it, up to --old-max characters.
 from __future__ import annotations
 
 import argparse
-import random
 import re
+import sys
 import textwrap
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from app.summaries.text_chunks import CountTokens, split_by_tokens
 from engine.llama.load_params import LoadParams
 from engine.model.default_model import default_model_path
 from engine.runtime.loaded_model import load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the seeded text the tests split
+from tests.seeded_text import minified_json, sentences  # noqa: E402
+
 BUDGET = 1700
-WORDS = ("the", "a", "of", "to", "and", "in", "is", "for", "report", "model", "data", "error")
-
-
-def prose(size: int, seed: int = 1) -> str:
-    """Sentences of 5-20 seeded words on one line, `size` characters."""
-    rng = random.Random(seed)
-    text: list[str] = []
-    length = 0
-    while length < size:
-        sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20)))
-        text.append(sentence.capitalize() + ". ")
-        length += len(text[-1])
-    return "".join(text)[:size]
 
 
 def in_lines(text: str) -> str:
     return "\n".join(textwrap.wrap(text, 100))
 
 
-def minified_json(size: int, seed: int = 1) -> str:
-    """Records as an export writes them: one line, no spaces, `size` characters."""
-    rng = random.Random(seed)
-    records: list[str] = []
-    length = 0
-    while length < size:
-        tags = ",".join(f'"{rng.choice(WORDS)}"' for _ in range(rng.randint(0, 4)))
-        records.append(f'{{"id":{len(records)},"user":"{rng.choice(WORDS)}","tags":[{tags}]}}')
-        length += len(records[-1]) + 1
-    return ("[" + ",".join(records) + "]")[:size]
-
-
 SHAPES: dict[str, Callable[[int], str]] = {
-    "one line": prose,
-    "100-char lines": lambda size: in_lines(prose(size))[:size],
+    "one line": sentences,
+    "100-char lines": lambda size: in_lines(sentences(size))[:size],
     "minified JSON": minified_json,
 }
 

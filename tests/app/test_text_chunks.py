@@ -3,7 +3,6 @@ and a document on one line costs what the same text in many lines costs (linear 
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 
@@ -13,9 +12,9 @@ from hypothesis import strategies as st
 
 from app.summaries.text_chunks import CountTokens, split_by_tokens
 from engine.runtime.loaded_model import LoadedModel
+from tests.seeded_text import minified_json, sentences
 
 BUDGET = 1700  # a summary job's, at its default 2,048 tokens a sequence
-WORDS = ("the", "a", "of", "to", "and", "in", "is", "for", "report", "model", "data", "error")
 
 
 def words(text: str) -> int:
@@ -27,30 +26,6 @@ def words(text: str) -> int:
 def tokens(default_model: LoadedModel) -> CountTokens:
     """The real tokenizer, counted as a summary job counts a document's text."""
     return lambda text: len(default_model.tokenize_text(text))
-
-
-def sentences(size: int, seed: int = 1) -> str:
-    """Sentences of 5-20 seeded words on one line, `size` characters."""
-    rng = random.Random(seed)
-    text: list[str] = []
-    length = 0
-    while length < size:
-        sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20)))
-        text.append(sentence.capitalize() + ". ")
-        length += len(text[-1])
-    return "".join(text)[:size]
-
-
-def minified_json(size: int, seed: int = 1) -> str:
-    """Records as an export writes them: one line, no spaces, `size` characters."""
-    rng = random.Random(seed)
-    records: list[str] = []
-    length = 0
-    while length < size:
-        tags = ",".join(f'"{rng.choice(WORDS)}"' for _ in range(rng.randint(0, 4)))
-        records.append(f'{{"id":{len(records)},"user":"{rng.choice(WORDS)}","tags":[{tags}]}}')
-        length += len(records[-1]) + 1
-    return ("[" + ",".join(records) + "]")[:size]
 
 
 def test_a_short_text_is_one_piece() -> None:
