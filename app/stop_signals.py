@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM for a command whose work runs llama.cpp on another thread.
+"""Ctrl-C and SIGTERM (Ctrl-Break on Windows) for a command whose work runs llama.cpp on
+another thread.
 
 A KeyboardInterrupt may surface anywhere on the main thread, including in the
 `finally` that frees the model, and an interrupted `thread.join` let the model
@@ -27,7 +28,11 @@ from engine.cancel import CancelToken
 
 EXIT_INTERRUPTED = 130
 POLL_S = 0.1  # how long a signal may wait for its handler while the main thread waits
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Windows sends no SIGTERM; its consoles' Ctrl-Break (and a GenerateConsoleCtrlEvent of
+# CTRL_BREAK_EVENT, how a program asks a console child to stop) arrives as SIGBREAK
+STOP_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
+if sys.platform == "win32":
+    STOP_SIGNALS += (signal.SIGBREAK,)
 
 T = TypeVar("T")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections import Counter
 from collections.abc import Collection
 from pathlib import Path
@@ -64,7 +65,10 @@ def user_file_mode() -> int:
 
 def _umask() -> int:
     """Read from /proc where it can be: setting the umask to read it back is process-wide,
-    and another thread creating a file in between would get the wrong mode."""
+    and another thread creating a file in between would get the wrong mode. Windows has no
+    /proc, and its umask only ever removes write permission, which nothing sets there."""
+    if sys.platform == "win32":
+        return 0
     try:
         status = Path("/proc/self/status").read_text(encoding="ascii")
         found = re.search(r"^Umask:\s*([0-7]+)", status, re.MULTILINE)

@@ -1,10 +1,13 @@
-"""The CPU and memory, as /proc/cpuinfo (or macOS), psutil and llama.cpp's kernels see them."""
+"""The CPU and memory, as /proc/cpuinfo (or macOS's sysctl, or Windows' registry and
+IsProcessorFeaturePresent), psutil and llama.cpp's kernels see them."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -29,6 +32,12 @@ _RELEVANT_CPU_FLAGS: dict[str, str] = {
     "asimddp": "dotprod",
 }
 _MACOS_ARM64_FLAGS = ("dotprod", "neon")
+# Windows' IsProcessorFeaturePresent numbers (PF_*, winnt.h) -> the name we report. Windows
+# names no FMA, F16C, BMI2 or VNNI flag; llama.cpp's CPU variants read CPUID themselves.
+_WINDOWS_FEATURES = {
+    13: "pni", 36: "ssse3", 37: "sse4_1", 38: "sse4_2", 39: "avx", 40: "avx2", 41: "avx512f",
+}  # fmt: skip
+_WINDOWS_CPU_KEY = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
 
 
 # --- CPU -------------------------------------------------------------------------------
@@ -51,10 +60,29 @@ def relevant_cpu_flags(raw_flags: str) -> tuple[str, ...]:
 
 
 def _read_cpuinfo() -> dict[str, str]:
+    if sys.platform == "win32":
+        return _windows_cpuinfo()
     try:
         return parse_cpuinfo(CPUINFO_PATH.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return {}
+
+
+def _windows_cpuinfo() -> dict[str, str]:
+    """The processor's name as Windows' registry holds it and the features Windows reports,
+    in /proc/cpuinfo's keys (Windows has no /proc)."""
+    entries: dict[str, str] = {}
+    if sys.platform == "win32":
+        import winreg
+
+        try:
+            with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, _WINDOWS_CPU_KEY) as key:
+                entries["model name"] = str(winreg.QueryValueEx(key, "ProcessorNameString")[0])
+        except OSError:
+            pass
+        present = ctypes.windll.kernel32.IsProcessorFeaturePresent
+        entries["flags"] = " ".join(f for n, f in _WINDOWS_FEATURES.items() if present(n))
+    return {key: value.strip() for key, value in entries.items() if value.strip()}
 
 
 def _macos_cpu_model() -> str:

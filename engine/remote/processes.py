@@ -6,6 +6,9 @@ crash) before it could stop its helpers. On Linux a helper asks the kernel for S
 when its parent goes (PR_SET_PDEATHSIG). The kernel means the parent *thread*, so a
 helper is started from a thread of its own that lives exactly as long as the helper:
 the window starts sharing from a worker thread that ends long before the server should.
+On Windows every helper joins one Job object that this process holds open and that
+kills what it holds when it closes (JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE): Windows closes
+it when this process ends, however it ends.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ def start_kept(
         except BaseException as exc:  # the caller's to raise
             started.put(exc)
             return
+        if sys.platform == "win32":
+            _windows_job().hold(process)
         started.put(process)
         process.wait()
         ended.set()
@@ -112,3 +117,72 @@ def _ending_with_parent() -> Callable[[], None] | None:
             os._exit(1)
 
     return arm
+
+
+class _WindowsJob:
+    """A Job object that kills its processes when its last handle closes. This process
+    holds the only handle for as long as it lives, and never closes it."""
+
+    _KILL_ON_JOB_CLOSE = 0x2000
+    _EXTENDED_LIMIT_INFORMATION = 9  # JobObjectExtendedLimitInformation
+
+    def __init__(self) -> None:
+        from ctypes import wintypes
+
+        class BasicLimits(ctypes.Structure):
+            _fields_ = [
+                ("PerProcessUserTimeLimit", ctypes.c_int64),
+                ("PerJobUserTimeLimit", ctypes.c_int64),
+                ("LimitFlags", wintypes.DWORD),
+                ("MinimumWorkingSetSize", ctypes.c_size_t),
+                ("MaximumWorkingSetSize", ctypes.c_size_t),
+                ("ActiveProcessLimit", wintypes.DWORD),
+                ("Affinity", ctypes.c_size_t),
+                ("PriorityClass", wintypes.DWORD),
+                ("SchedulingClass", wintypes.DWORD),
+            ]
+
+        class ExtendedLimits(ctypes.Structure):
+            _fields_ = [
+                ("BasicLimitInformation", BasicLimits),
+                ("IoInfo", ctypes.c_uint64 * 6),  # IO_COUNTERS
+                ("ProcessMemoryLimit", ctypes.c_size_t),
+                ("JobMemoryLimit", ctypes.c_size_t),
+                ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                ("PeakJobMemoryUsed", ctypes.c_size_t),
+            ]
+
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        kernel32.CreateJobObjectW.restype = wintypes.HANDLE
+        kernel32.CreateJobObjectW.argtypes = (wintypes.LPVOID, wintypes.LPCWSTR)
+        kernel32.SetInformationJobObject.argtypes = (
+            wintypes.HANDLE, ctypes.c_int, wintypes.LPVOID, wintypes.DWORD,
+        )  # fmt: skip
+        kernel32.AssignProcessToJobObject.argtypes = (wintypes.HANDLE, wintypes.HANDLE)
+        self._kernel32 = kernel32
+        self._job = kernel32.CreateJobObjectW(None, None)
+        if not self._job:
+            raise ctypes.WinError(ctypes.get_last_error())  # type: ignore[attr-defined]
+        limits = ExtendedLimits()
+        limits.BasicLimitInformation.LimitFlags = self._KILL_ON_JOB_CLOSE
+        if not kernel32.SetInformationJobObject(
+            self._job, self._EXTENDED_LIMIT_INFORMATION, ctypes.byref(limits), ctypes.sizeof(limits)
+        ):
+            raise ctypes.WinError(ctypes.get_last_error())  # type: ignore[attr-defined]
+
+    def hold(self, process: subprocess.Popen[bytes]) -> None:
+        handle = int(process._handle)  # type: ignore[attr-defined]
+        if not self._kernel32.AssignProcessToJobObject(self._job, handle):
+            raise ctypes.WinError(ctypes.get_last_error())  # type: ignore[attr-defined]
+
+
+_job_lock = threading.Lock()
+_job: _WindowsJob | None = None
+
+
+def _windows_job() -> _WindowsJob:
+    global _job
+    with _job_lock:
+        if _job is None:
+            _job = _WindowsJob()
+        return _job

@@ -10,11 +10,14 @@ forward.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from engine.errors import ShardChatError
 from engine.remote.addresses import RemoteAddress
@@ -22,6 +25,23 @@ from engine.remote.processes import end_process, start_kept
 from engine.remote.rpc_probe import RemoteUnreachable
 
 OPEN_TIMEOUT_S = 15.0
+
+
+def ssh_client() -> str:
+    """The system's OpenSSH client: on PATH, or on Windows where its optional feature puts
+    it (System32\\OpenSSH, on PATH unless a user's PATH lost it)."""
+    found = shutil.which("ssh")
+    if found is None and sys.platform == "win32":
+        system = Path(os.environ.get("SYSTEMROOT", r"C:\Windows")) / "System32" / "OpenSSH"
+        found = shutil.which("ssh", path=str(system))
+    if found is None:
+        if sys.platform == "win32":
+            raise ShardChatError(
+                "no ssh command on this computer (add Windows' OpenSSH Client: Settings, "
+                "System, Optional features)"
+            )
+        raise ShardChatError("no ssh command on this computer (install OpenSSH's client)")
+    return found
 
 
 class SshForward:
@@ -37,9 +57,7 @@ class SshForward:
         self._process: subprocess.Popen[bytes] | None = None
 
     def command(self, local_port: int) -> list[str]:
-        ssh = shutil.which("ssh")
-        if ssh is None:
-            raise ShardChatError("no ssh command on this computer (install OpenSSH's client)")
+        ssh = ssh_client()
         address = self.address
         settings = [
             "BatchMode=yes",
