@@ -43,6 +43,10 @@ from ui.theme import ThemeManager
 from ui.thread_bridge import GuiRelay
 
 EXIT_WHEN_READY_ENV = "SHARDCHAT_EXIT_WHEN_READY"  # see _quit_when_loaded
+# with it, for an installer check on a machine with no screen (the Windows tier under Wine):
+# a message the window sends once its model is loaded, and where it saves its picture
+READY_MESSAGE_ENV = "SHARDCHAT_READY_MESSAGE"
+READY_SCREENSHOT_ENV = "SHARDCHAT_READY_SCREENSHOT"
 OUR_THREADS = ("shardchat-engine", "shardchat-profiling")  # the threads that run llama.cpp
 log = logging.getLogger(__name__)
 
@@ -165,7 +169,9 @@ def _quit_when_loaded(app: QApplication, desktop: Desktop, exit_code: list[int])
     """SHARDCHAT_EXIT_WHEN_READY=1 (start-up timing, installer checks): the wizard, if it
     opens, is skipped; the app says when the window is open (shown, its first events done,
     the model maybe still loading), and once it is shown with its model loaded it says so
-    and quits (exit 1 if the load fails)."""
+    and quits (exit 1 if the load fails). With SHARDCHAT_READY_MESSAGE it first sends that
+    message as a user would and waits for the whole reply; SHARDCHAT_READY_SCREENSHOT
+    names a PNG file for the window's picture, saved just before it quits."""
 
     said_open: list[bool] = []
 
@@ -174,19 +180,46 @@ def _quit_when_loaded(app: QApplication, desktop: Desktop, exit_code: list[int])
             said_open.append(True)
             _say_ready("window open")
 
+    message = os.environ.get(READY_MESSAGE_ENV, "")
+    screenshot = os.environ.get(READY_SCREENSHOT_ENV, "")
+
+    def quit_soon() -> None:
+        """Leave the event loop from the loop itself, never inside the signal that asked
+        (the engine's held events reach `loaded` under their lock: app.early_engine), and
+        with exit(), not quit(): quit() first asks every window to close, which Qt under
+        Wine's offscreen platform never finishes. The window is closed after the loop."""
+        QTimer.singleShot(0, lambda: app.exit(exit_code[0]))
+
+    def finish() -> None:
+        if screenshot:
+            saved = desktop.window.grab().save(screenshot)
+            _say_ready(f"screenshot {screenshot}" if saved else "no screenshot (not saved)")
+        quit_soon()
+
+    def answered(_event: object) -> None:
+        _say_ready("message answered")
+        QTimer.singleShot(0, finish)
+
     def loaded(_event: object) -> None:
-        if desktop.window.isVisible():
-            opened()  # in that order, even if the model was quicker than the first events
-            _say_ready("window shown, model loaded")
-        else:
+        desktop.bridge.model_loaded.disconnect(loaded)  # once: a later reload is not the start
+        if not desktop.window.isVisible():
             print("shardchat: not ready: the model loaded but the window is hidden", flush=True)
             exit_code[0] = 1
-        app.quit()
+            quit_soon()
+            return
+        opened()  # in that order, even if the model was quicker than the first events
+        _say_ready("window shown, model loaded")
+        if not message:
+            QTimer.singleShot(0, finish)
+            return
+        desktop.bridge.reply_finished.connect(answered)
+        desktop.window.input.setPlainText(message)
+        desktop.window.input.submit()
 
     def failed(event: object) -> None:
         print(f"shardchat: not ready: {getattr(event, 'message', event)}", flush=True)
         exit_code[0] = 1
-        app.quit()
+        quit_soon()
 
     QTimer.singleShot(0, opened)  # the window was shown: once the events before this have run
     desktop.bridge.model_loaded.connect(loaded)
