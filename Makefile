@@ -13,6 +13,8 @@ LLAMA_PATCHES := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-backend-mod
 LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-backend-dl
 INSTALLED := $(VENV)/.installed
 INSTALLER_TOOLS := $(VENV)/.installer-tools
+# Debian's cross-compiler, NSIS and Wine: the Windows build and its tests (make windows)
+WINDOWS_TOOLS := $(VENV)/.windows-tools
 # The system's part of a target, each a stamp whose rule checks the packages on every run
 # (tests/make_prerequisites.py checks that each target names the ones it needs).
 LAVAPIPE := $(VENV)/.lavapipe
@@ -42,7 +44,7 @@ PORTABLE_WHEEL_STAMP := $(PORTABLE_WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-po
 PORTABLE_INSTALLED := $(PORTABLE_VENV)/.installed
 
 .PHONY: run test test-gpu lint format bench bench-build screenshots clean distclean
-.PHONY: installer installer-test installer-clean
+.PHONY: installer installer-test installer-clean windows test-windows
 
 # Where NVML or nvidia-smi shows an NVIDIA GPU and the CUDA module is missing, it is built
 # first (make cuda); everywhere else the app starts at once, on Vulkan or the CPU.
@@ -170,6 +172,33 @@ installer-test: $(INSTALLER_TOOLS) $(LAVAPIPE)
 	$(PY) installer/build.py
 	SHARDCHAT_INSTALLER_TEST=reuse QT_QPA_PLATFORM=offscreen \
 		$(PY) -m pytest -m installer tests/installer -v
+
+# The Windows installer, built here (installer/windows/build_windows.py): llama.cpp cross-
+# compiled with mingw-w64 from the wheel's patched sources (cached per user in
+# ~/.cache/shardchat-build/windows under a key of its inputs, so every clone reuses it;
+# about 22 minutes on 2 cores the first time), python.org's embeddable CPython, PyPI's
+# win_amd64 wheels, NSIS. dist/ShardChat-VERSION-windows-x64-setup.exe.
+WINDOWS_PACKAGES := mingw-w64 nsis wine wine64 xvfb cmake ninja-build glslc glslang-tools \
+	libvulkan-dev spirv-headers patch
+
+windows: $(INSTALLER_TOOLS) $(WINDOWS_TOOLS)
+	$(PY) installer/windows/build_windows.py
+
+# That setup.exe under Wine, in a fresh prefix per run (tests/windows): installed silently,
+# then the command line, the API server, a summary, a stopped terminal chat, the window and
+# the uninstaller, as a Windows user would meet them. The GPU check runs on lavapipe.
+test-windows: windows $(INSTALLER_TOOLS) $(WINDOWS_TOOLS) $(LAVAPIPE)
+	SHARDCHAT_WINDOWS_TEST=reuse $(PY) -m pytest -m windows tests/windows -v
+
+# The package list, for a CI runner that installs it with sudo first
+.PHONY: print-WINDOWS_PACKAGES
+print-WINDOWS_PACKAGES:
+	@echo $(WINDOWS_PACKAGES)
+
+$(WINDOWS_TOOLS): FORCE | $(PY)
+	@dpkg -s $(WINDOWS_PACKAGES) >/dev/null 2>&1 || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(WINDOWS_PACKAGES); }
+	@touch $@
 
 # Install the Debian packages of the commands named (command:package ...) that are missing.
 # dpkg-deb itself comes with dpkg.

@@ -34,6 +34,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "test": ("INSTALLED", "LAVAPIPE", "SSHD"),
     "test-gpu": ("INSTALLED", "LAVAPIPE", "FIT_PARAMS"),
     "installer-test": ("INSTALLER_TOOLS", "LAVAPIPE"),
+    "windows": ("INSTALLER_TOOLS", "WINDOWS_TOOLS"),
+    "test-windows": ("INSTALLER_TOOLS", "WINDOWS_TOOLS", "LAVAPIPE"),
     "lint": ("INSTALLED",),
 }
 
