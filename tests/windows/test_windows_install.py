@@ -110,14 +110,7 @@ def test_serve_answers_a_streamed_openai_request_from_the_linux_side(
 ) -> None:
     from openai import OpenAI
 
-    server = subprocess.Popen(
-        ["wine", str(installed.exe), "serve", "--port", "0", "--threads", "2"],
-        env=installed.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        encoding="utf-8",
-    )
+    server = installed.start("serve", "--port", "0", "--threads", "2")
     try:
         assert server.stdout is not None
         line = server.stdout.readline()
@@ -144,14 +137,7 @@ def test_a_lent_computer_s_rpc_server_ends_when_shardchat_is_killed(installed: I
     with socket.socket() as probe:  # a free port (Wine's sockets are this machine's)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    sharing = subprocess.Popen(
-        ["wine", str(installed.exe), "share", "--port", str(port), "--threads", "1"],
-        env=installed.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        encoding="utf-8",
-    )
+    sharing = installed.start("share", "--port", str(port), "--threads", "1")
     try:
         assert sharing.stdout is not None
         said = sharing.stdout.readline()

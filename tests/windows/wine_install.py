@@ -41,3 +41,14 @@ class Installed:
             timeout=timeout,
             **kwargs,
         )
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """shardchat.exe ARGS under Wine, left running: its output read as UTF-8 lines."""
+        return subprocess.Popen(
+            ["wine", str(self.exe), *args],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            encoding="utf-8",
+        )
