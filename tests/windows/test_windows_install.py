@@ -220,6 +220,9 @@ def test_the_window_answers_a_message_and_saves_its_picture(
     so the window opens at once as for a returning user."""
     profiled = installed.run("profile", "--smoke", env={"SHARDCHAT_PROFILE_KEEP_BUSY": "1"})
     assert profiled.returncode == 0, profiled.stdout + profiled.stderr
+    shown = installed.run("profile", "--show")  # the CPU as Windows' registry names it
+    host = Path("/proc/cpuinfo").read_text().split("model name", 1)[1].split(":", 1)[1]
+    assert host.splitlines()[0].strip() in shown.stdout, shown.stdout
     picture = tmp_path / "window.png"
     env = {
         "QT_QPA_PLATFORM": "offscreen",
