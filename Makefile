@@ -178,7 +178,7 @@ installer-test: $(INSTALLER_TOOLS) $(LAVAPIPE)
 # ~/.cache/shardchat-build/windows under a key of its inputs, so every clone reuses it;
 # about 22 minutes on 2 cores the first time), python.org's embeddable CPython, PyPI's
 # win_amd64 wheels, NSIS. dist/ShardChat-VERSION-windows-x64-setup.exe.
-WINDOWS_PACKAGES := mingw-w64 nsis wine wine64 xvfb cmake ninja-build glslc glslang-tools \
+WINDOWS_PACKAGES := mingw-w64 nsis wine wine64 xvfb procps cmake ninja-build glslc glslang-tools \
 	libvulkan-dev spirv-headers patch
 
 windows: $(INSTALLER_TOOLS) $(WINDOWS_TOOLS)

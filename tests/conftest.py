@@ -270,3 +270,18 @@ def two_lent(shardchat, lend, default_model_file) -> list[str]:
         assert added.returncode == 0, added.stderr
         addresses.append(address)
     return addresses
+
+
+@pytest.fixture(scope="session")
+def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
+    """Measured figures go to the terminal even while pytest captures output, marked with
+    the running test's folder ("[installer] ...", "[windows] ...")."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def write(message: str) -> None:
+        running = os.environ.get("PYTEST_CURRENT_TEST", "tests/?/")
+        tier = Path(running.split("::", 1)[0]).parent.name
+        with capture.global_and_fixture_disabled():
+            print(f"\n[{tier}] {message}", flush=True)
+
+    return write

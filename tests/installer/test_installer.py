@@ -373,18 +373,6 @@ def test_the_bundle_serves_the_openai_api(deb_root: Path, tmp_path: Path) -> Non
         assert server.wait(30) == 0
 
 
-@pytest.fixture(scope="session")
-def say(pytestconfig: pytest.Config):
-    """Measured figures go to the terminal even while pytest captures output."""
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def write(message: str) -> None:
-        with capture.global_and_fixture_disabled():
-            print(f"\n[installer] {message}", flush=True)
-
-    return write
-
-
 def test_the_bundle_lends_this_computer_with_its_own_rpc_server(
     deb_root: Path, tmp_path: Path
 ) -> None:

@@ -20,7 +20,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from wine_install import ROOT, Installed
 
 # Mesa's software GPU, as the GPU tier sees it on Linux (Makefile's GPU_ENV): Wine's
@@ -202,8 +201,12 @@ def test_a_chat_stopped_mid_reply_by_ctrl_c_keeps_what_was_said(installed: Insta
             piece = os.read(chat.stdout.fileno(), 4096)
             assert piece, chat.stderr.read() if chat.stderr else ""
             said += piece
+        assert chat.poll() is None, "the reply ended before Ctrl-C could stop it"
         os.killpg(chat.pid, signal.SIGINT)  # a terminal's Ctrl-C goes to its process group
-        rest, errors = chat.communicate(timeout=120)
+        signalled = time.monotonic()
+        # 2,000 tokens at under 10 tokens/s would take minutes: a minute means it stopped
+        rest, errors = chat.communicate(timeout=60)
+        assert time.monotonic() - signalled < 60
     finally:
         if chat.poll() is None:
             chat.kill()
@@ -265,14 +268,3 @@ def test_uninstalling_with_purge_also_deletes_the_user_s_data(installed: Install
     subprocess.run(["wineserver", "-w"], env=installed.env, check=True, timeout=300)
     assert not installed.exe.exists()
     assert not installed.user_data.exists(), list(installed.user_data.rglob("*"))[:5]
-
-
-@pytest.fixture(scope="session")
-def say(pytestconfig: pytest.Config):
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def write(message: str) -> None:
-        with capture.global_and_fixture_disabled():
-            print(f"\n[windows] {message}", flush=True)
-
-    return write
