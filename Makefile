@@ -7,9 +7,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 WHEELS := .cache/wheels
 LLAMA_VERSION := 0.3.36
-LLAMA_PATCHES := installer/patches/llama-cpp-python-$(LLAMA_VERSION)-backend-modules.patch \
-	installer/patches/llama-cpp-python-$(LLAMA_VERSION)-rpc-server.patch \
-	installer/patches/llama-cpp-python-$(LLAMA_VERSION)-vulkan-headers-1.3.239.patch
+# Every patch installer/llama_wheel.py applies (the same glob): the wheel is rebuilt when one changes.
+LLAMA_PATCHES := $(wildcard installer/patches/llama-cpp-python-$(LLAMA_VERSION)-*.patch)
 LLAMA_WHEEL_STAMP := $(WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-backend-dl
 INSTALLED := $(VENV)/.installed
 INSTALLER_TOOLS := $(VENV)/.installer-tools

@@ -28,7 +28,7 @@ from typing import Any
 
 import llama_cpp
 
-from engine.llama import backends, offload_boundary
+from engine.llama import backends, offload_boundary, prefetch
 from engine.llama import log_capture as llama_log
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.llama.load_params import LoadParams, make_llama_kwargs
@@ -36,8 +36,19 @@ from engine.llama.load_params import LoadParams, make_llama_kwargs
 MIB = 1024 * 1024
 # llama-model.cpp / llama-kv-cache.cpp / llama-context.cpp:
 # "%s: %12s model buffer size = %8.2f MiB", "... KV buffer size ...", "... compute buffer size ..."
-_BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute|output|RS) buffer size = +([\d.]+) MiB")
-_ROLES = {"model": "model", "KV": "kv", "RS": "kv", "compute": "compute", "output": "compute"}
+# and ShardChat's scheduler patch: "%s: %10s prefetch staging buffer size = %8.2f MiB (%d slots)",
+# a part of the compute buffer llama.cpp reports (role "staging", not added to device_bytes)
+_BUFFER_LINE = re.compile(
+    r"(\S+) (model|KV|compute|output|RS|prefetch staging) buffer size = +([\d.]+) MiB"
+)
+_ROLES = {
+    "model": "model",
+    "KV": "kv",
+    "RS": "kv",
+    "compute": "compute",
+    "output": "compute",
+    "prefetch staging": "staging",
+}
 _HOST_BUFFER = re.compile(r"^(CPU.*|.*_Host)$")
 
 
@@ -153,7 +164,8 @@ def simulate_buffers(params: LoadParams) -> DeviceBuffers:
         if not model:
             raise RuntimeError(f"llama.cpp could not read {params.model_path}")
         try:
-            context = llama_cpp.llama_init_from_model(model, _context_params(params, kwargs))
+            with prefetch.slots_for_contexts(params.prefetch_slots):
+                context = llama_cpp.llama_init_from_model(model, _context_params(params, kwargs))
             if not context:
                 raise RuntimeError(f"llama.cpp could not reserve a context for {params.name}")
             llama_cpp.llama_free(context)

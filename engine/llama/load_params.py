@@ -16,6 +16,7 @@ import llama_cpp
 import psutil
 
 from engine.known_fields import known_fields
+from engine.llama.prefetch import check_slots
 
 DEFAULT_N_CTX = 4096
 CONTEXT_GRANULE = 256  # llama.cpp pads every context to a multiple of this
@@ -80,6 +81,9 @@ class LoadParams:
     # False: ops on host weights never run on the GPU, whatever their batch (a plan that
     # never streams; without it a GPU build still reserves device compute buffers for them)
     op_offload: bool = True
+    # staging slots through which prompt steps upload streamed weights ahead of the compute
+    # that needs them (engine.llama.prefetch); 0: each is copied when its split starts
+    prefetch_slots: int = 0
     # which GPU (llama.cpp's device index: discrete GPUs first); -1: none, CPU only.
     # Any other than 0 loads in llama.cpp's single-GPU mode, where main_gpu takes effect
     main_gpu: int = 0
@@ -105,6 +109,7 @@ class LoadParams:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be positive")
+        check_slots(self.prefetch_slots)
         if self.main_gpu < -1:
             raise ValueError("main_gpu must be a GPU index, or -1 for none")
         if not 0 <= self.n_parallel <= MAX_PARALLEL or self.n_ctx_shared < 0:

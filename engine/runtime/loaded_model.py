@@ -25,7 +25,7 @@ from engine.generation.prompt_pieces import Piece
 from engine.generation.sampling import SamplingSettings
 from engine.generation.scheduler import Scheduler
 from engine.generation.stream import StreamRequest
-from engine.llama import backends, offload_boundary
+from engine.llama import backends, offload_boundary, prefetch
 from engine.llama import log_capture as llama_log
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
 from engine.llama.context_shape import loading_with_sequences
@@ -163,6 +163,7 @@ def load_model(params: LoadParams, prompt_format: str = AUTO) -> LoadedModel:
             llama_log.errors_logged() as errors,
             loading_with_overrides(overrides, devices),
             loading_with_sequences(params.n_sequences, params.kv_unified),
+            prefetch.slots_for_contexts(params.prefetch_slots),
         ):
             llm = llama_cpp.Llama(**make_llama_kwargs(params))
     except (ValueError, RuntimeError, OSError) as exc:
