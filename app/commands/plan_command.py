@@ -31,7 +31,7 @@ from engine.model.default_model import default_model_path
 from engine.model.inventory import read_inventory
 from engine.planning.execution import llama_gpu_layers
 from engine.planning.placement_choice import AUTO, PlacementChoice, plan_for_choice, select_gpu
-from engine.planning.plan import Plan, PlanRequest
+from engine.planning.plan import Plan, PlanRequest, VramAccount
 from engine.vision.options import NO_TOKEN_LIMIT
 from engine.vision.plan import VisionPlan, plan_vision
 from engine.vision.projector import projector_facts
@@ -216,13 +216,16 @@ def render_plan(plan: Plan) -> str:
     lines = [
         f"In llama.cpp's terms: {plan.reason}",
         f"VRAM      weights {weights} + KV {kv}"
-        f" + compute {format_bytes(vram.compute_bytes)} + margin {format_bytes(vram.margin_bytes)}"
+        f" + compute {format_bytes(vram.compute_bytes)}{_staging(vram)}"
+        f" + margin {format_bytes(vram.margin_bytes)}"
         f" = {format_bytes(vram.total_bytes)}",
         f"llama.cpp n_gpu_layers {llama_gpu_layers(plan.n_gpu_layers)}, n_threads "
         f"{plan.n_threads}, n_threads_batch {plan.n_threads_batch}, n_ubatch {plan.n_ubatch}, "
         f"flash_attn {'on' if plan.flash_attn else 'off'}, "
         f"GGML_OP_OFFLOAD_MIN_BATCH {_boundary(plan)}, {len(plan.resident_tensor_names)} "
         "tensors placed in VRAM",
+        f"uploads   GGML_SCHED_PREFETCH_SLOTS {plan.prefetch_slots}: "
+        f"{plan.prefetch_reason or 'no weights stream'}",
         f"{'tier':>6}  {'family':9}{'streamed/step':>14}{'ms/step':>10}{'tokens/s':>11}  runner-up",
     ]
     for tier in plan.tiers:
@@ -296,6 +299,10 @@ def _machine(profile: Profile) -> str:
     gpus = [g.get("name", "GPU") for g in hardware.get("gpus", [])]
     parts = ", ".join([cpu, *gpus])
     return f"{parts} (described)" if profile.is_described else parts
+
+
+def _staging(vram: VramAccount) -> str:
+    return f" (upload slots {format_bytes(vram.staging_bytes)})" if vram.staging_bytes else ""
 
 
 def _boundary(plan: Plan) -> str:

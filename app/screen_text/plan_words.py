@@ -298,8 +298,14 @@ def _prompts(plan: Plan) -> list[str]:
         return []
     if plan.op_offload_min_batch >= NEVER_OFFLOAD:
         return ["Prompts run the same way: no weights cross PCIe."]
+    overlap = (
+        f", uploading each weight through {plan.prefetch_slots} staging slots while the GPU "
+        "computes the ones before it"
+        if plan.prefetch_slots
+        else ""
+    )
     return [
         f"Steps of {plan.op_offload_min_batch} tokens or more (long prompts) stream the CPU's "
         f"share over PCIe instead ({format_bytes(_off_gpu_bytes(plan))} a step) and compute "
-        "it on the GPU."
+        f"it on the GPU{overlap}."
     ]

@@ -166,10 +166,16 @@ def _resident(plan: Plan | None) -> tuple[VramSegment, ...]:
     if plan is None:
         return ()
     vram = plan.vram
+    staging = (
+        (VramSegment(f"{plan.prefetch_slots} upload slots", vram.staging_bytes),)
+        if vram.staging_bytes
+        else ()
+    )
     return (
         VramSegment("weights", vram.weights_bytes),
         VramSegment("KV cache", vram.kv_cache_bytes),
-        VramSegment("compute buffers", vram.compute_bytes),
+        VramSegment("compute buffers", vram.compute_bytes - vram.staging_bytes),
+        *staging,
         VramSegment("margin", vram.margin_bytes),
     )
 

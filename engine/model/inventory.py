@@ -118,6 +118,13 @@ class SubLayer:
     n_params: int
     tensor_names: tuple[str, ...]
     quant_types: tuple[str, ...]
+    # its largest tensor: a streamed one is uploaded whole into one staging slot
+    largest_tensor_bytes: int = 0
+
+    @property
+    def slot_bytes(self) -> int:
+        """A staging slot's share of it (an inventory stored before the field: all of it)."""
+        return self.largest_tensor_bytes or self.n_bytes
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubLayer:
@@ -430,6 +437,7 @@ def _group(tensors: list[_Tensor], block: int | None) -> tuple[SubLayer, ...]:
             n_params=sum(t.n_elements for t in members),
             tensor_names=tuple(t.name for t in members),
             quant_types=tuple(sorted({t.quant for t in members})),
+            largest_tensor_bytes=max(t.n_bytes for t in members),
         )
         for kind in SubLayerKind
         if (members := by_kind.get(kind))

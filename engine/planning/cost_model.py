@@ -3,7 +3,9 @@
 Each sub-layer costs max(bytes it reads / bandwidth, FLOPs / throughput),
 where throughput is what the profiler measured for the nearest quant, thread
 count and token count (interpolated over token counts). Weights a placement
-streams over PCIe add their copy time; CPU work slows down while copies run.
+streams over PCIe add their copy time, or, where the placement uploads them ahead
+through staging slots (prefetch), only what the compute does not hide; CPU work
+slows down while copies run.
 Fixed costs per call, per block and per routed expert a step runs come from
 the profile too (the roofline misses them, and MoE decode is made of them). The planner
 compares placements with these predictions, so they must track what
@@ -74,6 +76,12 @@ class Placement:
 
     default: Where = Where.CPU
     by_sublayer: dict[tuple[int | None, SubLayerKind], Where] = field(default_factory=dict)
+    # staging slots streamed weights are uploaded ahead through (engine.llama.prefetch); 0: serial
+    prefetch_slots: int = 0
+
+    @property
+    def overlaps_uploads(self) -> bool:
+        return self.prefetch_slots >= 2
 
     def where(self, sub: SubLayer) -> Where:
         return self.by_sublayer.get((sub.block, sub.kind), self.default)
@@ -164,8 +172,10 @@ class CostModel:
         n_tokens: int,
         expert_share: float = 1.0,
         copies_running: bool = False,
+        overlapped: bool = False,
     ) -> SubLayerCost:
-        """Time of one sub-layer for n_tokens tokens on the device `where` says."""
+        """Time of one sub-layer for n_tokens tokens on the device `where` says
+        (`overlapped`: a streamed one's uploads run ahead of its compute)."""
         device = Device.CPU if where is Where.CPU else Device.GPU
         shape = _SHAPE_BY_KIND.get(sub.kind, KernelShape.DENSE)
         active = expert_share if sub.kind is SubLayerKind.ROUTED_EXPERTS else 1.0
@@ -177,7 +187,11 @@ class CostModel:
         compute_s = flops / (gflops * 1e9)
         memory_s = touched / (self._bandwidth_gbps(device) * 1e9)
         transfer_s = self.stream_seconds(sub.n_bytes) if where is Where.STREAMED else 0.0
-        seconds = max(compute_s, memory_s) + transfer_s
+        busy_s = max(compute_s, memory_s)
+        if overlapped and transfer_s:
+            seconds = overlapped_seconds(sub.kind, busy_s, transfer_s)
+        else:
+            seconds = busy_s + transfer_s
         return SubLayerCost(sub.kind, sub.block, where, seconds, compute_s, memory_s, transfer_s)
 
     def attention_seconds(
@@ -263,13 +277,19 @@ class CostModel:
     ) -> list[SubLayerCost]:  # fmt: skip
         expert_share = _expert_share(inventory)
         copies = any(placement.where(s) is Where.STREAMED for s in inventory.all_sublayers())
+        overlap = placement.overlaps_uploads
         last = inventory.blocks[-1].index if inventory.blocks else None
         costs = []
+        first_upload = overlap
         for block in inventory.blocks:
             for sub in block.sublayers:
                 rows = n_outputs if block.index == last and sub.kind in _FFN_KINDS else n_tokens
                 where = placement.where(sub)
-                cost = self.sublayer_cost(sub, where, threads, rows, expert_share, copies)
+                cost = self.sublayer_cost(sub, where, threads, rows, expert_share, copies, overlap)
+                if first_upload and where is Where.STREAMED:
+                    # nothing computes before the step's first upload: it is not hidden
+                    cost = _plus(cost, self.stream_seconds(sub.slot_bytes))
+                    first_upload = False
                 if sub.kind is SubLayerKind.ATTENTION:
                     device = Device.CPU if where is Where.CPU else Device.GPU
                     extra = self.attention_seconds(inventory, block, n_tokens, n_past, device)
@@ -291,7 +311,10 @@ class CostModel:
             )
         if head is None:
             return []
-        cost = self.sublayer_cost(head, placement.where(head), threads, n_outputs)
+        where = placement.where(head)
+        cost = self.sublayer_cost(
+            head, where, threads, n_outputs, overlapped=placement.overlaps_uploads
+        )
         return [replace(cost, kind=SubLayerKind.OUTPUT_HEAD)]
 
     def _overhead_s(self, inventory: ModelInventory, threads: int, placement: Placement) -> float:
@@ -347,6 +370,20 @@ class CostModel:
         if self.profile.gpu is None:
             raise ValueError("the profile has no GPU; it cannot place sub-layers on one")
         return self.profile.gpu
+
+
+def overlapped_seconds(kind: SubLayerKind, busy_s: float, transfer_s: float) -> float:
+    """A streamed sub-layer's time when its uploads run ahead of the compute.
+
+    Each weight is a split of its own, uploaded while the splits before it compute, so
+    a dense sub-layer costs the longer of its upload and its compute. An expert bank's
+    three matrices (gate, up, down) carry only the experts the router chose, known
+    when the router has run: the first matrix's upload waits in full, the other two
+    overlap the compute of the ones before them.
+    """
+    if kind is SubLayerKind.ROUTED_EXPERTS:
+        return (busy_s + transfer_s) / 3 + 2 * max(busy_s, transfer_s) / 3
+    return max(busy_s, transfer_s)
 
 
 def _main_quant(sub: SubLayer) -> str:

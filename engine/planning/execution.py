@@ -4,7 +4,8 @@ A plan becomes load parameters: threads, ubatch, n_gpu_layers (the last blocks
 and the output layer, as llama.cpp offloads them), tensor overrides that keep
 non-resident weights of offloaded blocks in host memory and put resident ones
 of other blocks in VRAM,
-and the op-offload batch size from which host weights stream to the GPU. On a
+the op-offload batch size from which host weights stream to the GPU, and the
+staging slots they stream through (engine.llama.prefetch). On a
 machine without a GPU the same path yields a CPU-only load with the plan's
 threads. (engine.runtime.step_log checks every step against the plan's prediction.)
 """
@@ -66,6 +67,7 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         n_gpu_layers=llama_gpu_layers(plan.n_gpu_layers),
         tensor_overrides=tuple(_overrides(plan, inventory)),
         op_offload_min_batch=boundary,
+        prefetch_slots=plan.prefetch_slots if asks else 0,
     )
 
 
@@ -93,8 +95,9 @@ def executable_plan(plan: Plan) -> Plan:
 
 def placement_for(plan: Plan, family: PlanFamily) -> Placement:
     resident = {key: Where.GPU for key in plan.resident}
-    rest = Where.STREAMED if family is PlanFamily.GPU_ONLY else Where.CPU
-    return Placement(rest, resident)
+    if family is PlanFamily.GPU_ONLY:
+        return Placement(Where.STREAMED, resident, plan.prefetch_slots)
+    return Placement(Where.CPU, resident)
 
 
 def _overrides(plan: Plan, inventory: ModelInventory) -> list[tuple[str, str]]:

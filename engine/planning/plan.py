@@ -69,6 +69,9 @@ class VramAccount:
     kv_cache_bytes: int
     compute_bytes: int
     margin_bytes: int
+    # of compute_bytes: the staging slots streamed weights are uploaded ahead through
+    # (llama.cpp reports them in its compute buffer)
+    staging_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -122,6 +125,10 @@ class Plan:
     predicted_decode_tokens_per_s: float
     # flash attention (exact): no attention-score buffer, so more of a small budget for weights
     flash_attn: bool = True
+    # staging slots its streamed prompt steps upload through ahead of the compute (0: serial),
+    # and why that many (engine.planning.prefetch_choice)
+    prefetch_slots: int = 0
+    prefetch_reason: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
 
     def tier_for(self, n_tokens: int) -> int:

@@ -11,10 +11,13 @@ DESIGN.md with the cost model:
 - dynamic: part streamed while the CPU computes the rest (overlapped).
 
 llama.cpp executes static below a batch-size boundary and GPU-only above it
-(op offload, GGML_OP_OFFLOAD_MIN_BATCH); dynamic has no executor upstream,
-so it is costed and reported but never chosen. The resident set is filled as
-a prefix of one fixed priority order, so a bigger budget always keeps what a
-smaller one had: more budget never predicts a slower plan. Same inputs, same
+(op offload, GGML_OP_OFFLOAD_MIN_BATCH), and ShardChat's scheduler patch overlaps
+GPU-only's uploads with its compute through staging slots the planner sizes
+(engine.planning.prefetch_choice). Dynamic would need the CPU and the GPU to
+compute parts of one matrix product at once, which ggml's scheduler (one backend
+per node) cannot express, so it is costed and reported but never chosen. The
+resident set is filled as a prefix of one fixed priority order, so a bigger budget
+always keeps what a smaller one had: more budget never predicts a slower plan. Same inputs, same
 plan.
 
 The placements llama.cpp users choose themselves (engine.planning.llama_placements:
@@ -47,6 +50,11 @@ from engine.planning.plan import (
     PlanRequest,
     VramAccount,
 )
+from engine.planning.prefetch_choice import (
+    STAGED_SLOTS,
+    staged_prompts,
+    working_memory_beyond,
+)
 from engine.planning.tier_costing import (
     DEFAULT_UBATCH,
     assemble_plan,
@@ -60,7 +68,7 @@ from engine.planning.tier_costing import (
     sublayer_key,
     tier_plan,
 )
-from engine.planning.vram_account import compute_bytes
+from engine.planning.vram_account import compute_bytes, staging_bytes
 from engine.planning.vram_account import fixed_vram as _fixed_vram
 
 UBATCH_CHOICES = (64, 128, 256, DEFAULT_UBATCH, 1024, 2048, 4096)
@@ -88,7 +96,8 @@ def make_plan(inventory: ModelInventory, profile: Profile, request: PlanRequest)
     plans = [
         plan
         for ubatch in _ubatch_choices(inventory, request, profile)
-        if (plan := _gpu_plan_at(inventory, model, request, ubatch)) is not None
+        for slots in (0, STAGED_SLOTS)
+        if (plan := _gpu_plan_at(inventory, model, request, ubatch, slots)) is not None
     ]
     if not plans:
         fixed = _fixed_vram(inventory, request, UBATCH_CHOICES[0], margin_floor(profile), True)
@@ -119,7 +128,8 @@ def _not_worse_than_llama_cpp(
     best = _best_of([*plans, *rivals], floor)
     if any(best is p for p in plans):
         return best
-    return replace(best, reason=f"{best.reason}: llama.cpp's own placement predicts faster")
+    best = replace(best, reason=f"{best.reason}: llama.cpp's own placement predicts faster")
+    return replace(best, prefetch_reason=best.prefetch_reason or SERIAL_AS_LLAMA_CPP)
 
 
 def run_our_way(plan: Plan, inventory: ModelInventory, model: CostModel) -> Plan:
@@ -149,8 +159,13 @@ def run_our_way(plan: Plan, inventory: ModelInventory, model: CostModel) -> Plan
         op_offload_min_batch=boundary,
         predicted_decode_tokens_per_s=tiers[0].tokens_per_s,
         reason=f"{plan.reason}, with our op-offload boundary and threads",
+        # its account (llama.cpp's placement as a user runs it) keeps no room for staging
+        prefetch_reason=SERIAL_AS_LLAMA_CPP,
     )
     return _with_prompt_family(ours, inventory, model, static, streamed, threads_batch)
+
+
+SERIAL_AS_LLAMA_CPP = "llama.cpp's own placement: weights copied as each split starts"
 
 
 def _best_of(plans: list[Plan], floor: float = 0.0) -> Plan:
@@ -196,9 +211,11 @@ def _everything_bytes(inventory: ModelInventory, request: PlanRequest) -> int:
 
 
 def _gpu_plan_at(
-    inventory: ModelInventory, model: CostModel, request: PlanRequest, ubatch: int
+    inventory: ModelInventory, model: CostModel, request: PlanRequest, ubatch: int, slots: int
 ) -> Plan | None:
-    """The plan with this ubatch and flash attention, if its working memory fits the budget.
+    """The plan with this ubatch, flash attention and `slots` staging slots for the weights
+    its prompt steps stream, if its working memory fits the budget (and, with slots, if
+    anything streams and the overlap pays; engine.planning.prefetch_choice).
 
     Flash attention is exact (the same attention, computed in tiles) and never needs
     more device memory: it drops the n_ctx x n_ubatch score matrix of every head
@@ -209,21 +226,38 @@ def _gpu_plan_at(
     fixed = _fixed_vram(inventory, request, ubatch, margin_floor(model.profile), True)
     room = request.vram_budget_bytes - fixed["compute"] - fixed["margin"]
     if room < _everything_bytes(inventory, request):
-        everything = inventory.all_sublayers()
-        room -= compute_bytes(inventory, request, ubatch, True, everything) - fixed["compute"]
+        room -= working_memory_beyond(inventory, request, ubatch, slots) - fixed["compute"]
+    elif slots:
+        return None  # everything fits: nothing streams
     if room <= 0:
         return None
-    plan = _gpu_plan(inventory, model, request, fixed, room, ubatch)
-    return replace(plan, vram=replace(plan.vram, compute_bytes=_compute_of(plan, inventory)))
+    plan = _gpu_plan(inventory, model, request, fixed, room, ubatch, slots)
+    if plan is None:
+        return None
+    staging = staging_bytes(inventory, _streamed_of(plan, inventory), plan.prefetch_slots)
+    vram = replace(plan.vram, compute_bytes=_compute_of(plan, inventory), staging_bytes=staging)
+    if vram.total_bytes > request.vram_budget_bytes:
+        return None  # the streamed head's slots outgrew what the fill kept (see working memory)
+    return replace(plan, vram=vram)
+
+
+def _streamed_of(plan: Plan, inventory: ModelInventory) -> list[SubLayer]:
+    """The weights the plan's full prompt steps stream to the GPU."""
+    if plan.op_offload_min_batch > plan.n_ubatch:
+        return []
+    resident = set(plan.resident)
+    return [s for s in inventory.all_sublayers() if (s.block, s.kind) not in resident]
 
 
 def _compute_of(plan: Plan, inventory: ModelInventory) -> int:
     """The plan's compute buffer, with the copies of the weights its ubatch streams."""
-    streams = plan.op_offload_min_batch <= plan.n_ubatch
-    resident = set(plan.resident)
-    streamed = [s for s in inventory.all_sublayers() if (s.block, s.kind) not in resident]
     return compute_bytes(
-        inventory, plan.request, plan.n_ubatch, plan.flash_attn, streamed if streams else ()
+        inventory,
+        plan.request,
+        plan.n_ubatch,
+        plan.flash_attn,
+        _streamed_of(plan, inventory),
+        plan.prefetch_slots,
     )
 
 
@@ -234,7 +268,8 @@ def _gpu_plan(
     fixed: dict[str, int],
     room: int,
     ubatch: int,
-) -> Plan:
+    slots: int,
+) -> Plan | None:
     """Fill VRAM with a prefix of the priority order; attention brings its block's KV cache."""
     order = _priority_order(inventory, model, request)
     resident: list[SubLayer] = []
@@ -247,9 +282,14 @@ def _gpu_plan(
         used, kv = used + cost, kv + _kv_bytes(inventory, sub, request)
     keys = tuple(sorted((sublayer_key(s) for s in resident), key=sort_key))
     static = Placement(Where.CPU, {k: Where.GPU for k in keys})
-    streamed = Placement(Where.STREAMED, {k: Where.GPU for k in keys})
     threads = best_threads(inventory, model, static, 1, request)
     threads_batch = best_threads(inventory, model, static, request.tiers[-1], request)
+    serial = Placement(Where.STREAMED, {k: Where.GPU for k in keys})
+    off_gpu = [s for s in inventory.all_sublayers() if sublayer_key(s) not in set(keys)]
+    prefetch = staged_prompts(inventory, model, ubatch, off_gpu, serial, threads_batch, slots)
+    if prefetch is None:
+        return None
+    streamed = replace(serial, prefetch_slots=prefetch.slots)
     estimates = {
         t: family_estimates(
             inventory, model, static, streamed, t, threads if t == 1 else threads_batch, request
@@ -278,7 +318,11 @@ def _gpu_plan(
         tuple(n for s in resident for n in s.tensor_names),
         flash_attn=True,
     )
-    return _with_prompt_family(plan, inventory, model, static, streamed, threads_batch)
+    plan = replace(plan, prefetch_slots=prefetch.slots, prefetch_reason=prefetch.reason)
+    plan = _with_prompt_family(plan, inventory, model, static, streamed, threads_batch)
+    if slots and plan.op_offload_min_batch > plan.n_ubatch:
+        return None  # its prompt steps run on the CPU: the serial fill is the same, with more room
+    return plan
 
 
 def _with_prompt_family(

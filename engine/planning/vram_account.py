@@ -54,6 +54,7 @@ def compute_bytes(
     ubatch: int,
     flash_attn: bool = False,
     streamed: Collection[SubLayer] = (),
+    prefetch_slots: int = 0,
 ) -> int:
     """The device compute buffer llama.cpp reserves for its worst-case graph of one ubatch.
 
@@ -72,7 +73,10 @@ def compute_bytes(
 
     `streamed` are the host weights the worst-case graph runs on the device (its
     n_ubatch reaches the op-offload boundary): the scheduler copies each into the
-    compute buffer, beside that phase's activations (see `_copy_bytes`).
+    compute buffer, beside that phase's activations (see `_copy_bytes`). With
+    `prefetch_slots` the scheduler stages them instead in that many slots of the largest
+    streamed tensor, a buffer of their own that llama.cpp counts in its compute buffer
+    (`staging_bytes`).
     """
     width = max(inventory.n_embd or 0, 1)
     cells = _padded_cells(request.n_ctx) + _padded_cells(request.shared_cells)
@@ -82,10 +86,32 @@ def compute_bytes(
     attention = scores + mask + 3 * width + 2 * kv_width
     feed_forward = _ffn_width(inventory) + mask
     output = (inventory.n_vocab or 0) + 2 * width
-    block_copy, head_copy = _copy_bytes(inventory, streamed)
-    return max(
+    staged = staging_bytes(inventory, streamed, prefetch_slots)
+    block_copy, head_copy = _copy_bytes(inventory, () if staged else streamed)
+    return staged + max(
         F32 * ubatch * max(attention, feed_forward) + block_copy,
         F32 * ubatch * output + head_copy,
+    )
+
+
+def staging_bytes(
+    inventory: ModelInventory, streamed: Collection[SubLayer], prefetch_slots: int
+) -> int:
+    """The prefetch staging buffer: every streamed weight is a split of its own, uploaded
+    whole into a slot, so a slot holds the largest (checked against the patch's own
+    "prefetch staging buffer" line on lavapipe in tests/gpu). The token embedding is
+    looked up on the CPU and never streams, unless it is also the (tied) output head."""
+    if prefetch_slots < 2:
+        return 0
+    slots = [s.slot_bytes for s in streamed if _runs_on_device(inventory, s)]
+    return prefetch_slots * max(slots, default=0)
+
+
+def _runs_on_device(inventory: ModelInventory, sub: SubLayer) -> bool:
+    return (
+        sub.block is not None
+        or sub.kind is SubLayerKind.OUTPUT_HEAD
+        or (sub.kind is SubLayerKind.TOKEN_EMBEDDING and inventory.tied_output)
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from engine.machine.profile import Device, KernelShape, Profile
 from engine.model.inventory import SubLayerKind, read_inventory
-from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
+from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where, overlapped_seconds
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +151,59 @@ def test_each_block_on_the_gpu_pays_its_launch_cost(lavapipe: Profile, default_i
     without = CostModel(free).predict_step(default_inventory, 1, 1, placement=on_gpu)
     launches = lavapipe.gpu.layer_overhead_s * len(default_inventory.blocks)
     assert with_launches.overhead_s - without.overhead_s == pytest.approx(launches)
+
+
+def test_uploads_ahead_hide_the_shorter_of_each_sublayers_upload_and_compute(
+    lavapipe: Profile, default_inventory
+) -> None:
+    """With staging slots a streamed sub-layer costs the longer of its upload and its compute,
+    plus the step's first upload, which nothing computes beside."""
+    model = CostModel(lavapipe)
+    resident = {(0, SubLayerKind.ATTENTION): Where.GPU}
+    serial = Placement(Where.STREAMED, resident)
+    ahead = replace(serial, prefetch_slots=3)
+    rows = 256
+    before = model.predict_step(default_inventory, rows, 1, placement=serial)
+    after = model.predict_step(default_inventory, rows, 1, placement=ahead)
+    streamed = [
+        s
+        for s in default_inventory.all_sublayers()
+        if s.block is not None and (s.block, s.kind) not in resident
+    ]
+    hidden = 0.0
+    for sub in streamed:
+        rows_of = (
+            1
+            if sub.block == default_inventory.blocks[-1].index
+            and sub.kind is SubLayerKind.DENSE_FFN
+            else rows
+        )
+        cost = model.sublayer_cost(sub, Where.STREAMED, 1, rows_of)
+        hidden += min(max(cost.compute_s, cost.memory_s), cost.transfer_s)
+    heads = [s for s in default_inventory.globals if s.kind is SubLayerKind.OUTPUT_HEAD]
+    heads = heads or [  # tied: the head multiplies by the token embedding
+        s for s in default_inventory.globals if s.kind is SubLayerKind.TOKEN_EMBEDDING
+    ]
+    head = model.sublayer_cost(heads[0], Where.STREAMED, 1, 1)  # the last row's logits
+    hidden += min(max(head.compute_s, head.memory_s), head.transfer_s)
+    first = model.stream_seconds(streamed[0].slot_bytes)
+    assert after.seconds == pytest.approx(before.seconds - hidden + first)
+    assert after.transfer_s == before.transfer_s  # the same bytes cross PCIe
+    # a decode step streams nothing: staging slots change nothing there
+    static = Placement(Where.CPU, resident, prefetch_slots=3)
+    assert model.predict_step(default_inventory, 1, 1, placement=static).seconds == (
+        model.predict_step(
+            default_inventory, 1, 1, placement=replace(static, prefetch_slots=0)
+        ).seconds
+    )
+
+
+def test_an_expert_banks_first_matrix_waits_for_its_router() -> None:
+    """Experts upload once the router chose them: of gate, up and down, the gate bank's
+    upload is never hidden, the other two overlap the compute before them."""
+    busy, upload = 3.0, 6.0
+    assert overlapped_seconds(SubLayerKind.DENSE_FFN, busy, upload) == upload
+    experts = overlapped_seconds(SubLayerKind.ROUTED_EXPERTS, busy, upload)
+    # gate's upload, then the longer of each next upload and the compute before it, then down
+    assert experts == pytest.approx(upload / 3 + 2 * max(busy / 3, upload / 3) + busy / 3)
+    assert max(busy, upload) < experts < busy + upload
