@@ -60,14 +60,15 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         flash_attn=plan.flash_attn,  # the compute buffer the VRAM account made room for
         n_parallel=plan.request.parallel_sequences,  # the context the account covers
         n_ctx_shared=plan.request.shared_cells,
+        # a plan with nothing resident may still stream its prompt steps to the GPU
+        op_offload_min_batch=boundary,
+        prefetch_slots=plan.prefetch_slots if asks else 0,
     )
     if plan.n_gpu_layers == 0 and not plan.resident:
         return on_cpu
     return on_cpu.with_changes(
         n_gpu_layers=llama_gpu_layers(plan.n_gpu_layers),
         tensor_overrides=tuple(_overrides(plan, inventory)),
-        op_offload_min_batch=boundary,
-        prefetch_slots=plan.prefetch_slots if asks else 0,
     )
 
 

@@ -281,6 +281,11 @@ def _gpu_plan(
         resident.append(sub)
         used, kv = used + cost, kv + _kv_bytes(inventory, sub, request)
     keys = tuple(sorted((sublayer_key(s) for s in resident), key=sort_key))
+    if slots and not keys:
+        # nothing resident: every split copies its activations from the CPU too, which the
+        # compute estimate counts only through the serial weight copies (lavapipe, MoE at
+        # ubatch 256: 10.0 MiB of activations where it predicts 6.0), so it stays serial
+        return None
     static = Placement(Where.CPU, {k: Where.GPU for k in keys})
     threads = best_threads(inventory, model, static, 1, request)
     threads_batch = best_threads(inventory, model, static, request.tiers[-1], request)
