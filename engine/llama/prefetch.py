@@ -20,14 +20,13 @@ import threading
 from collections.abc import Iterator
 
 ENV = "GGML_SCHED_PREFETCH_SLOTS"
-MAX_SLOTS = 8  # the patch's GGML_SCHED_MAX_PREFETCH_SLOTS
-# one slot uploads nothing ahead: the patch treats fewer than 2 as off
-CHOICES = (0, 2, 3, 4)
+MAX_SLOTS = 8  # the patch's GGML_SCHED_MAX_PREFETCH_SLOTS; one slot uploads nothing ahead
 
 _lock = threading.Lock()
 
 
 def check_slots(slots: int) -> int:
+    """The patch treats fewer than 2 slots as off: 1 would be a silent no-op, so it is refused."""
     if slots != 0 and not 2 <= slots <= MAX_SLOTS:
         raise ValueError(f"prefetch slots must be 0 (serial) or 2 to {MAX_SLOTS}, not {slots}")
     return slots
