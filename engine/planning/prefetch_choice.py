@@ -22,11 +22,10 @@ from dataclasses import dataclass, replace
 from engine.model.inventory import ModelInventory, SubLayer
 from engine.planning.cost_model import CostModel, Placement
 from engine.planning.plan import PlanRequest
-from engine.planning.vram_account import compute_bytes, staging_bytes
+from engine.planning.vram_account import MIB, compute_bytes, runs_on_device, staging_bytes
 
 STAGED_SLOTS = 3
 MIN_GAIN = 1.01
-MIB = 1024 * 1024
 SERIAL = "weights copied as each split starts"
 
 
@@ -61,7 +60,7 @@ def staged_prompts(
 ) -> PrefetchChoice | None:
     """How a placement streaming `streamed` at `ubatch` tokens runs its prompts with
     `slots` slots; None where staging them would not pay."""
-    staged = [s for s in streamed if staging_bytes(inventory, (s,), 2)]
+    staged = [s for s in streamed if runs_on_device(inventory, s)]
     if not slots:
         return PrefetchChoice(0, 1.0, SERIAL if staged else "no weights stream")
     if not staged:

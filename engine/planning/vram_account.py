@@ -103,11 +103,12 @@ def staging_bytes(
     looked up on the CPU and never streams, unless it is also the (tied) output head."""
     if prefetch_slots < 2:
         return 0
-    slots = [s.slot_bytes for s in streamed if _runs_on_device(inventory, s)]
+    slots = [s.slot_bytes for s in streamed if runs_on_device(inventory, s)]
     return prefetch_slots * max(slots, default=0)
 
 
-def _runs_on_device(inventory: ModelInventory, sub: SubLayer) -> bool:
+def runs_on_device(inventory: ModelInventory, sub: SubLayer) -> bool:
+    """Whether a streamed sub-layer runs on the GPU (and so takes a staging slot)."""
     return (
         sub.block is not None
         or sub.kind is SubLayerKind.OUTPUT_HEAD
