@@ -36,7 +36,10 @@ class ModelLoaded:
 
 @dataclass(frozen=True)
 class PlanChanged:
-    """The budget changed and the engine re-planned; `reloaded` when the placement moved."""
+    """The budget changed and the engine re-planned; `reloaded` when the placement moved.
+
+    Request id 0: the engine re-planned by itself, to make the shared KV pool an activity
+    needs (the API's first client, a summary job)."""
 
     request_id: int
     vram_budget_bytes: int

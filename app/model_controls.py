@@ -79,10 +79,13 @@ class ModelControls:
 
     def switch_for_api(self, model_path: str, mmproj_path: str | None) -> None:
         """Load the model an API request names (the server allows switching), planned as the
-        current one is: the same context and its shape, threads, profile and budget."""
+        current one is: the same context, threads, profile and budget, with the pool the
+        API's clients share."""
         current, plan = self._resident.model, self._resident.plan
         params = current.params if current is not None else None
-        shape = ContextShape(params.n_parallel, params.n_ctx_shared) if params else ContextShape()
+        shape = ContextShape.with_pool()
+        if current is not None and current.pool_cells > 0:  # `shardchat serve --parallel`'s
+            shape = ContextShape.of(current.params)
         request = LoadRequest(
             model_path,
             params.n_ctx if params is not None else 4096,
@@ -93,6 +96,33 @@ class ModelControls:
             shape=shape,
         )
         self._load_planned(Queued(0, LoadPlanned(request)))
+
+    def needs_pool(self) -> bool:
+        """The loaded model's context lacks the pool the API's clients and jobs share."""
+        model = self._resident.model
+        return model is not None and model.pool_cells == 0
+
+    def make_pool(self) -> None:
+        """Give the loaded model's context the pool an activity about to start needs (the
+        API's first client, a summary job): re-planned, the weights staying where they can
+        (ResidentModel.reshape). Only while nothing runs on the model; the conversation is
+        evaluated again at its next turn."""
+        self._resident.require()
+        if not self.needs_pool():
+            return
+        outcome = self._resident.reshape(ContextShape.with_pool())
+        model = self._resident.require()
+        self._api.loaded(model)
+        self._session = ChatSession(model, history=self._session.messages if self._session else [])
+        if outcome is not None:
+            plan = outcome.plan
+            self._emit(
+                PlanChanged(
+                    0, plan.request.vram_budget_bytes, outcome.reloaded, plan.reason,
+                    plan.predicted_decode_tokens_per_s, plan.predicted_ttft_s,
+                    plan.n_gpu_layers, plan, outcome.planner_plan,
+                )
+            )  # fmt: skip
 
     def _load(self, entry: Queued) -> None:
         request: LoadModel = entry.request  # type: ignore[assignment]

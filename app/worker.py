@@ -63,6 +63,7 @@ class EngineWorker(EngineClient):
         self.api = ApiStreams()
         self._controls = ModelControls(self._resident, self.api, self._emit)
         self.api.switch_model = self._controls.switch_for_api
+        self.api.make_pool = self._controls.make_pool
         self._resident.before_close.append(self.api.unloaded)
 
     # --- the caller's side (any thread) ---
@@ -167,12 +168,16 @@ class EngineWorker(EngineClient):
                     if blocked_by_job:
                         continue
                     return
-            elif isinstance(request, Summarize) and self._job is not None:
+            elif isinstance(request, Summarize) and (self._job is not None or self._pool_wait()):
                 if blocked_by_job:
                     continue
                 return
             self._waiting.remove(entry)
             self._start(entry)
+
+    def _pool_wait(self) -> bool:
+        """A job must wait for the conversation's turn: its pool re-creates the context."""
+        return self._turn is not None and self._controls.needs_pool()
 
     def _start(self, entry: Queued) -> None:
         request = entry.request
@@ -221,6 +226,7 @@ class EngineWorker(EngineClient):
     def _begin_job(self, entry: Queued, request: Summarize) -> Activity:
         from app.summaries.summary_job import SummaryJob  # its readers: with the first summary
 
+        self._controls.make_pool()
         job = SummaryJob(
             self._resident.require(), request.input_folder, request.output_folder,
             request.settings,

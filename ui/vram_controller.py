@@ -157,11 +157,14 @@ class VramController(QObject):
     def _on_plan_changed(self, event: PlanChanged) -> None:
         budget = self._pending.pop(event.request_id, None)
         placement = self._placements.pop(event.request_id, None)
-        if (budget is None and placement is None) or event.plan is None:
+        by_engine = event.request_id == 0  # the shared pool was made
+        if (budget is None and placement is None and not by_engine) or event.plan is None:
             return
         self.plan, self.planner_plan = event.plan, event.planner_plan
         how = "model reloaded" if event.reloaded else "placement unchanged"
-        if placement is not None:
+        if by_engine:
+            self.message.emit(f"KV cells for API clients and summaries made: {how}")
+        elif placement is not None:
             self.message.emit(f"placement {placement}: {how}")
         else:
             self.message.emit(f"VRAM budget {format_bytes(event.vram_budget_bytes)}: {how}")

@@ -77,6 +77,9 @@ class ApiStreams:
         # jobs waiting for the model they name, which is loaded once the pool is idle
         self._switching: collections.deque[ApiJob] = collections.deque()
         self.switch_model: Callable[[str, str | None], None] | None = None  # set by the worker
+        # gives the loaded model the shared pool its clients need (set by the worker): the
+        # context is made without one, and the first client waits for it like a switch
+        self.make_pool: Callable[[], None] | None = None
         # the loaded model for prompts tokenised on other threads; held while one is, so the
         # model is not freed under it (unloading waits)
         self._tokenizer_lock = threading.Lock()
@@ -152,7 +155,7 @@ class ApiStreams:
         pool = self._pool
         if pool is None or not pool.busy:
             if may_switch:
-                self._switch_when_idle()
+                self._switch_when_idle(model)
             return
         self._finish(pool.admit())
 
@@ -189,7 +192,7 @@ class ApiStreams:
             job = self._inbox.popleft()
             if job.cancel.cancelled:
                 continue
-            if self._switching or self._needs_switch(job):
+            if self._switching or self._needs_switch(job) or self._needs_pool(model):
                 self._switching.append(job)  # in order: later jobs wait behind a switch
                 continue
             try:
@@ -224,15 +227,22 @@ class ApiStreams:
         wanted = job.call.model
         return job.switch_to is not None and (served is None or not served.answers_to(wanted))
 
-    def _switch_when_idle(self) -> None:
-        """With the pool idle, load the model the first waiting job names; then every waiting
-        job is admitted again (one for yet another model waits for the next switch)."""
+    def _needs_pool(self, model: LoadedModel | None) -> bool:
+        """The loaded model's context has no cells for the API's clients yet."""
+        return model is not None and self.make_pool is not None and model.pool_cells == 0
+
+    def _switch_when_idle(self, model: LoadedModel | None) -> None:
+        """With the pool idle, load the model the first waiting job names, or make the shared
+        pool the loaded one lacks; then every waiting job is admitted again (one for yet
+        another model waits for the next switch)."""
         if not self._switching:
             return
         first: ApiJob | None = self._switching.popleft()
         assert first is not None
         if self._needs_switch(first):
             first = self._switched_for(first)
+        elif self._needs_pool(model):
+            first = self._pooled_for(first)
         waiting = ([first] if first is not None else []) + list(self._switching)
         self._switching.clear()
         self._inbox.extendleft(reversed(waiting))
@@ -252,6 +262,16 @@ class ApiStreams:
             return None
         if self._needs_switch(job):  # loaded, yet under another name: never load it again
             job.sink(ApiFailed(self._not_loaded(job)))
+            return None
+        return job
+
+    def _pooled_for(self, job: ApiJob) -> ApiJob | None:
+        """Make the pool `job` waits for; the job, or None when it was failed."""
+        assert self.make_pool is not None
+        try:
+            self.make_pool()
+        except ShardChatError as exc:  # the budget cannot hold the pool beside the model
+            job.sink(ApiFailed(ApiError(503, f"no room for the API's clients: {exc}")))
             return None
         return job
 

@@ -61,7 +61,8 @@ def run_chat(args: argparse.Namespace) -> int:
     inspect_model(model_path)  # bad input fails here, before any thread starts
     try:
         settings = sampling_from(args, SamplingSettings())
-        params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads)
+        # a chat alone: no shared pool (load_planning.ContextShape)
+        params = LoadParams(str(model_path), n_ctx=args.ctx, n_threads=args.threads, n_ctx_shared=0)
         if args.split:  # the child of `chat --lent`: the supervisor's split
             params = MachineSplit.from_json(args.split).load_params(params)
             native_stderr_to_log()

@@ -17,7 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from app.command_line.sampling_options import sampling_from
-from app.model_lifecycle.load_planning import planned_load, stored_profile
+from app.model_lifecycle.load_planning import ContextShape, planned_load, stored_profile
 from app.screen_text.units import speed_text
 from app.stop_signals import EXIT_INTERRUPTED, StopSignals, run_on_thread
 from app.stores.model_library import prompt_format_for
@@ -71,7 +71,8 @@ def _summarise(
 ) -> JobOutcome:
     """On the job's thread: the model is loaded, used and freed here, by the only thread that
     decodes with it. A stop asked for during the load still registers the job (cancelled)."""
-    load = planned_load(str(model_path), args.ctx, stored_profile())  # no profile: no plan
+    # no profile: no plan; the job's documents share the pool from the start
+    load = planned_load(str(model_path), args.ctx, stored_profile(), shape=ContextShape.with_pool())
     model = load_model(load.params, prompt_format_for(model_path, args.prompt_format))
     try:
         return SummaryJob(

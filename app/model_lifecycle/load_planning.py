@@ -52,10 +52,23 @@ class PlannedLoad:
 @dataclass(frozen=True)
 class ContextShape:
     """The loaded model's context beside the conversation: how many other sequences (API
-    clients, a summary job's documents) and the KV cells they share."""
+    clients, a summary job's documents) and the KV cells they share.
+
+    By default there are no shared cells: a chat alone uses none, and on a GPU they
+    would take VRAM the plan can give to weights. The pool is made when an activity
+    that needs it starts (`with_pool`, ResidentModel.reshape)."""
 
     n_parallel: int = DEFAULT_PARALLEL
-    shared_cells: int = DEFAULT_SHARED_CELLS
+    shared_cells: int = 0
+
+    @classmethod
+    def with_pool(cls) -> ContextShape:
+        """What the API's clients and a summary job share in the desktop app."""
+        return cls(DEFAULT_PARALLEL, DEFAULT_SHARED_CELLS)
+
+    @classmethod
+    def of(cls, params: LoadParams) -> ContextShape:
+        return cls(params.n_parallel, params.n_ctx_shared)
 
     @classmethod
     def for_server(cls, n_slots: int, n_ctx_per_slot: int) -> ContextShape:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from app.model_lifecycle.load_planning import PlannedLoad, with_vision
+from app.model_lifecycle.load_planning import ContextShape, PlannedLoad, with_vision
 from app.stores.profile_store import ProfileStore, model_key
 from engine.errors import BadInputError
 from engine.llama.load_params import LoadParams
@@ -31,7 +31,7 @@ from engine.planning.placement_choice import (
     plan_for_choice,
     replan,
 )
-from engine.planning.plan import Plan
+from engine.planning.plan import Plan, PlanRequest
 from engine.planning.step_correction import Correction, CorrectionKey, StepCorrections
 from engine.runtime.loaded_model import LoadedModel, inspect_model, load_model
 from engine.runtime.step_log import StepLog, StepRecord
@@ -106,21 +106,54 @@ class ResidentModel:
         (vision's smaller resident set). Nothing changes before the new plan is
         made, so a refused choice leaves the model and its plan as they were.
         """
-        model, plan, profile = self.require(), self.plan, self.profile
-        if plan is None or profile is None:
+        plan = self._require_plan()
+        return self._replanned(replace(plan.request, vram_budget_bytes=budget_bytes), choice)
+
+    def reshape(self, shape: ContextShape) -> Replanned | None:
+        """Give the context the sequences and shared KV cells `shape` asks for (an activity
+        that needs them starts: the API's first client, a summary job), re-planned so the
+        account holds them: the context alone is re-created while the weights may stay
+        where they are, the model reloads where the plan must move some. None without a
+        plan (the cells are RAM, and there is nothing to re-plan)."""
+        model = self.require()
+        if self.plan is None or self.profile is None:
+            model.reshape(shape.n_parallel, shape.shared_cells)
+            return None
+        request = replace(
+            self.plan.request,
+            parallel_sequences=shape.n_parallel,
+            shared_cells=shape.shared_cells,
+        )
+        return self._replanned(request, None)
+
+    def _require_plan(self) -> Plan:
+        self.require()
+        if self.plan is None or self.profile is None:
             raise BadInputError("the loaded model runs without a plan; load it with a budget")
-        new_plan, planner_plan, fell_back = _new_plans(model, plan, profile, budget_bytes, choice)
+        return self.plan
+
+    def _replanned(self, request: PlanRequest, choice: PlacementChoice | None) -> Replanned:
+        """Plan `request` for the loaded model and run it, moving only what must move."""
+        model, plan, profile = self.require(), self._require_plan(), self.profile
+        assert profile is not None
+        new_plan, planner_plan, fell_back = _new_plans(model, plan, profile, request, choice)
         wanted = str(new_plan.extras.get("requested_placement", ""))
         params = load_params_for_plan(new_plan, model.inventory, model.params.model_path)
         load = PlannedLoad(params, new_plan, profile)
         if self.mmproj is not None:
             placed = PlacementChoice.parse(str(new_plan.extras.get("placement", AUTO)))
-            load = with_vision(load, model.inventory, self.mmproj, budget_bytes, placed)
+            budget = request.vram_budget_bytes
+            load = with_vision(load, model.inventory, self.mmproj, budget, placed)
             new_plan, params = load.plan or new_plan, load.params
-        reloaded = params != model.params
+        shaped = model.params.with_changes(
+            n_parallel=params.n_parallel, n_ctx_shared=params.n_ctx_shared
+        )
+        reloaded = params != shaped
         if reloaded:
             self._replace(params, new_plan, profile)
         else:
+            if shaped != model.params:  # the weights stay: a context of the new shape
+                model.reshape(params.n_parallel, params.n_ctx_shared)
             self.plan = new_plan
             if self._steps is not None:
                 self._steps.use_plan(new_plan)
@@ -217,13 +250,12 @@ def _new_plans(
     model: LoadedModel,
     plan: Plan,
     profile: Profile,
-    budget_bytes: int,
+    request: PlanRequest,
     choice: PlacementChoice | None,
 ) -> tuple[Plan, Plan | None, str | None]:
-    """The plan for the new budget, the planner's own when a manual placement runs, and why a
-    manual placement fell back (if it did); BadInputError for a choice that cannot run."""
+    """The plan for the new request, the planner's own when a manual placement runs, and why
+    a manual placement fell back (if it did); BadInputError for a choice that cannot run."""
     inventory, gpu = model.inventory, int(plan.extras.get("gpu", 0))
-    request = replace(plan.request, vram_budget_bytes=budget_bytes)
     try:
         if choice is None:
             new_plan, fell_back = replan(inventory, profile, request, plan)

@@ -42,13 +42,20 @@ class DecodeContext:
     """A llama context with n_sequences KV streams, plus one reusable llama_batch."""
 
     def __init__(
-        self, handle: LlamaHandle, context: Any, n_batch: int, rooms: list[int], shared: int
+        self,
+        handle: LlamaHandle,
+        context: Any,
+        n_batch: int,
+        rooms: list[int],
+        shared: int,
+        unified: bool = True,
     ) -> None:
         self.handle = handle
         self.n_batch = n_batch
         self.n_sequences = len(rooms)
         self.rooms = rooms  # the most cells each sequence may hold
-        self.shared_cells = shared  # what sequences 1.. share (0: each has its own stream)
+        self.shared_cells = shared  # what sequences 1.. share (0 while no activity needs them)
+        self.unified = unified  # False: each sequence has a stream of its own, no pool
         self.n_vocab = handle.n_vocab
         self._ctx: Any = context
         self._memory = llama_cpp.llama_get_memory(context)
@@ -73,7 +80,7 @@ class DecodeContext:
             stream = int(llama_cpp.llama_n_ctx_seq(handle.context))
             rooms, shared = [stream] * n_sequences, 0
         log.debug("context: %d sequences, rooms %s, n_batch %d", n_sequences, rooms, n_batch)
-        return cls(handle, handle.context, n_batch, rooms, shared)
+        return cls(handle, handle.context, n_batch, rooms, shared, params.kv_unified)
 
     @property
     def closed(self) -> bool:

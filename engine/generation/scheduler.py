@@ -72,16 +72,27 @@ class Scheduler:
     """Streams in the sequences of one decode context, advanced together step by step."""
 
     def __init__(self, context: DecodeContext, plan: Plan | None = None) -> None:
-        self.context = context
         self.plan = plan
         self.observers: list[StepObserver] = []
-        self.slots: list[Stream | None] = [None] * context.n_sequences
+        self.slots: list[Stream | None] = []
+        self.use_context(context)
+
+    def use_context(self, context: DecodeContext) -> None:
+        """Run in `context` from now on, every sequence empty: the model's context was
+        re-created with another shape (LoadedModel.reshape). Its observers stay."""
+        if self.context_in_use():
+            raise RuntimeError("the context changes only while no stream runs in it")
+        self.context = context
+        self.slots = [None] * context.n_sequences
         self._held: list[list[_Held]] = [[] for _ in range(context.n_sequences)]
         self._end: list[int] = [0] * context.n_sequences  # each sequence's next position
         self._reserved: list[int] = [0] * context.n_sequences  # cells promised to a stream
         self.last_step: DecodeStep | None = None
         self.budget = StepBudget(context.n_batch - 1)
         self._waited: dict[int, int] = {}  # steps a decoding stream was left out of, by seq
+
+    def context_in_use(self) -> bool:
+        return any(stream is not None for stream in self.slots)
 
     @property
     def n_sequences(self) -> int:
@@ -101,7 +112,7 @@ class Scheduler:
 
     def pool_free(self) -> int:
         """Cells of the shared pool neither held nor reserved (per-sequence layout: a lot)."""
-        if not self.context.shared_cells:
+        if not self.context.unified:
             return 1 << 62
         used = sum(self._used(i) for i in range(1, self.n_sequences))
         return self.context.shared_cells - used
@@ -364,7 +375,7 @@ class Scheduler:
         """Free shared cells for a stream needing `need` in `seq_id`: idle sequences' kept
         caches go, the largest first (never the one it copies from); NoRoom if running
         streams hold too much."""
-        if not self.context.shared_cells:
+        if not self.context.unified:
             return
         short = need - self._used(seq_id) - self.pool_free()
         idle = [

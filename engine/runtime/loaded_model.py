@@ -28,7 +28,7 @@ from engine.generation.stream import StreamRequest
 from engine.llama import backends, offload_boundary, prefetch
 from engine.llama import log_capture as llama_log
 from engine.llama.buffer_overrides import TensorOverrides, loading_with_overrides
-from engine.llama.context_shape import loading_with_sequences
+from engine.llama.context_shape import loading_with_sequences, recreated_context
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs
 from engine.llama.rpc_devices import rpc_server_devices
@@ -101,6 +101,12 @@ class LoadedModel:
         return self.scheduler.room(0)
 
     @property
+    def pool_cells(self) -> int:
+        """The most cells a sequence beside the conversation may hold; 0 while the context
+        has no shared pool (none is made before an activity needs it)."""
+        return self.scheduler.room(1)
+
+    @property
     def prompt_format(self) -> PromptFormat:
         """Which prompt format renders this model's conversations, and why."""
         return self.chat_template.format
@@ -131,6 +137,47 @@ class LoadedModel:
 
     def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
         return len(self.tokenize_prompt(self.chat_template.render(messages)))
+
+    def reshape(self, n_parallel: int, n_ctx_shared: int) -> float:
+        """Re-create the one context with `n_parallel` sequences beside the conversation sharing
+        `n_ctx_shared` cells, the weights staying where they are; the seconds it took.
+
+        The shared pool exists only while an activity needs it (the API's clients, a
+        summary job), so a chat alone leaves its cells to weights. Every sequence's
+        cache starts empty: the conversation is evaluated again at its next turn.
+        ModelFileError when llama.cpp cannot make the new context (the old shape is
+        back then). Only between steps, with no stream running.
+        """
+        params = self.params.with_changes(n_parallel=n_parallel, n_ctx_shared=n_ctx_shared)
+        if self.scheduler.context_in_use():
+            raise RuntimeError("the context is reshaped only while no stream runs in it")
+        started = time.perf_counter()
+        self.scheduler.context.close()
+        try:
+            with (
+                llama_log.errors_logged() as errors,
+                prefetch.slots_for_contexts(params.prefetch_slots),
+            ):
+                recreated_context(
+                    self.llm, params.total_cells, params.n_sequences, params.kv_unified
+                )
+        except ValueError as exc:
+            self._run_in_context(self.params)
+            why = errors.reason or str(exc)
+            raise ModelFileError(
+                f"llama.cpp could not make a context of that shape ({why})"
+            ) from exc
+        self._run_in_context(params)
+        seconds = time.perf_counter() - started
+        log.info("context reshaped in %.3f s: %d sequences, %d shared cells", seconds,
+                 params.n_sequences, params.n_ctx_shared)  # fmt: skip
+        return seconds
+
+    def _run_in_context(self, params: LoadParams) -> None:
+        """Drive the model's (new) context, shaped by `params`."""
+        self.handle = LlamaHandle.of(self.llm)
+        self.scheduler.use_context(DecodeContext.of_model(self.handle, params))
+        self.params = params
 
     def close(self) -> None:
         if self.vision is not None:

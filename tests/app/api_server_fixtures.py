@@ -35,6 +35,7 @@ class Serving:
     events: queue.Queue[EngineEvent]
     api_key: str = "unused"
     clients: list[openai.OpenAI] = field(default_factory=list)
+    loaded: ModelLoaded | None = None
 
     @property
     def base_url(self) -> str:
@@ -75,15 +76,16 @@ def start_serving(
     n_slots: int = 4,
     n_ctx_per_slot: int = 1024,
     profile: Profile | None = None,
+    shape: ContextShape | None = None,
     **config: object,
 ) -> Serving:
     """Load the model on a new worker, its context shaped for the server as `shardchat serve`
-    shapes it, and serve it on a free loopback port. With a `profile` the load is planned,
-    and each reply carries the step log's records."""
+    shapes it (or as `shape` says), and serve it on a free loopback port. With a `profile`
+    the load is planned, and each reply carries the step log's records."""
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()
     settings = {"port": 0, "n_slots": n_slots, "n_ctx_per_slot": n_ctx_per_slot, **config}
-    shape = ContextShape.for_server(n_slots, n_ctx_per_slot)
+    shape = shape or ContextShape.for_server(n_slots, n_ctx_per_slot)
     request_id = worker.load_planned(
         LoadRequest(model_path, n_ctx, profile, None, mmproj, n_threads=2, shape=shape)
     )
@@ -95,12 +97,13 @@ def start_serving(
             worker.shutdown()
             raise RuntimeError(event.message)
         assert isinstance(event, ModelLoaded)
+        loaded = event
         break
     server = ApiServer(worker, ServerConfig(**settings))  # type: ignore[arg-type]
     server.start()
     assert worker.api.model is not None
     key = str(config.get("api_key") or "unused")
-    return Serving(worker, server, worker.api.model.id, events, key)
+    return Serving(worker, server, worker.api.model.id, events, key, loaded=loaded)
 
 
 class LogWatch(logging.Handler):

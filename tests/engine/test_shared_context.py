@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp
 import pytest
 
+from engine.errors import ModelFileError, PromptTooLong
 from engine.generation.decode_step import DecodeStep
 from engine.generation.sampling import GREEDY
 from engine.generation.scheduler import CONVERSATION, NoRoom, Scheduler
@@ -150,3 +152,64 @@ def test_the_budget_saves_up_to_carry_every_decoding_companion_in_one_step() -> 
     budget.tokens = 0.25
     granted = [budget.take(ready=4) for _ in range(32)]
     assert granted.count(4) == 2 and set(granted) == {0, 4}
+
+
+def side_by_side(model: LoadedModel, tokens: list[int]) -> list[list[int]]:
+    """Greedy replies of a parallel stream and the conversation, in the same steps."""
+    streams = [model.scheduler.admit(request(tokens), seq, seed=0) for seq in (1, CONVERSATION)]
+    run(model.scheduler, streams)
+    for stream in streams:
+        model.scheduler.retire(stream)
+    return [stream.generated for stream in streams]
+
+
+def test_a_context_without_a_pool_grows_one_on_the_same_weights_and_decodes_as_if_loaded_so(
+    default_model_file: Path,
+) -> None:
+    """The pool sized on demand: a chat alone has no shared cells, and the context re-created
+    with them (no weight read again) gives the tokens a context loaded with them gives."""
+    params = LoadParams(
+        str(default_model_file), n_ctx=1024, n_threads=1, n_parallel=3, n_ctx_shared=POOL
+    )
+    with_pool = load_model(params)
+    try:
+        tokens = prompt(with_pool, "Name three colours of the sea.")
+        expected = side_by_side(with_pool, tokens)
+    finally:
+        with_pool.close()
+    alone = load_model(params.with_changes(n_ctx_shared=0))
+    try:
+        assert alone.scheduler.room(1) == alone.scheduler.pool_free() == 0
+        with pytest.raises(PromptTooLong):
+            alone.scheduler.admit(request(tokens), 1, seed=0)
+        weights = alone.handle.model
+        seconds = alone.reshape(3, POOL)
+        assert seconds > 0 and alone.handle.model == weights
+        assert llama_cpp.llama_n_ctx(alone.handle.context) == 1024 + POOL
+        assert alone.scheduler.room(1) == alone.scheduler.pool_free() == POOL
+        assert side_by_side(alone, tokens) == expected
+    finally:
+        alone.close()
+
+
+def test_a_context_is_reshaped_only_between_streams_and_a_refused_shape_leaves_it_working(
+    default_model_file: Path,
+) -> None:
+    params = LoadParams(str(default_model_file), n_ctx=256, n_threads=1, n_parallel=1)
+    small = load_model(params.with_changes(n_ctx_shared=0))
+    try:
+        tokens = prompt(small, "Hello")
+        running = small.scheduler.admit(request(tokens), CONVERSATION, seed=0)
+        with pytest.raises(RuntimeError, match="no stream runs"):
+            small.reshape(1, POOL)
+        run(small.scheduler, [running])
+        small.scheduler.retire(running)
+        with pytest.raises(ModelFileError, match="could not make a context"):
+            small.reshape(1, 1 << 24)  # cells no machine has memory for
+        assert small.params.n_ctx_shared == 0
+        assert llama_cpp.llama_n_ctx(small.handle.context) == 256
+        again = small.scheduler.admit(request(tokens), CONVERSATION, seed=0)
+        run(small.scheduler, [again])
+        assert again.generated == running.generated
+    finally:
+        small.close()

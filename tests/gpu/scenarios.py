@@ -129,3 +129,45 @@ def check_after_start_up_probe(
     probe_hardware()
     after_probe = offload_boundary.in_force()
     return after_probe, check_plan(plan, inventory, profile, sched_batches=sched_batches)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolRun:
+    """A load without the shared pool, then the pool made on it (ResidentModel.reshape)."""
+
+    plan: Plan
+    allocated: DeviceBuffers
+    pooled_plan: Plan
+    reloaded: bool
+    pooled_allocated: DeviceBuffers  # the new context's buffers (and the weights', if reloaded)
+    reply: tuple[int, ...]  # greedy tokens of a stream in the pool's first sequence
+
+
+def pool_on_demand(model_path: str, profile: Profile, budget_mib: int) -> PoolRun:
+    """Load as the window does (no shared cells), then make the pool the API's first client
+    or a job would make, and decode in it."""
+    from app.model_lifecycle.load_planning import ContextShape
+    from app.model_lifecycle.resident_model import ResidentModel
+    from engine.generation.stream import StreamRequest
+
+    profile = dataclasses.replace(profile, fingerprint=probe_hardware().fingerprint())
+    inventory = read_inventory(model_path)
+    plan = make_plan(inventory, profile, PlanRequest(budget_mib * MIB, n_ctx=1024))
+    resident = ResidentModel()
+    try:
+        with llama_log_lines() as lines:
+            resident.load(load_params_for(plan, inventory, model_path), plan, profile)
+            allocated = parse_buffer_lines(lines)
+            lines.clear()
+            outcome = resident.reshape(ContextShape.with_pool())
+            assert outcome is not None
+            pooled = parse_buffer_lines(lines)
+        model = resident.require()
+        prompt = model.tokenize_text("The sea is", add_bos=model.wants_bos())
+        stream = model.scheduler.admit(StreamRequest.of_tokens(prompt, SHORT), 1, seed=0)
+        while not stream.done:
+            model.scheduler.step()
+        return PoolRun(plan, allocated, outcome.plan, outcome.reloaded, pooled,
+                       tuple(stream.generated))  # fmt: skip
+    finally:
+        resident.close()
