@@ -1,4 +1,4 @@
-"""The chat history's SQLite file: its tables, their migrations, and how it is opened.
+"""The chat history's SQLite file: its tables, their migrations, and what opening it needs.
 
 WAL with `synchronous=NORMAL`: a commit is then an append to the WAL file
 without an fsync, cheap enough to call every half second while streaming, and
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from pathlib import Path
 
-from app.stores.sqlite_file import StoreIdentity, connect_with, use_wal
-from app.stores.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity
+from app.stores.store_base import StoreSchema
 
 log = logging.getLogger(__name__)
 
@@ -137,35 +136,17 @@ def m003_message_thinking(conn: sqlite3.Connection) -> None:
 MIGRATIONS = (m001_chats, m002_message_images, m003_message_thinking)
 
 
-# -- opening, inspecting, recovering -----------------------------------------------------------
+# -- opening ----------------------------------------------------------------------------------
 
-
-def connect_chat_store(path: Path) -> sqlite3.Connection:
-    """Open read-write in WAL mode, apply pending migrations; autocommit between transactions."""
-    conn = connect_with(path, CHAT_STORE_IDENTITY, _set_up)
-    _warn_if_newer(conn, path)
-    return conn
-
-
-def _set_up(conn: sqlite3.Connection) -> None:
-    use_wal(conn)
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
-    conn.execute(CONVERSATION_SELECT + " LIMIT 0")
-    conn.execute(MESSAGE_SELECT + " LIMIT 0")
-
-
-def _warn_if_newer(conn: sqlite3.Connection, path: Path) -> None:
-    """A newer ShardChat's file is still used (its tables checked out), but say so."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        log.warning(
-            "chat history %s has schema version %d; this ShardChat knows up to %d",
-            path,
-            version,
-            SCHEMA_VERSION,
-        )
+CHAT_SCHEMA = StoreSchema(
+    STORE_FILE_NAME,
+    CHAT_STORE_IDENTITY,
+    MIGRATIONS,
+    probes=(CONVERSATION_SELECT, MESSAGE_SELECT),
+    foreign_keys=True,  # a conversation's messages and their images go with it
+    synchronous="NORMAL",  # see the module docstring
+    warn_newer_than=SCHEMA_VERSION,
+)
 
 
 def has_table(conn: sqlite3.Connection, name: str) -> bool:

@@ -8,7 +8,8 @@ stored as an *incomplete* assistant message when it starts and updated as it
 streams; `discard_incomplete()` at start-up drops the empty ones and keeps
 the partial text of the others, marked complete.
 
-Why WAL: see app.stores.chat_schema, which makes and opens the file.
+Why WAL: see app.stores.chat_schema, which makes the file (opened as every store's is, by
+app.stores.store_base).
 
 Why so careful on open: exactly as `app.stores.profile_store`, a damaged or foreign
 `chats.sqlite3` is never written to and never deleted. It is moved aside to
@@ -38,12 +39,9 @@ reading there; a query with a NUL in it is scanned instead).
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
@@ -62,15 +60,14 @@ from app.stores.chat_records import (
     no_conversation,
 )
 from app.stores.chat_schema import (
-    CHAT_STORE_IDENTITY,
+    CHAT_SCHEMA,
     CONVERSATION_SELECT,
     MESSAGE_SELECT,
     NEWEST_FIRST,
     STORE_FILE_NAME,
-    connect_chat_store,
     has_table,
 )
-from app.stores.sqlite_file import open_store, transaction
+from app.stores.store_base import SqliteStore
 from engine.errors import BadInputError
 from engine.generation.stats import GenerationStats
 from engine.model.chat_message import ChatMessage
@@ -101,35 +98,18 @@ def default_store_path() -> Path:
 # -- the store ---------------------------------------------------------------------------------
 
 
-class ChatStore:
+class ChatStore(SqliteStore):
     """Conversations in one SQLite file; connects in __init__, use as a context manager.
 
     Use a store only from the thread that created it (see the module docstring).
     """
 
+    schema = CHAT_SCHEMA
+
     def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_store_path()
-        self.recovered_from: Path | None = None
         self._last_stamp: datetime | None = None
-        self._conn = self._open()
+        super().__init__(path)
         self._has_fts = has_table(self._conn, "messages_fts")
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection; safe to call more than once."""
-        self._conn.close()
-
-    def __enter__(self) -> ChatStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- conversations -------------------------------------------------------------------------
 
@@ -525,11 +505,3 @@ class ChatStore:
             now = self._last_stamp + timedelta(microseconds=1)
         self._last_stamp = now
         return now.isoformat(timespec="microseconds")
-
-    def _open(self) -> sqlite3.Connection:
-        """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
-        conn, self.recovered_from = open_store(self.path, CHAT_STORE_IDENTITY, connect_chat_store)
-        return conn
-
-    def _transaction(self) -> AbstractContextManager[None]:
-        return transaction(self._conn)

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from app.paths import app_paths
-from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
-from app.stores.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity
+from app.stores.store_base import SqliteStore, StoreSchema
 
 STORE_FILE_NAME = "hub.sqlite3"
 APPLICATION_ID = 0x53684862  # "ShHb"
@@ -75,6 +74,8 @@ def m001_hub(conn: sqlite3.Connection) -> None:
 
 
 MIGRATIONS = (m001_hub,)
+# foreign keys: a download's files go with it
+_SCHEMA = StoreSchema(STORE_FILE_NAME, _IDENTITY, MIGRATIONS, foreign_keys=True)
 
 
 @dataclass(frozen=True)
@@ -114,19 +115,8 @@ class Download:
         return sum(f.size if f.done else _size(f.part_path) for f in self.files)
 
 
-class HubStore:
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or app_paths().data_dir / STORE_FILE_NAME
-        self._conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def __enter__(self) -> HubStore:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
+class HubStore(SqliteStore):
+    schema = _SCHEMA
 
     # -- headers ---------------------------------------------------------------------------------
 
@@ -142,7 +132,7 @@ class HubStore:
         self, repo_id: str, revision: str, path: str, header: bytes, file_size: int | None,
         fetched_bytes: int,
     ) -> None:  # fmt: skip
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.execute(
                 "INSERT OR REPLACE INTO headers VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (repo_id, revision, path, file_size, zlib.compress(header, 6), fetched_bytes,
@@ -155,7 +145,7 @@ class HubStore:
         self, repo_id: str, revision: str, model_path: str, folder: Path,
         files: list[DownloadFile],
     ) -> Download:  # fmt: skip
-        with transaction(self._conn):
+        with self._transaction():
             cursor = self._conn.execute(
                 "INSERT INTO downloads (repo_id, revision, model_path, folder, status, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -196,21 +186,21 @@ class HubStore:
 
     def set_status(self, download_id: int, status: str, error: str | None = None) -> None:
         finished = _now() if status in (DONE, CANCELLED) else None
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.execute(
                 "UPDATE downloads SET status = ?, error = ?, finished_at = ? WHERE id = ?",
                 (status, error, finished, download_id),
             )
 
     def file_done(self, download_id: int, path: str) -> None:
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.execute(
                 "UPDATE download_files SET status = 'done' WHERE download_id = ? AND path = ?",
                 (download_id, path),
             )
 
     def set_imported(self, download_id: int, model_file: Path) -> None:
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.execute(
                 "UPDATE downloads SET imported_path = ? WHERE id = ?",
                 (str(model_file), download_id),
@@ -250,13 +240,3 @@ def _size(path: Path) -> int:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    return connect_with(path, _IDENTITY, _set_up)
-
-
-def _set_up(conn: sqlite3.Connection) -> None:
-    use_wal(conn)
-    conn.execute("PRAGMA foreign_keys = ON")
-    apply_migrations(conn, MIGRATIONS)

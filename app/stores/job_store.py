@@ -16,9 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from app.paths import app_paths
-from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
-from app.stores.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity
+from app.stores.store_base import SqliteStore, StoreSchema
 
 STORE_FILE_NAME = "jobs.sqlite3"
 APPLICATION_ID = 0x53684A62  # "ShJb": ShardChat's summarisation jobs
@@ -73,6 +72,8 @@ def m003_file_fingerprints(conn: sqlite3.Connection) -> None:
 
 
 MIGRATIONS = (m001_jobs, m002_file_notes, m003_file_fingerprints)
+# foreign keys: a job's files go with it
+_SCHEMA = StoreSchema(STORE_FILE_NAME, _IDENTITY, MIGRATIONS, foreign_keys=True)
 
 
 @dataclass(frozen=True)
@@ -108,21 +109,10 @@ class Job:
     resumed: bool  # an unfinished job found again, rather than a new one
 
 
-class JobStore:
+class JobStore(SqliteStore):
     """Use from one thread; a context manager like the other stores."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or app_paths().data_dir / STORE_FILE_NAME
-        self._conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def __enter__(self) -> JobStore:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
+    schema = _SCHEMA
 
     def start_or_resume(self, input_folder: Path, output_folder: Path, settings: dict) -> Job:
         """The unfinished job for the same folders and settings, or a new one."""
@@ -133,10 +123,10 @@ class JobStore:
             (str(input_folder), str(output_folder), settings_json),
         ).fetchone()
         if row is not None:
-            with transaction(self._conn):
+            with self._transaction():
                 self._conn.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (row[0],))
             return Job(row[0], input_folder, output_folder, settings, "running", resumed=True)
-        with transaction(self._conn):
+        with self._transaction():
             cursor = self._conn.execute(
                 "INSERT INTO jobs (input_folder, output_folder, settings_json, status, created_at)"
                 " VALUES (?, ?, ?, 'running', ?)",
@@ -148,14 +138,14 @@ class JobStore:
 
     def add_files(self, job_id: int, paths: list[str]) -> None:
         """Register the files found by the scan; files already known keep their state."""
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.executemany(
                 "INSERT OR IGNORE INTO files (job_id, path, status) VALUES (?, ?, 'pending')",
                 [(job_id, path) for path in paths],
             )
 
     def record(self, job_id: int, record: FileRecord, fingerprint: str | None = None) -> None:
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.execute(
                 "INSERT OR REPLACE INTO files (job_id, path, status, pages, characters,"
                 " tokens_in, tokens_out, seconds, error, note, fingerprint)"
@@ -188,19 +178,9 @@ class JobStore:
 
     def finish(self, job_id: int, status: str) -> None:
         """'finished' when every file has an outcome, 'cancelled' when stopped (resumable)."""
-        with transaction(self._conn):
+        with self._transaction():
             self._conn.execute("UPDATE jobs SET status = ? WHERE id = ?", (status, job_id))
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    return connect_with(path, _IDENTITY, _set_up)
-
-
-def _set_up(conn: sqlite3.Connection) -> None:
-    use_wal(conn)
-    conn.execute("PRAGMA foreign_keys = ON")
-    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)

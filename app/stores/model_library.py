@@ -30,16 +30,14 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
-from app.stores.sqlite_file import StoreIdentity, connect_with, open_store, transaction, use_wal
-from app.stores.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity
+from app.stores.store_base import SqliteStore, StoreSchema
 from engine.errors import BadInputError, ModelFileError
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
@@ -86,6 +84,7 @@ def m002_prompt_format(conn: sqlite3.Connection) -> None:
 
 
 MIGRATIONS = (m001_models, m002_prompt_format)
+_SCHEMA = StoreSchema(STORE_FILE_NAME, _IDENTITY, MIGRATIONS, probes=(_SELECT,))
 
 
 @dataclass(frozen=True)
@@ -131,32 +130,15 @@ def default_store_path() -> Path:
     return app_paths().data_dir / STORE_FILE_NAME
 
 
-class ModelLibrary:
+class ModelLibrary(SqliteStore):
     """The model list in one SQLite file; connects in __init__, use as a context manager."""
 
+    schema = _SCHEMA
+
     def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_store_path()
-        self.recovered_from: Path | None = None
         self._builtin_path, self._builtin_problem = _builtin_model_path()
         self._builtin_facts: tuple[str, str] | None = None  # (architecture, kind), read once
-        self._conn = self._open()
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection; safe to call more than once."""
-        self._conn.close()
-
-    def __enter__(self) -> ModelLibrary:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        super().__init__(path)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -349,14 +331,6 @@ class ModelLibrary:
                 self._builtin_facts = ("unknown", "unreadable")
         return self._builtin_facts
 
-    def _open(self) -> sqlite3.Connection:
-        """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
-        conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
-        return conn
-
-    def _transaction(self) -> AbstractContextManager[None]:
-        return transaction(self._conn)
-
 
 # -- files -------------------------------------------------------------------------------------
 
@@ -488,20 +462,6 @@ def _entry_from_row(row: tuple[Any, ...]) -> ModelEntry:
         added_at=added_at,
         prompt_format=fmt,
     )
-
-
-# -- opening -----------------------------------------------------------------------------------
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open read-write in WAL mode and apply pending migrations; autocommit between transactions."""
-    return connect_with(path, _IDENTITY, _set_up)
-
-
-def _set_up(conn: sqlite3.Connection) -> None:
-    use_wal(conn)
-    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
-    conn.execute(_SELECT + " LIMIT 0")
 
 
 def kind_label(inventory: ModelInventory) -> str:

@@ -31,25 +31,16 @@ import logging
 import os
 import sqlite3
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from app.paths import app_paths
 from app.stores.atomic_files import write_text_atomic
 from app.stores.remote_machines import RemoteMachines, m003_remote_machines, m004_remote_speed
-from app.stores.sqlite_file import (
-    StoreIdentity,
-    connect_with,
-    one_line,
-    open_store,
-    transaction,
-    use_wal,
-)
-from app.stores.sqlite_migrations import apply_migrations
+from app.stores.sqlite_file import StoreIdentity, one_line
+from app.stores.store_base import SqliteStore, StoreSchema
 from engine.errors import BadInputError
 from engine.machine.profile import PROFILE_SCHEMA_VERSION, Profile, ProfileMode
 from engine.planning.plan import PlanFamily
@@ -104,6 +95,9 @@ def m002_step_corrections(conn: sqlite3.Connection) -> None:
 
 
 MIGRATIONS = (m001_profiles, m002_step_corrections, m003_remote_machines, m004_remote_speed)
+_SCHEMA = StoreSchema(
+    STORE_FILE_NAME, _IDENTITY, MIGRATIONS, probes=(f"SELECT {', '.join(_COLUMNS)} FROM profiles",)
+)
 
 
 @dataclass(frozen=True)
@@ -135,30 +129,10 @@ def default_store_path() -> Path:
     return app_paths().data_dir / STORE_FILE_NAME
 
 
-class ProfileStore:
+class ProfileStore(SqliteStore):
     """Profiles kept in one SQLite file; connects in __init__, use as a context manager."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_store_path()
-        self.recovered_from: Path | None = None
-        self._conn = self._open()
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection; safe to call more than once."""
-        self._conn.close()
-
-    def __enter__(self) -> ProfileStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    schema = _SCHEMA
 
     @property
     def remotes(self) -> RemoteMachines:
@@ -312,16 +286,6 @@ class ProfileStore:
             raise BadInputError(f"{path}: {exc}") from exc
         return profile
 
-    # -- opening -------------------------------------------------------------------------------
-
-    def _open(self) -> sqlite3.Connection:
-        """Connect, moving a damaged or foreign file aside first; never writes to such a file."""
-        conn, self.recovered_from = open_store(self.path, _IDENTITY, _connect)
-        return conn
-
-    def _transaction(self) -> AbstractContextManager[None]:
-        return transaction(self._conn)
-
 
 # -- keys of the corrections -------------------------------------------------------------------
 
@@ -427,17 +391,3 @@ def _load_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadInputError(f"{path} holds a JSON {type(data).__name__}, not a profile object")
     return data
-
-
-# -- opening, inspecting, recovering -----------------------------------------------------------
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open read-write in WAL mode and apply pending migrations; autocommit between transactions."""
-    return connect_with(path, _IDENTITY, _set_up)
-
-
-def _set_up(conn: sqlite3.Connection) -> None:
-    use_wal(conn)
-    apply_migrations(conn, MIGRATIONS, table=MIGRATIONS_TABLE)
-    conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM profiles LIMIT 0")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import re
 import sqlite3
 import subprocess
@@ -33,7 +32,6 @@ from app.stores.chat_store import (
     ChatStore,
 )
 from app.stores.profile_store import APPLICATION_ID as PROFILES_APPLICATION_ID
-from app.stores.profile_store import ProfileStore
 from app.stores.stored_history import StoredHistory
 from engine.errors import BadInputError
 from engine.generation.stats import FinishReason, GenerationStats
@@ -433,91 +431,7 @@ os._exit(9)  # no close, no cleanup: as if the process were killed
 
 
 # -- damaged or foreign files ------------------------------------------------------------------
-
-
-def _real_store_bytes(folder: Path) -> bytes:
-    path = folder / "real" / "chats.sqlite3"
-    with ChatStore(path) as real:
-        for n in range(30):
-            cid = new_chat(real, f"conversation {n}")
-            for m in range(10):
-                real.add_message(cid, "user", f"message {m} " + "lorem ipsum " * 40)
-    conn = raw(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return path.read_bytes()
-
-
-def _damaged_page(path: Path) -> None:
-    """A sound header and schema, but garbage over pages holding messages."""
-    data = bytearray(_real_store_bytes(path.parent))
-    page = int.from_bytes(data[16:18], "big")
-    data[len(data) // 2 : len(data) // 2 + 3 * page] = random.Random(3).randbytes(3 * page)
-    path.write_bytes(bytes(data))
-
-
-def _foreign_sqlite(path: Path) -> None:
-    conn = raw(path)
-    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
-    conn.execute("INSERT INTO notes (body) VALUES ('my shopping list')")
-    conn.commit()
-    conn.close()
-
-
-def _profile_store(path: Path) -> None:
-    """ShardChat's own profile store, copied where the chats belong: not a chat history."""
-    ProfileStore(path).close()
-    conn = raw(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    for sidecar in path.parent.glob(f"{path.name}-*"):
-        sidecar.unlink()
-
-
-CORRUPT: dict[str, Callable[[Path], object]] = {
-    "random bytes": lambda p: p.write_bytes(random.Random(7).randbytes(20_000)),
-    "truncated store": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:40_000]),
-    "damaged page": _damaged_page,
-    "truncated header": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:60]),
-    "foreign sqlite": _foreign_sqlite,
-    "the profile store": _profile_store,
-}
-
-
-@pytest.mark.parametrize("case", sorted(CORRUPT))
-def test_a_corrupt_or_foreign_file_is_moved_aside_and_a_fresh_store_starts(
-    case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "chats.sqlite3"
-    CORRUPT[case](path)
-    original = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="app.stores.chat_store"):
-        store = ChatStore(path)
-    with store:
-        aside = store.recovered_from
-        assert aside is not None
-        assert re.fullmatch(r"chats\.sqlite3\.corrupt-\d{8}-\d{6}", aside.name)
-        assert aside.parent == tmp_path
-        assert aside.read_bytes() == original
-        assert store.conversations() == []
-        cid = new_chat(store, "after recovery")
-        store.add_message(cid, "user", "still works")
-    assert str(aside) in caplog.text
-    with ChatStore(path) as reopened:
-        assert reopened.recovered_from is None
-        assert contents(reopened, cid) == [("user", "still works", True)]
-
-
-def test_a_damaged_file_moves_with_its_wal_and_shm(tmp_path: Path) -> None:
-    path = tmp_path / "chats.sqlite3"
-    path.write_bytes(b"not a database at all" * 100)
-    (tmp_path / "chats.sqlite3-wal").write_bytes(b"wal bytes")
-    (tmp_path / "chats.sqlite3-shm").write_bytes(b"shm bytes")
-    with ChatStore(path) as store:
-        aside = store.recovered_from
-    assert aside is not None
-    assert (tmp_path / f"{aside.name}-wal").read_bytes() == b"wal bytes"
-    assert (tmp_path / f"{aside.name}-shm").read_bytes() == b"shm bytes"
+# A damaged or foreign file is moved aside by every store alike: tests/app/test_store_recovery.py
 
 
 def test_a_directory_in_the_way_is_bad_input_and_left_alone(tmp_path: Path) -> None:

@@ -43,11 +43,3 @@ def test_a_record_is_replaced_not_duplicated(tmp_path: Path) -> None:
         (record,) = store.files(job.id)
         assert record.status == FAILED and record.error.startswith("no text layer")
         assert record.to_dict()["file"] == "x.pdf"
-
-
-def test_a_damaged_job_store_is_moved_aside(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.sqlite3"
-    path.write_bytes(b"garbage" * 50)
-    with JobStore(path) as store:
-        assert store.recovered_from is not None and store.recovered_from.exists()
-        assert store.start_or_resume(tmp_path, tmp_path / "o", {}).id == 1

@@ -291,16 +291,6 @@ def test_a_vanished_model_stays_listed_as_missing_and_the_default_falls_back(
     assert len(library.models()) == 1
 
 
-def test_a_damaged_list_file_is_moved_aside_and_a_fresh_list_starts(place_model) -> None:
-    store = app_paths().data_dir / STORE_FILE_NAME
-    store.parent.mkdir(parents=True)
-    store.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
-    with ModelLibrary() as lib:
-        assert lib.recovered_from is not None and lib.recovered_from.is_file()
-        assert lib.add(place_model("after")).exists
-        assert len(lib.models()) == 2
-
-
 # -- what the manager shows (app.screen_text.model_summary) -------------------------------
 
 

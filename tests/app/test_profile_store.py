@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -337,77 +335,7 @@ def test_schema_version_error_says_which_versions(store: ProfileStore, tmp_path:
 
 
 # -- damaged and foreign database files --------------------------------------------------------
-
-
-def _real_store_bytes(folder: Path) -> bytes:
-    """A closed store holding a few full profiles (enough pages that half of it is damage)."""
-    path = folder / "real.sqlite3"
-    with ProfileStore(path) as real:
-        for n in range(1, 4):
-            real.save(make_profile(created_at=day(n), threads=tuple(range(1, 9)), with_gpu=True))
-    return path.read_bytes()
-
-
-def _foreign_sqlite(path: Path) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
-    conn.execute("INSERT INTO notes (body) VALUES ('my shopping list')")
-    conn.commit()
-    conn.close()
-
-
-def _other_applications_sqlite(path: Path) -> None:
-    """Another tool's database whose only table happens to share our migrations table's name."""
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA application_id = 1280068913")  # not ours
-    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
-    conn.commit()
-    conn.close()
-
-
-CORRUPT: dict[str, Callable[[Path], object]] = {
-    "random bytes": lambda p: p.write_bytes(random.Random(7).randbytes(20_000)),
-    "truncated store": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:40_000]),
-    "truncated header": lambda p: p.write_bytes(_real_store_bytes(p.parent)[:60]),
-    "foreign sqlite": _foreign_sqlite,
-    "other application_id": _other_applications_sqlite,
-}
-
-
-@pytest.mark.parametrize("case", sorted(CORRUPT))
-def test_a_corrupt_or_foreign_file_is_moved_aside_and_a_fresh_store_starts(
-    case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "profiles.sqlite3"
-    CORRUPT[case](path)
-    original = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="app.stores.profile_store"):
-        store = ProfileStore(path)
-    with store:
-        aside = store.recovered_from
-        assert aside is not None
-        assert re.fullmatch(r"profiles\.sqlite3\.corrupt-\d{8}-\d{6}", aside.name)
-        assert aside.parent == tmp_path
-        assert aside.read_bytes() == original
-        assert store.list() == []
-        store.save(make_profile())
-        assert store.latest(LAPTOP) == make_profile()
-    assert str(aside) in caplog.text
-    with ProfileStore(path) as reopened:
-        assert reopened.recovered_from is None
-        assert reopened.latest(LAPTOP) == make_profile()
-
-
-def test_a_damaged_file_moves_with_its_wal_and_shm(tmp_path: Path) -> None:
-    path = tmp_path / "profiles.sqlite3"
-    path.write_bytes(b"not a database at all" * 100)
-    (tmp_path / "profiles.sqlite3-wal").write_bytes(b"wal bytes")
-    (tmp_path / "profiles.sqlite3-shm").write_bytes(b"shm bytes")
-    with ProfileStore(path) as store:
-        aside = store.recovered_from
-    assert aside is not None
-    assert (tmp_path / f"{aside.name}-wal").read_bytes() == b"wal bytes"
-    assert (tmp_path / f"{aside.name}-shm").read_bytes() == b"shm bytes"
+# A damaged or foreign file is moved aside by every store alike: tests/app/test_store_recovery.py
 
 
 def test_two_recoveries_in_one_second_keep_both_files(tmp_path: Path) -> None:
