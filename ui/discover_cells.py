@@ -13,10 +13,10 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QLabel, QTableWidget, QTableWidgetItem, QWidget
 
 from app.hub.catalogue import RepoSummary
+from app.hub.discover_downloads import DownloadState
 from app.hub.discover_model import (
     QUANT_COLUMNS,
     DiscoverModel,
-    DownloadState,
     QuantRow,
     result_cells,
 )

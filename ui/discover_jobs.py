@@ -28,7 +28,8 @@ from typing import TypeVar
 from PySide6.QtCore import QObject, Qt, Signal, SignalInstance
 
 from app.hub.catalogue import Catalogue, RepoDetails, RepoSummary
-from app.hub.discover_model import DiscoverModel, DownloadState, PredictionRequest, SearchQuery
+from app.hub.discover_downloads import DownloadState
+from app.hub.discover_model import DiscoverModel, PredictionRequest, SearchQuery
 from app.hub.file_transfer import DEFAULT_POLICY, DownloadStopped, TransferControl, TransferPolicy
 from app.hub.gguf_files import RemoteModel
 from app.hub.hub_errors import HubOfflineError

@@ -35,7 +35,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.catalogue import Kind, Sort
-from app.hub.discover_model import QUANT_COLUMNS, RESULT_COLUMNS, Change, DownloadState, SearchQuery
+from app.hub.discover_downloads import DownloadState
+from app.hub.discover_model import QUANT_COLUMNS, RESULT_COLUMNS, Change, SearchQuery
 from app.screen_text.units import format_bytes
 from app.stores.hub_store import DONE
 from ui import discover_cells as cells

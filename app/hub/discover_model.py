@@ -14,16 +14,22 @@ planner's (app.hub.remote_plans.predict_quants), tens of milliseconds per quant
 with a GPU profile, so a budget or context change hands out a
 `PredictionRequest` for a worker to run; the headers already read are reused,
 never fetched again.
+
+Downloads take no ticket: they are keyed by their id and outlive the search and
+the repository they came from, so they are kept apart (app.hub.discover_downloads)
+with their own rule for a late report; this model only shows each in its quant's
+row and announces their changes with the rest.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from app.hub.catalogue import Kind, RepoDetails, RepoSummary, Sort
+from app.hub.discover_downloads import DiscoverDownloads, DownloadState
 from app.hub.gguf_files import RemoteModel
 from app.hub.model_download import DownloadProgress
 from app.hub.remote_plans import (
@@ -37,13 +43,11 @@ from app.hub.remote_plans import (
 from app.screen_text.units import (
     format_bytes,
     format_count,
-    format_duration,
     seconds_range_text,
     speed_range_text,
 )
-from app.stores.hub_store import CANCELLED, DONE, FAILED, PAUSED, QUEUED, RUNNING, Download
+from app.stores.hub_store import CANCELLED, FAILED
 from engine.machine.profile import Profile
-from engine.model.model_naming import readable_model_name
 from engine.planning.prediction_range import sureness
 
 SEARCHING = "searching…"
@@ -104,89 +108,6 @@ class PredictionRequest:
 
 
 @dataclass(frozen=True)
-class DownloadState:
-    """One download as the page shows it: the store's row, and the live figures while it runs."""
-
-    download_id: int
-    repo_id: str
-    model_path: str  # the first part's path in the repository
-    status: str  # app.stores.hub_store's: queued, running, paused, failed, done, cancelled
-    done_bytes: int
-    total_bytes: int
-    bytes_per_s: float = 0.0
-    error: str | None = None
-    model_file: Path | None = None  # once imported
-    projector_file: Path | None = None
-
-    @classmethod
-    def of(cls, download: Download, running_here: bool = True) -> DownloadState:
-        """From the store's row. A row left "running" by a process that is gone (the app was
-        killed) is paused: its .part files are where it stopped."""
-        status = download.status
-        if status in (RUNNING, QUEUED) and not running_here:
-            status = PAUSED
-        projector = next((f.dest for f in download.files if f.role == "projector"), None)
-        model_file = download.imported_path if status == DONE else None
-        return cls(
-            download.id, download.repo_id, download.model_path, status, download.bytes_on_disk(),
-            download.total_bytes, 0.0, download.error, model_file,
-            projector if model_file is not None else None,
-        )  # fmt: skip
-
-    @property
-    def name(self) -> str:
-        return f"{self.repo_id} · {PurePosixPath(self.model_path).name}"
-
-    @property
-    def readable_name(self) -> str:
-        return readable_model_name(PurePosixPath(self.model_path).name)
-
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.done_bytes / self.total_bytes) if self.total_bytes else 0.0
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.bytes_per_s <= 0:
-            return None
-        return max(0.0, self.total_bytes - self.done_bytes) / self.bytes_per_s
-
-    @property
-    def can_pause(self) -> bool:
-        return self.status in (QUEUED, RUNNING)
-
-    @property
-    def can_resume(self) -> bool:
-        return self.status in (PAUSED, FAILED)
-
-    @property
-    def can_cancel(self) -> bool:
-        return self.status in (QUEUED, RUNNING, PAUSED, FAILED)
-
-    @property
-    def can_load(self) -> bool:
-        return self.status == DONE and self.model_file is not None
-
-    def progress_text(self) -> str:
-        """One line: how far, how fast, how long still; or how it ended."""
-        amount = f"{format_bytes(self.done_bytes)} of {format_bytes(self.total_bytes)}"
-        if self.status == RUNNING:
-            if self.eta_s is None:
-                return f"{amount} · starting…"
-            speed = f"{format_bytes(int(self.bytes_per_s))}/s"
-            return f"{amount} · {speed} · {format_duration(self.eta_s)} left"
-        if self.status == QUEUED:
-            return f"{amount} · waiting to start"
-        if self.status == PAUSED:
-            return f"paused at {amount}"
-        if self.status == FAILED:
-            return f"stopped at {amount}"
-        if self.status == DONE:
-            return f"downloaded ({format_bytes(self.total_bytes)}), in My models"
-        return "cancelled"
-
-
-@dataclass(frozen=True)
 class QuantRow:
     """One quant of the repository shown, with what is known of it here."""
 
@@ -219,7 +140,7 @@ class QuantRow:
         if self.recommended:
             said.append("recommended")
         if self.download is not None and self.download.status != CANCELLED:
-            said.append(_download_note(self.download))
+            said.append(self.download.note())
         prediction = self.prediction
         if prediction is not None and not prediction.fits_ram:
             said.append("needs more RAM than this machine has")
@@ -256,7 +177,7 @@ class DiscoverModel:
         self.recommended_path: str | None = None
         self.selected_path: str | None = None
         self._quant_picked = False  # the person chose a quant: predictions do not move it
-        self._downloads: dict[int, DownloadState] = {}
+        self._downloads = DiscoverDownloads()
         self._tickets = {"search": 0, "repository": 0, "plan": 0}
         self._listeners: list[Listener] = []
 
@@ -507,62 +428,48 @@ class DiscoverModel:
     def selected_row(self) -> QuantRow | None:
         return next((r for r in self.quant_rows() if r.model.path == self.selected_path), None)
 
-    # -- downloads -------------------------------------------------------------------------------
+    # -- downloads: kept by app.hub.discover_downloads, announced here -------------------------
 
     def downloads(self) -> list[DownloadState]:
         """Downloads of this session and unfinished ones of earlier runs, newest first."""
-        shown = [d for d in self._downloads.values() if d.status != CANCELLED]
-        return sorted(shown, key=lambda d: d.download_id, reverse=True)
+        return self._downloads.shown()
 
     def download(self, download_id: int) -> DownloadState | None:
         return self._downloads.get(download_id)
 
     def download_for(self, repo_id: str, model_path: str) -> DownloadState | None:
         """The newest download of this model that was not cancelled."""
-        found = [d for d in self.downloads() if d.repo_id == repo_id and d.model_path == model_path]
-        return found[0] if found else None
+        return self._downloads.newest_of(repo_id, model_path)
 
     def track(self, state: DownloadState) -> None:
         """A download started, joined, ended, or read back from the store."""
-        self._downloads[state.download_id] = state
+        self._downloads.track(state)
         self._changed(Change.DOWNLOADS, Change.QUANTS)
 
     def add_unfinished(self, states: Sequence[DownloadState]) -> None:
         """Unfinished downloads of earlier runs; one this session already follows stays as is."""
-        new = [s for s in states if s.download_id not in self._downloads]
-        for state in new:
-            self._downloads[state.download_id] = state
-        if new:
+        if self._downloads.add_unfinished(states):
             self._changed(Change.DOWNLOADS, Change.QUANTS)
 
     def show_progress(self, progress: DownloadProgress) -> None:
-        """A running download's figures (ten times a second at most)."""
-        state = self._downloads.get(progress.download_id)
-        if state is None or state.status not in (QUEUED, RUNNING):
-            return  # paused or cancelled meanwhile: a late report changes nothing
-        self._downloads[state.download_id] = replace(
-            state, status=RUNNING, done_bytes=progress.done_bytes,
-            total_bytes=progress.total_bytes, bytes_per_s=progress.bytes_per_s,
-        )  # fmt: skip
-        self._changed(Change.DOWNLOADS)
+        """A running download's figures (ten times a second at most): only the downloads
+        redraw, never the quant table."""
+        if self._downloads.show_progress(progress):
+            self._changed(Change.DOWNLOADS)
 
     def mark(self, download_id: int, status: str, error: str | None = None) -> None:
         """A download's status changed here (asked to run, pause or stop) before the worker
         reports back; it keeps its figures."""
-        state = self._downloads.get(download_id)
-        if state is None:
-            return
-        self._downloads[download_id] = replace(state, status=status, error=error, bytes_per_s=0.0)
-        self._changed(Change.DOWNLOADS, Change.QUANTS)
+        if self._downloads.mark(download_id, status, error):
+            self._changed(Change.DOWNLOADS, Change.QUANTS)
 
     def download_failed(self, download_id: int, message: str) -> None:
         self.mark(download_id, FAILED, message)
 
     def joined(self, state: DownloadState) -> None:
         """Asked to download a model that is downloading already: the running job is followed,
-        no second one starts."""
-        if state.download_id not in self._downloads:
-            self._downloads[state.download_id] = state
+        no second one starts, and the repository's line says why nothing new appeared."""
+        self._downloads.follow(state)
         self.repo_activity = Activity(text=f"{state.readable_name} is downloading already")
         self._changed(Change.REPOSITORY, Change.DOWNLOADS, Change.QUANTS)
 
@@ -578,16 +485,6 @@ def result_cells(result: RepoSummary) -> tuple[str, ...]:
     params = format_count(result.n_params) if result.n_params else "—"
     kind = {"text": "text", "moe": "MoE", "vision": "vision"}[result.kind]
     return name, kind, params, format_count(result.downloads), format_count(result.likes)
-
-
-def _download_note(state: DownloadState) -> str:
-    if state.status == DONE:
-        return "downloaded"
-    if state.status in (RUNNING, QUEUED):
-        return "downloading"
-    if state.status == FAILED:
-        return "download failed"
-    return "download paused"
 
 
 def _missing(model: RemoteModel) -> str | None:

@@ -15,6 +15,7 @@ import pytest
 from local_hub import LocalHub
 
 from app.hub.catalogue import Catalogue, RepoDetails
+from app.hub.discover_downloads import DownloadState
 from app.hub.discover_model import (
     EXCEEDS_RAM,
     LISTING,
@@ -25,7 +26,6 @@ from app.hub.discover_model import (
     SEARCHING,
     Change,
     DiscoverModel,
-    DownloadState,
     SearchQuery,
     result_cells,
 )

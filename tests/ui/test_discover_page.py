@@ -22,12 +22,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QInputDialog
 
 from app.hub.catalogue import Catalogue
+from app.hub.discover_downloads import DownloadState
 from app.hub.discover_model import (
     EXCEEDS_RAM,
     NO_PROFILE_NOTE,
     QUANT_COLUMNS,
     DiscoverModel,
-    DownloadState,
 )
 from app.hub.file_transfer import TransferPolicy
 from app.hub.hub_settings import hub_token, models_dir
