@@ -2,9 +2,10 @@
 
 The server serves whatever model the window's engine worker has loaded; this owns
 it. Starting binds a socket and stopping ends the streams in flight (up to
-seconds), so both run on a thread of their own and report back through queued
-signals: the GUI thread never waits on the network. The server's reports of
-clients coming and going arrive on its own thread and are relayed the same way.
+seconds), so both run on a thread of their own (ui.server_switch, the switch the
+Share panel has too) and report back through queued signals: the GUI thread never
+waits on the network. The server's reports of clients coming and going arrive on
+its own thread and are relayed the same way.
 
 Switched on when the app last closed, it is switched on again once the next model
 is loaded. On quit it is stopped before the worker shuts down.
@@ -12,9 +13,6 @@ is loaded. On quit it is stopped before the worker shuts down.
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -22,7 +20,6 @@ from PySide6.QtCore import QObject, Signal
 
 from app.api.server_config import SHUTDOWN_SECONDS, ServerState
 from app.screen_text.server_view import (
-    ServerPhase,
     ServerSettings,
     ServerView,
     refused,
@@ -37,12 +34,11 @@ from engine.errors import BadInputError
 from ui.engine_bridge import EngineBridge
 from ui.server_panel import ServerPanel
 from ui.server_settings import ServerSettingsStore
+from ui.server_switch import ServerSwitch
 from ui.thread_bridge import GuiRelay
 
 if TYPE_CHECKING:  # the window opens without the server's imports (aiohttp)
     from app.api.server import ApiEngine, ApiServer
-
-log = logging.getLogger(__name__)
 
 QUIT_WAIT_S = SHUTDOWN_SECONDS + 10  # what stop() itself allows its loop, and a margin
 SWITCH_THREAD = "shardchat-api-switch"
@@ -63,9 +59,20 @@ class ServerController(QObject):
         self.store = store or ServerSettingsStore()
         self.view = ServerView(settings=self.store.load())
         self._start_when_loaded = self.view.settings.enabled
-        self._server: ApiServer | None = None  # listening, or on its way up or down
-        self._job: threading.Thread | None = None  # the start or stop under way
-        self._switches = GuiRelay(self)  # starts and stops end here, on the GUI thread
+        self._switch: ServerSwitch[ApiServer, str] = ServerSwitch(
+            self,
+            SWITCH_THREAD,
+            "the API server",
+            make=self._server_to_start,
+            starting=lambda: self._show(starting(self.view)),
+            started=self._on_started,
+            failed=self._on_start_failed,
+            stopping=self._on_stopping,
+            stopped=lambda: self._show(stopped(self.view)),
+            again=lambda: self._show(self.view),  # the switch shows the phase again
+            says_why=BadInputError,  # a taken port, a foreign address (ServerStartError)
+            other_errors="the server did not start: ",
+        )
         self._reports = GuiRelay(self)  # the server's state reports, from its thread
         panel.switched.connect(self.switch)
         panel.settings_edited.connect(self._edit)
@@ -74,12 +81,7 @@ class ServerController(QObject):
 
     def switch(self, on: bool) -> None:
         """Start or stop serving; a switch while it is on its way up or down is not taken."""
-        if on and self.view.phase is ServerPhase.OFF:
-            self._start()
-        elif not on and self.view.phase is ServerPhase.ON:
-            self._stop()
-        else:
-            self._show(self.view)  # the switch shows the phase again
+        self._switch.switch(on)
 
     def report_state(self, state: ServerState) -> None:
         """The server's `on_state`, called from any thread: the view follows on the GUI's."""
@@ -93,11 +95,7 @@ class ServerController(QObject):
         self._reports.close()  # reports of the stop below go nowhere
         wanted = self.view.switched_on or self._start_when_loaded
         self._remember(wanted)
-        if self._job is not None:
-            self._job.join(QUIT_WAIT_S)
-        server, self._server = self._server, None
-        if server is not None and server.address is not None:
-            self._in_background(server.stop, lambda _none: None).join(QUIT_WAIT_S)
+        self._switch.shutdown(QUIT_WAIT_S)
 
     # --- what the person did ---
 
@@ -105,54 +103,30 @@ class ServerController(QObject):
         if self.view.editable:
             self._show(with_settings(self.view, settings))
 
-    def _start(self) -> None:
+    def _server_to_start(self) -> ApiServer | None:
+        """None where the settings describe no server: the panel says why, and nothing runs."""
         try:
             config = self.view.settings.config()
         except BadInputError as exc:
             self._show(refused(self.view, str(exc)))
-            return
+            return None
         from app.api.server import ApiServer  # aiohttp: when the server is first switched on
 
-        server = ApiServer(self.worker, config, self.report_state)
-        self._server = server
-        self._show(starting(self.view))
-        self._job = self._switches.in_daemon_thread(
-            SWITCH_THREAD,
-            server.start,
-            lambda address: self._on_started(server, address),
-            lambda error: self._on_start_failed(server, error),
-        )
+        return ApiServer(self.worker, config, self.report_state)
 
-    def _stop(self) -> None:
-        server, self._server = self._server, None
+    def _on_stopping(self) -> None:
         self._show(stopping(self.view))
         self._remember(False)
-        if server is None:
-            self._on_stopped()
-            return
-        self._in_background(server.stop, lambda _none: self._on_stopped())
 
     # --- reports, on the GUI thread ---
 
-    def _on_started(self, server: ApiServer, address: str) -> None:
-        if server is self._server and self.view.phase is ServerPhase.STARTING:
-            self._show(started(self.view, address))
-            self._remember(True)
+    def _on_started(self, _server: ApiServer, address: str) -> None:
+        self._show(started(self.view, address))
+        self._remember(True)
 
-    def _on_start_failed(self, server: ApiServer, error: BaseException) -> None:
-        """A taken port or a foreign address says why (ServerStartError); anything else the
-        panel says too, and the log keeps its traceback."""
-        message = str(error)
-        if not isinstance(error, BadInputError):
-            log.error("the API server did not start", exc_info=error)
-            message = f"the server did not start: {error}"
-        if server is self._server:
-            self._server = None
-            self._show(refused(self.view, message))
-            self._remember(False)
-
-    def _on_stopped(self) -> None:
-        self._show(stopped(self.view))
+    def _on_start_failed(self, message: str) -> None:
+        self._show(refused(self.view, message))
+        self._remember(False)
 
     def _on_state(self, state: ServerState) -> None:
         shown = with_state(self.view, state)
@@ -174,16 +148,3 @@ class ServerController(QObject):
 
     def _remember(self, enabled: bool) -> None:
         self.store.save(replace(self.view.settings, enabled=enabled))
-
-    def _in_background(
-        self, work: Callable[[], None], then: Callable[[None], None]
-    ) -> threading.Thread:
-        """A stop, on a daemon thread (closing must never wait on it past QUIT_WAIT_S); `then`
-        follows on the GUI thread, even when it failed (the log keeps why)."""
-
-        def failed(error: BaseException) -> None:
-            log.error("the API server's %s failed", work.__name__, exc_info=error)
-            then(None)
-
-        self._job = self._switches.in_daemon_thread(SWITCH_THREAD, work, then, failed)
-        return self._job
