@@ -68,6 +68,19 @@ cuda: $(INSTALLED)
 	@$(call apt_ensure,cmake:cmake patchelf:patchelf g++:g++)
 	$(PY) installer/cuda_module.py build $(if $(CUDA_ARCHS),--archs "$(CUDA_ARCHS)")
 
+# What bench/gpu_check.sh carries to a lent NVIDIA machine (Hopper, sm_90): ggml's CUDA module
+# built from the same patched sources, beside this build's llama_cpp package and the wheels
+# the engine needs there, packed into .gpu/ under 64 MiB (bench/gpu_bundle.py).
+CUDA_SM90 := .cache/cuda-sm90/libggml-cuda.so
+
+.PHONY: gpu-bundle
+gpu-bundle: $(CUDA_SM90)
+	$(PY) bench/gpu_bundle.py --cuda $(CUDA_SM90) --out .gpu
+
+$(CUDA_SM90): $(LLAMA_PATCHES) installer/cuda_module.py | $(INSTALLED)
+	@$(call apt_ensure,cmake:cmake patchelf:patchelf g++:g++)
+	$(PY) installer/cuda_module.py build --archs 90 --into $(@D)
+
 # The suite runs on two pytest-xdist workers, a test file each at a time (module fixtures stay
 # one per file), then the tests marked serial alone: they measure this machine, and a test
 # running beside them would be measured too. Two, not one per core: most tests load a

@@ -1,125 +1,124 @@
-"""On a machine with an NVIDIA GPU: our plan against the best whole-layer offload, measured.
+"""Our plan against llama.cpp's own placements on this machine's GPU, measured side by side.
 
-Writes a shape-true synthetic MoE model (Qwen3-30B-A3B shapes, Q4_0, random
-weights), profiles the machine (fast), then at each VRAM budget loads the
-model twice: under ShardChat's plan, and with the largest whole-layer
-n_gpu_layers that fits the same budget (llama.cpp's usual offload). For each
-it measures time to first token for a 1024-token prompt, decode tokens/s and
-peak VRAM (NVML, this process), and prints them side by side.
+Writes a shape-true synthetic MoE model (Qwen3-30B-A3B's shapes, Q4_0, random weights;
+`--spec small`: a small MoE a software GPU computes in seconds), then at each VRAM
+budget runs a prompt and a few decode steps under every placement, each in a fresh
+process (the op-offload boundary is read once per process):
+- ours: the planner's plan, with the staging slots it chose;
+- ours serial: the same plan with each streamed weight copied when its split starts
+  (only where the planner chose slots): the executor on against off;
+- -ngl, --n-cpu-moe, --fit: llama.cpp's placements for the same budget
+  (engine.planning.llama_placements; --fit is checked against llama.cpp's own tool in
+  tests/gpu/test_fit_params.py).
+For each it prints prompt and decode tokens/s, their ratio to ours, and llama.cpp's
+device buffers (its own log lines: CUDA0 or Vulkan0) against the plan's account.
 
-Not yet run: no GPU has been lent to a session that could. bench/gpu_check.sh
-carries and runs it.
+    python3 bench/gpu_plan_check.py [--spec 30b|small] [--budgets-mib 2048,4096,8192]
+        [--prompt 1024] [--profile PROFILE.json] [--folder /tmp/shardchat-gpu-models]
 
-    python3 bench/gpu_plan_check.py --folder /tmp/models [--budgets 2,4,8]
+Without --profile the machine is profiled first (fast). bench/gpu_check.sh runs it,
+on a lent NVIDIA machine and here (CPU and lavapipe).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
-import time
+from dataclasses import replace
 from pathlib import Path
 
+from engine.child_process import run_in_child
 from engine.machine.hardware import probe_hardware
-from engine.machine.profile import ProfileMode
-from engine.model.inventory import read_inventory
+from engine.machine.profile import Profile, ProfileMode
+from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
-from engine.planning.execution import load_params_for
-from engine.planning.llama_placements import layer_offload_baseline
-from engine.planning.plan import PlanRequest
+from engine.planning.llama_fit import fit_baseline
+from engine.planning.llama_placements import layer_offload_baseline, n_cpu_moe_baseline
+from engine.planning.plan import Plan, PlanRequest
 from engine.planning.planner import make_plan
 from engine.profiling.profiler import Profiler
-from engine.runtime.loaded_model import load_model
+from engine.runtime.prompt_timing import PromptTiming, time_prompt
 
+MIB = 1 << 20
 GIB = 1 << 30
-PROMPT, DECODE = 1024, 64
-MOE_30B = SyntheticSpec(
-    "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
-    n_expert=128, n_expert_used=8, n_ff_expert=768, context_length=40960,
-)  # fmt: skip
+SPECS = {
+    "30b": SyntheticSpec(
+        "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
+        n_expert=128, n_expert_used=8, n_ff_expert=768, context_length=40960,
+    ),
+    "small": SyntheticSpec(
+        "qwen3moe", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_expert=8,
+        n_expert_used=2, n_ff_expert=512, vocab_size=4096, context_length=4096,
+    ),
+}  # fmt: skip
+QUANT = {"30b": "Q4_0", "small": "Q8_0"}
 
 
-class PeakVram:
-    """Samples this process's VRAM through NVML every 20 ms while running."""
-
-    def __init__(self) -> None:
-        import pynvml
-
-        self._nvml = pynvml
-        pynvml.nvmlInit()
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> PeakVram:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            for process in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
-                if process.pid == os.getpid():
-                    self.peak = max(self.peak, process.usedGpuMemory or 0)
-            time.sleep(0.02)
+def placements(inventory: ModelInventory, profile: Profile, budget: int, n_prompt: int):
+    """(label, plan) for ours, ours without slots, and each llama.cpp placement that applies."""
+    request = PlanRequest(budget, n_ctx=n_prompt + 64, prompt_tokens=n_prompt)
+    ours = make_plan(inventory, profile, request)
+    found: list[tuple[str, Plan | None]] = [("ours", ours)]
+    if ours.prefetch_slots:
+        found.append(("ours serial", replace(ours, prefetch_slots=0)))
+    found += [
+        ("-ngl", layer_offload_baseline(inventory, profile, request)),
+        ("--n-cpu-moe", n_cpu_moe_baseline(inventory, profile, request)),
+        ("--fit", fit_baseline(inventory, profile, request)),
+    ]
+    return [(label, plan) for label, plan in found if plan is not None]
 
 
-def measure(params) -> tuple[float, float, int]:
-    """(seconds to first token for the prompt, decode tokens/s, peak VRAM bytes)."""
-    os.environ["GGML_OP_OFFLOAD_MIN_BATCH"] = str(params.op_offload_min_batch or 32)
-    with PeakVram() as vram:
-        model = load_model(params)
-        try:
-            model.llm.reset()
-            tokens = [(7 * i + 3) % 32000 for i in range(PROMPT)]
-            started = time.perf_counter()
-            model.llm.eval(tokens)
-            ttft = time.perf_counter() - started
-            started = time.perf_counter()
-            for i in range(DECODE):
-                model.llm.eval([(11 * i + 5) % 32000])
-            decode = DECODE / (time.perf_counter() - started)
-        finally:
-            model.close()
-    return ttft, decode, vram.peak
+def machine_profile(path: Path | None) -> Profile:
+    if path is not None:
+        return Profile.from_json(path.read_text())
+    print("profiling this machine (fast)…", flush=True)
+    return Profiler(ProfileMode.FAST, hardware=probe_hardware()).run()
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", default="/tmp/shardchat-gpu-models")
-    parser.add_argument("--budgets", default="2,4,8")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", choices=sorted(SPECS), default="30b")
+    parser.add_argument("--budgets-mib", default="2048,4096,8192")
+    parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--profile", type=Path)
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/shardchat-gpu-models"))
     args = parser.parse_args()
-    folder = Path(args.folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "qwen3-30b-a3b-shapes-Q4_0.gguf"
+    args.folder.mkdir(parents=True, exist_ok=True)
+    path = args.folder / f"{args.spec}-shapes-{QUANT[args.spec]}.gguf"
     if not path.exists():
-        write_synthetic_model(path, MOE_30B, "Q4_0")
+        write_synthetic_model(path, SPECS[args.spec], QUANT[args.spec])
     inventory = read_inventory(path)
-    profile = Profiler(ProfileMode.FAST, hardware=probe_hardware()).run()
-    print(f"gpu_plan_check: {path.name} ({inventory.file_bytes / GIB:.1f} GiB), prompt {PROMPT}")
-    header = f"{'ours: TTFT s  tok/s  peak GiB':>30}  {'layers: TTFT s  tok/s  peak GiB':>32}"
-    print(f"{'budget':>7}  {header}")
-    for budget in (int(b) for b in args.budgets.split(",")):
-        request = PlanRequest(budget * GIB, n_ctx=4096, prompt_tokens=PROMPT)
-        ours = load_params_for(make_plan(inventory, profile, request), inventory, str(path))
-        # what a user gets: -ngl N (the output layer and N - 1 blocks), ubatch 512, offload
-        # from 32; load_params_for turns the plan into exactly that
-        layers = load_params_for(
-            layer_offload_baseline(inventory, profile, request), inventory, str(path)
-        )
-        a, b = measure(ours), measure(layers)
-        print(
-            f"{budget:>5}GB  {a[0]:>10.2f} {a[1]:>7.1f} {a[2] / GIB:>9.2f}"
-            f"  {b[0]:>14.2f} {b[1]:>7.1f} {b[2] / GIB:>9.2f}"
-            f"  (n_gpu_layers={layers.n_gpu_layers})"
-        )
+    profile = machine_profile(args.profile)
+    gpu = profile.gpu.name if profile.gpu else "no GPU"
+    print(f"gpu_plan_check: {path.name} ({inventory.file_bytes / GIB:.2f} GiB) on {gpu}")
+    print(f"prompt {args.prompt} tokens, then 16 decode steps; ratios are ours over theirs")
+    print(
+        f"{'budget':>8} {'placement':<12} {'prompt tok/s':>12} {'decode tok/s':>12} "
+        f"{'ours/it':>13} {'device MiB':>10} {'account MiB':>11}  plan"
+    )
+    for budget_mib in (int(b) for b in args.budgets_mib.split(",")):
+        timings: dict[str, PromptTiming] = {}
+        for label, plan in placements(inventory, profile, budget_mib * MIB, args.prompt):
+            outcome = run_in_child(time_prompt, (plan, inventory, args.prompt), timeout_s=900)
+            if not outcome.ok:
+                print(f"{budget_mib:>6}Mi {label:<12} failed: {outcome.failure}", flush=True)
+                continue
+            timing = timings[label] = outcome.value
+            ours = timings.get("ours", timing)
+            ratio = (
+                f"{ours.prompt_tokens_per_s / timing.prompt_tokens_per_s:.2f}/"
+                f"{ours.decode_tokens_per_s / timing.decode_tokens_per_s:.2f}"
+            )
+            account = plan.vram.total_bytes - plan.vram.margin_bytes
+            print(
+                f"{budget_mib:>6}Mi {label:<12} {timing.prompt_tokens_per_s:>12.1f} "
+                f"{timing.decode_tokens_per_s:>12.2f} {ratio:>13} "
+                f"{timing.allocated.device_bytes / MIB:>10.1f} {account / MIB:>11.1f}  "
+                f"{plan.reason[:60]}",
+                flush=True,
+            )
     return 0
 
 

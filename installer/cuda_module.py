@@ -148,7 +148,7 @@ def _link_missing(source: Path, dest: Path) -> None:
             target.symlink_to(entry)
 
 
-def build(archs: list[str], work: Path, bundle_runtime: bool) -> Path:
+def build(archs: list[str], work: Path, bundle_runtime: bool, into: Path | None = None) -> Path:
     label = ";".join(archs)
     expected = MINUTES_PER_ARCH * len(archs)
     print(f"building ggml's CUDA module for {label} (about {expected} minutes on 2 cores)")
@@ -170,7 +170,9 @@ def build(archs: list[str], work: Path, bundle_runtime: bool) -> Path:
     subprocess.run(make, check=True)
     print(f"built ggml-cuda for {label} in {(time.monotonic() - started) / 60:.1f} minutes")
     module = next(p for p in build_dir.rglob("*ggml-cuda*") if p.suffix in (".so", ".dll"))
-    into = llama_lib()
+    carried = into is not None  # the runtime is the other machine's (LD_LIBRARY_PATH there)
+    into = into or llama_lib()
+    into.mkdir(parents=True, exist_ok=True)
     target = into / module.name
     shutil.copy2(module, target)
     if bundle_runtime:
@@ -180,6 +182,8 @@ def build(archs: list[str], work: Path, bundle_runtime: bool) -> Path:
                 shutil.copy2(os.path.realpath(library), into / Path(library).name)
         if IS_WINDOWS:  # Windows finds a DLL's dependencies beside it only when they are
             return target  # in the loading program's folder or on PATH: the bundle's job
+        rpath = "$ORIGIN"
+    elif carried:
         rpath = "$ORIGIN"
     else:
         pip_install(RUNTIME_PACKAGES)  # the runtime and cuBLAS, into this environment
@@ -199,6 +203,9 @@ def main(argv: list[str]) -> int:
     make.add_argument("--archs", help='e.g. "89" or "86;89;120" (default: the GPUs here)')
     make.add_argument("--work", type=Path, default=ROOT / ".cache" / "cuda-build")
     make.add_argument("--bundle-runtime", action="store_true", help="copy cudart/cuBLAS beside it")
+    make.add_argument(
+        "--into", type=Path, help="put it here instead (a bundle for another machine)"
+    )
     args = parser.parse_args(argv)
     if args.command == "detect":
         print(";".join(detect_archs()))
@@ -208,7 +215,7 @@ def main(argv: list[str]) -> int:
         print("no NVIDIA GPU here: name the architectures with --archs (CUDA_ARCHS=...)")
         return 2
     args.work.mkdir(parents=True, exist_ok=True)
-    build([a for a in archs if a], args.work, args.bundle_runtime)
+    build([a for a in archs if a], args.work, args.bundle_runtime, args.into)
     return 0
 
 

@@ -1,13 +1,14 @@
 """One prompt and a few decode steps under a plan, timed: what bench/streamed_prefill.py
-compares with and without staging slots, one fresh process per run (the op-offload
-boundary is read once per process, engine.llama.offload_boundary)."""
+compares with and without staging slots and bench/gpu_plan_check.py across placements,
+one fresh process per run (the op-offload boundary is read once per process,
+engine.llama.offload_boundary)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from engine.llama.device_buffers import llama_log_lines
+from engine.llama.device_buffers import DeviceBuffers, llama_log_lines, parse_buffer_lines
 from engine.model.inventory import ModelInventory
 from engine.planning.execution import load_params_for
 from engine.planning.plan import Plan
@@ -19,6 +20,9 @@ class PromptTiming:
     prompt_tokens_per_s: float
     decode_tokens_per_s: float
     staging_line: str  # llama.cpp's "prefetch staging buffer" line, "" without slots
+    allocated: DeviceBuffers = field(
+        default_factory=DeviceBuffers
+    )  # llama.cpp's own buffer lines at the load
 
 
 def time_prompt(
@@ -29,6 +33,7 @@ def time_prompt(
     with llama_log_lines() as lines:
         model = load_model(params)
     staging = next((line.strip() for line in lines if "prefetch staging" in line), "")
+    allocated = parse_buffer_lines(lines)
     try:
         llm = model.llm
         started = time.perf_counter()
@@ -40,4 +45,4 @@ def time_prompt(
         decode_s = time.perf_counter() - started
     finally:
         model.close()
-    return PromptTiming(n_prompt / prompt_s, n_decode / decode_s, staging)
+    return PromptTiming(n_prompt / prompt_s, n_decode / decode_s, staging, allocated)
