@@ -20,13 +20,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from app.screen_text.model_summary import summarize
-from app.stores.model_library import (
-    ModelEntry,
-    ModelLibrary,
-    check_loadable,
-    is_projector_name,
-    lone_projector_beside,
-)
+from app.stores.model_files import check_loadable, is_projector_name, lone_projector_beside
+from app.stores.model_library import ModelEntry, ModelLibrary
 from engine.errors import BadInputError
 from ui.model_details import FileKey, InventoryReader, Reading, file_key
 

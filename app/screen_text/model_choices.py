@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.screen_text.units import format_bytes
-from app.stores.model_library import ModelEntry, ModelLibrary, is_projector_name
+from app.stores.model_files import is_projector_name
+from app.stores.model_library import ModelEntry, ModelLibrary
 from engine.model.model_naming import SEPARATOR, readable_model_name, split_parts
 
 SEES_IMAGES = "sees images"

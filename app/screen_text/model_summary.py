@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.screen_text.units import format_bytes, format_count
-from app.stores.model_library import kind_label
+from app.stores.model_files import kind_label
 from engine.errors import ModelFileError
 from engine.model.inventory import ModelInventory, SubLayerKind
 from engine.model.model_purpose import purpose_of_file

@@ -36,11 +36,21 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import app_paths
+from app.stores.model_files import (
+    builtin_model_path,
+    check_loadable,
+    check_projector,
+    delete_model_file,
+    display_name,
+    file_bytes,
+    kind_label,
+    lone_projector_beside,
+    resolved,
+)
 from app.stores.sqlite_file import StoreIdentity
 from app.stores.store_base import SqliteStore, StoreSchema
 from engine.errors import BadInputError, ModelFileError
-from engine.model.default_model import default_model_path
-from engine.model.inventory import ModelInventory, read_inventory
+from engine.model.inventory import read_inventory
 from engine.model.model_naming import readable_model_name
 from engine.model.prompt_format import AUTO, check_format_name
 
@@ -49,8 +59,6 @@ log = logging.getLogger(__name__)
 STORE_FILE_NAME = "models.sqlite3"
 APPLICATION_ID = 0x53684D64  # "ShMd": ShardChat's model list (chats "ShCt", profiles "ShCh")
 MIGRATIONS_TABLE = "_migrations"
-PROJECTOR_MARK = "mmproj"  # a file whose name holds this is taken for a vision projector
-GGUF_SUFFIX = ".gguf"
 
 # A list written before m002 lacks prompt_format until it is migrated, so it is not required.
 _REQUIRED = ("id", "path", "mmproj_path", "name", "architecture", "kind", "added_at", "is_default")
@@ -91,7 +99,7 @@ _SCHEMA = StoreSchema(STORE_FILE_NAME, _IDENTITY, MIGRATIONS, probes=(_SELECT,))
 class ModelEntry:
     """One listed model as it stands now (`exists` and sizes are read when listed)."""
 
-    path: Path  # absolute and normalised (links kept: see _resolved)
+    path: Path  # absolute and normalised (links kept: see resolved)
     name: str  # the file's name without .gguf: what people recognise
     architecture: str
     kind: str  # "dense", "MoE 128×8" (kind_label)
@@ -136,7 +144,7 @@ class ModelLibrary(SqliteStore):
     schema = _SCHEMA
 
     def __init__(self, path: Path | None = None) -> None:
-        self._builtin_path, self._builtin_problem = _builtin_model_path()
+        self._builtin_path, self._builtin_problem = builtin_model_path()
         self._builtin_facts: tuple[str, str] | None = None  # (architecture, kind), read once
         super().__init__(path)
 
@@ -152,14 +160,14 @@ class ModelLibrary(SqliteStore):
 
     def find(self, path: str | os.PathLike[str]) -> ModelEntry | None:
         """The listed entry for this file (any spelling of its path, links followed), or None."""
-        wanted = _resolved(path)
+        wanted = resolved(path)
         return _matching(self.models(), wanted)
 
     def projector_of(self, path: str | os.PathLike[str]) -> Path | None:
         """The projector paired with this listed model, if its file exists. Unlike find(),
         it never reads the built-in model's header (it has no projector): the window asks
         this before its model starts loading."""
-        entry = _matching(self._stored(), _resolved(path))
+        entry = _matching(self._stored(), resolved(path))
         if entry is None or not entry.mmproj_exists:
             return None
         return entry.mmproj_path
@@ -195,7 +203,7 @@ class ModelLibrary(SqliteStore):
         Anything but a usable GGUF model is refused with its reason; a lone
         vision projector in the model's folder is paired with it, as LM Studio does.
         """
-        model_path = _resolved(path)
+        model_path = resolved(path)
         existing = self.find(model_path)
         if existing is not None:
             return existing
@@ -213,7 +221,7 @@ class ModelLibrary(SqliteStore):
                 (
                     str(model_path),
                     None if projector is None else str(projector),
-                    _display_name(model_path),
+                    display_name(model_path),
                     inventory.architecture,
                     kind_label(inventory),
                     datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -227,8 +235,8 @@ class ModelLibrary(SqliteStore):
     ) -> ModelEntry:
         """Give a listed model its vision projector, once the file is checked to be one."""
         entry = self._require_stored(model_path, "takes no vision projector")
-        projector = _resolved(mmproj_path)
-        _check_projector(projector)
+        projector = resolved(mmproj_path)
+        check_projector(projector)
         self._set_projector(entry.path, projector)
         return self._require(entry.path)
 
@@ -272,7 +280,7 @@ class ModelLibrary(SqliteStore):
         entry = self._require_stored(path, "cannot be removed")
         with self._transaction():
             self._conn.execute("DELETE FROM models WHERE path = ?", (str(entry.path),))
-            file_deleted = delete_file and _delete_file(entry.path)
+            file_deleted = delete_file and delete_model_file(entry.path)
         log.info("removed model %s (file deleted: %s)", entry.path, file_deleted)
         return ModelRemoved(entry, file_deleted, default_reset=entry.is_default)
 
@@ -281,7 +289,7 @@ class ModelLibrary(SqliteStore):
     def _require(self, path: str | os.PathLike[str]) -> ModelEntry:
         entry = self.find(path)
         if entry is None:
-            raise BadInputError(f"{_resolved(path)} is not in the model list")
+            raise BadInputError(f"{resolved(path)} is not in the model list")
         return entry
 
     def _require_stored(self, path: str | os.PathLike[str], builtin_refusal: str) -> ModelEntry:
@@ -308,7 +316,7 @@ class ModelLibrary(SqliteStore):
         architecture, kind = self._read_builtin_facts(path)
         return ModelEntry(
             path=path,
-            name=_display_name(path),
+            name=display_name(path),
             architecture=architecture,
             kind=kind,
             mmproj_path=None,
@@ -316,7 +324,7 @@ class ModelLibrary(SqliteStore):
             builtin=True,
             exists=path.is_file(),
             mmproj_exists=False,
-            file_bytes=_file_bytes(path),
+            file_bytes=file_bytes(path),
             added_at=None,
         )
 
@@ -335,27 +343,13 @@ class ModelLibrary(SqliteStore):
 # -- files -------------------------------------------------------------------------------------
 
 
-def check_loadable(path: Path) -> None:
-    """Refuse a model file that would abort llama.cpp when loaded: asked once per file
-    version in a child process (engine.llama.file_check), so the app never dies of it."""
-    from engine.llama.file_check import check_loads_in_child  # llama.cpp only when importing
-
-    check_loads_in_child(path)
-
-
-def is_projector_name(path: Path) -> bool:
-    """A .gguf whose name says mmproj: how projectors are published next to their models."""
-    name = path.name.lower()
-    return name.endswith(GGUF_SUFFIX) and PROJECTOR_MARK in name
-
-
 def projector_for(model_path: Path) -> Path | None:
     """The projector paired with this model in the library, else the lone one beside it."""
     with ModelLibrary() as library:
         entry = library.find(model_path)
     if entry is not None and entry.mmproj_exists and entry.mmproj_path is not None:
         return entry.mmproj_path
-    return lone_projector_beside(_resolved(model_path))
+    return lone_projector_beside(resolved(model_path))
 
 
 def prompt_format_for(model_path: str | os.PathLike[str], requested: str | None = None) -> str:
@@ -368,62 +362,6 @@ def prompt_format_for(model_path: str | os.PathLike[str], requested: str | None 
     return entry.prompt_format if entry is not None else AUTO
 
 
-def lone_projector_beside(model_path: Path) -> Path | None:
-    """The one vision projector in the model's folder, if there is exactly one and it checks out."""
-    try:
-        candidates = [
-            p for p in model_path.parent.iterdir()
-            if p != model_path and is_projector_name(p) and p.is_file()
-        ]  # fmt: skip
-    except OSError:
-        return None
-    if len(candidates) != 1:
-        return None
-    try:
-        _check_projector(_resolved(candidates[0]))
-    except BadInputError as exc:
-        log.info("not pairing %s automatically: %s", candidates[0], exc)
-        return None
-    return _resolved(candidates[0])
-
-
-def _check_projector(path: Path) -> None:
-    """Refuse, with the reason, a file that is not a GGUF vision projector."""
-    inventory = read_inventory(path)
-    if not inventory.is_vision_projector:
-        raise BadInputError(
-            f"{path.name} is not a vision projector (it is a {inventory.architecture} model); "
-            "choose an mmproj file"
-        )
-
-
-def _delete_file(path: Path) -> bool:
-    """Delete the file; False if it was already gone. A refusal is one line for the user."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise BadInputError(f"cannot delete {path}: {exc.strerror or exc}") from exc
-    return True
-
-
-def _builtin_model_path() -> tuple[Path | None, str]:
-    """The embedded model's path, or None and why not (the package may not be installed)."""
-    try:
-        return default_model_path().resolve(), ""
-    except ModelFileError as exc:
-        log.warning("no built-in model: %s", exc)
-        return None, str(exc)
-
-
-def _resolved(path: str | os.PathLike[str]) -> Path:
-    """Absolute and normalised, links kept: a model in the Hugging Face cache is a link
-    into its blobs/ folder, and only the link's name says what it is (and where its
-    split parts and projector lie)."""
-    return Path(os.path.abspath(Path(path).expanduser()))
-
-
 def _matching(entries: list[ModelEntry], wanted: Path) -> ModelEntry | None:
     """The entry of this path as written, else of the same file (links followed)."""
     exact = next((entry for entry in entries if entry.path == wanted), None)
@@ -431,17 +369,6 @@ def _matching(entries: list[ModelEntry], wanted: Path) -> ModelEntry | None:
         return exact
     real = wanted.resolve()
     return next((entry for entry in entries if entry.path.resolve() == real), None)
-
-
-def _display_name(path: Path) -> str:
-    return path.name[: -len(GGUF_SUFFIX)] if path.name.lower().endswith(GGUF_SUFFIX) else path.name
-
-
-def _file_bytes(path: Path) -> int | None:
-    try:
-        return path.stat().st_size if path.is_file() else None
-    except OSError:
-        return None
 
 
 def _entry_from_row(row: tuple[Any, ...]) -> ModelEntry:
@@ -458,20 +385,7 @@ def _entry_from_row(row: tuple[Any, ...]) -> ModelEntry:
         builtin=False,
         exists=path.is_file(),
         mmproj_exists=mmproj is not None and mmproj.is_file(),
-        file_bytes=_file_bytes(path),
+        file_bytes=file_bytes(path),
         added_at=added_at,
         prompt_format=fmt,
     )
-
-
-def kind_label(inventory: ModelInventory) -> str:
-    """Dense, "MoE 128×8" (experts × used per token, "+1 shared") or "vision projector"."""
-    if inventory.is_vision_projector:
-        kind = inventory.projector_type
-        return f"vision projector ({kind})" if kind else "vision projector"
-    if not inventory.is_moe:
-        return "dense"
-    label = f"MoE {inventory.expert_count}×{inventory.expert_used_count}"
-    if inventory.expert_shared_count:
-        label += f" +{inventory.expert_shared_count} shared"
-    return label

@@ -14,7 +14,8 @@ import pytest
 
 from app.paths import app_paths
 from app.screen_text.model_summary import SizeShare, quant_text, summarize
-from app.stores.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary, kind_label
+from app.stores.model_files import kind_label
+from app.stores.model_library import APPLICATION_ID, STORE_FILE_NAME, ModelLibrary
 from engine.errors import BadInputError, ModelFileError
 from engine.model.inventory import read_inventory
 
