@@ -41,6 +41,7 @@ from engine.model.default_model import default_model_path
 from engine.model.inventory import SubLayerKind, read_inventory
 from engine.model.synthetic import write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import SMALL_DENSE, SMALL_MOE
 from engine.planning.calibration_check import predict_all, table
 from engine.planning.cost_model import ALL_CPU, CostModel, Placement, Where
 from engine.profiling.decode_timer import DecodeTimer
@@ -53,14 +54,6 @@ DENSE_1GB = SyntheticSpec(
 MOE = SyntheticSpec(
     "qwen3moe", n_layer=12, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_ff=2048,
     n_expert=32, n_expert_used=4, n_ff_expert=512, context_length=4096,
-)  # fmt: skip
-GPU_DENSE = SyntheticSpec(
-    "llama", n_layer=12, n_embd=768, n_head=12, n_head_kv=4, n_ff=2048, vocab_size=4096,
-    context_length=4096,
-)  # fmt: skip
-GPU_MOE = SyntheticSpec(
-    "qwen3moe", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_expert=8,
-    n_expert_used=2, n_ff_expert=512, vocab_size=4096, context_length=4096,
 )  # fmt: skip
 # (label, new tokens, cached tokens before the step, logits wanted)
 STEPS = (("prompt 256", 256, 0, 1), ("decode 1", 1, CONTEXT, 1), ("decode 16", 16, CONTEXT, 16))
@@ -144,8 +137,8 @@ def _models(folder: Path, gpu: bool) -> list[Path]:
     if gpu:
         return [
             default_model_path(),
-            write_synthetic_model(folder / "synthetic-dense-85MB-Q8_0.gguf", GPU_DENSE, "Q8_0"),
-            write_synthetic_model(folder / "synthetic-moe-Q4_0.gguf", GPU_MOE, "Q4_0"),
+            write_synthetic_model(folder / "synthetic-dense-85MB-Q8_0.gguf", SMALL_DENSE, "Q8_0"),
+            write_synthetic_model(folder / "synthetic-moe-Q4_0.gguf", SMALL_MOE, "Q4_0"),
         ]
     return [
         default_model_path(),

@@ -32,7 +32,7 @@ from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile, ProfileMode
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_synthetic_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import QWEN3_30B_A3B_SMALL_TOKENIZER, SMALL_MOE
 from engine.planning.llama_fit import fit_baseline
 from engine.planning.llama_placements import layer_offload_baseline, n_cpu_moe_baseline
 from engine.planning.plan import Plan, PlanRequest
@@ -42,16 +42,7 @@ from engine.runtime.prompt_timing import PromptTiming, time_prompt
 
 MIB = 1 << 20
 GIB = 1 << 30
-SPECS = {
-    "30b": SyntheticSpec(
-        "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
-        n_expert=128, n_expert_used=8, n_ff_expert=768, context_length=40960,
-    ),
-    "small": SyntheticSpec(
-        "qwen3moe", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_expert=8,
-        n_expert_used=2, n_ff_expert=512, vocab_size=4096, context_length=4096,
-    ),
-}  # fmt: skip
+SPECS = {"30b": QWEN3_30B_A3B_SMALL_TOKENIZER, "small": SMALL_MOE}
 QUANT = {"30b": "Q4_0", "small": "Q8_0"}
 
 

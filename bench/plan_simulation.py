@@ -37,7 +37,7 @@ from app.commands.plan_command import load_profile_for_planning
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import LLAMA_3_8B, QWEN3_30B_A3B, QWEN3_235B_A22B
 from engine.planning.llama_fit import fit_baseline
 from engine.planning.llama_placements import layer_offload_baseline, n_cpu_moe_baseline
 from engine.planning.plan import Plan, PlanRequest
@@ -50,30 +50,10 @@ GIB = 1 << 30
 BUDGETS_GIB = (2, 4, 8, 16, 24)
 CONTEXTS = (1024, 16384)
 MODELS = {
-    "Qwen3-30B-A3B Q4_0": (
-        SyntheticSpec(
-            "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128,
-            n_ff=6144, n_expert=128, n_expert_used=8, n_ff_expert=768, vocab_size=151936,
-            context_length=40960,
-        ),
-        "Q4_0",
-    ),
-    "Qwen3-235B-A22B Q2_K": (
-        SyntheticSpec(
-            "qwen3moe", n_layer=94, n_embd=4096, n_head=64, n_head_kv=4, head_dim=128,
-            n_ff=12288, n_expert=128, n_expert_used=8, n_ff_expert=1536, vocab_size=151936,
-            context_length=40960,
-        ),
-        "Q2_K",
-    ),
-    "dense 8B F16": (
-        SyntheticSpec(
-            "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336,
-            vocab_size=128256, context_length=131072,
-        ),
-        "F16",
-    ),
-}  # fmt: skip
+    "Qwen3-30B-A3B Q4_0": (QWEN3_30B_A3B, "Q4_0"),
+    "Qwen3-235B-A22B Q2_K": (QWEN3_235B_A22B, "Q2_K"),
+    "dense 8B F16": (LLAMA_3_8B, "F16"),
+}
 
 
 def main() -> int:

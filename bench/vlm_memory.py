@@ -30,7 +30,7 @@ from app.commands.plan_command import load_profile_for_planning
 from app.screen_text.units import parse_size
 from engine.model.inventory import read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import QWEN25_VL_7B_TEXT
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.vision.plan import VisionPlan, plan_vision
@@ -39,10 +39,6 @@ from engine.vision.projector import QWEN25_VL_7B
 GIB = 1 << 30
 BUDGETS_GIB = (8, 4, 2)
 WIDTHS = (640, 1280, 1920, 2560)
-TEXT_MODEL = SyntheticSpec(
-    "llama", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, vocab_size=152064,
-    context_length=128000,
-)  # fmt: skip
 PAPER = (
     "reference: the paper (MLSys 2026) reports about 20 GB -> 2 GB of VRAM (about 10x less) "
     "for Qwen2.5-VL-7B at 1440p with VLMOpt"
@@ -60,7 +56,9 @@ def main() -> int:
     budgets = [args.vram] if args.vram is not None else [b * GIB for b in BUDGETS_GIB]
     shape = "square" if args.square else "16:9"
     with tempfile.TemporaryDirectory(prefix="vlm-memory-") as folder:
-        path = write_shape_only_model(Path(folder) / "qwen25vl-7b-text.gguf", TEXT_MODEL, "Q4_K")
+        path = write_shape_only_model(
+            Path(folder) / "qwen25vl-7b-text.gguf", QWEN25_VL_7B_TEXT, "Q4_K"
+        )
         inventory = read_inventory(path)
         print(
             f"vlm_memory on {args.hardware} ({profile.mode.value} profile): Qwen2.5-VL-7B-class, "

@@ -38,6 +38,7 @@ from engine.model.gguf_header import parse_header
 from engine.model.inventory import ModelInventory, inventory_from_headers
 from engine.model.synthetic import shape_only_header
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import LLAMA_2_7B, LLAMA_3_8B, QWEN3_30B_A3B, QWEN3_32B
 
 MEASUREMENTS_FILE = "measurements.csv"
 PREDICTIONS_FILE = "predictions.csv"
@@ -48,26 +49,13 @@ MISSES = "misses"  # a row's role when the cost model is known to get it wrong
 CHECKS = "checks"  # a row's role when no figure was fitted to it
 MIN_CHECKS = 3  # expected_error: fewer checks rows of a kind, and its fitted rows count too
 
-# The model shapes rows name, as their config.json files give them.
+# The model shapes rows name, as their config.json files give them (engine.model.synthetic_specs).
 MODEL_SHAPES: dict[str, SyntheticSpec] = {
-    "llama-2-7b": SyntheticSpec(
-        "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=32, n_ff=11008,
-        vocab_size=32000, context_length=4096,
-    ),
-    "llama-3-8b": SyntheticSpec(
-        "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336,
-        vocab_size=128256, context_length=131072,
-    ),
-    "qwen3-32b": SyntheticSpec(
-        "qwen3", n_layer=64, n_embd=5120, n_head=64, n_head_kv=8, head_dim=128, n_ff=25600,
-        vocab_size=151936, context_length=40960,
-    ),
-    "qwen3-30b-a3b": SyntheticSpec(
-        "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128,
-        n_ff=6144, n_expert=128, n_expert_used=8, n_ff_expert=768, vocab_size=151936,
-        context_length=40960,
-    ),
-}  # fmt: skip
+    "llama-2-7b": LLAMA_2_7B,
+    "llama-3-8b": LLAMA_3_8B,
+    "qwen3-32b": QWEN3_32B,
+    "qwen3-30b-a3b": QWEN3_30B_A3B,
+}
 
 
 class Figure(str, Enum):

@@ -21,7 +21,7 @@ from engine.errors import BadInputError
 from engine.machine.described_machines import described_names
 from engine.model.default_model import default_model_path
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import LLAMA_3_8B_CTX_2K
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -162,15 +162,11 @@ def test_chat_with_a_bad_vram_size_exits_2(shardchat: CliRun) -> None:
 
 # --- placement by hand (issue 13) ---
 
-DENSE = SyntheticSpec(
-    "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128256
-)
-
 
 @pytest.fixture(scope="module")
 def dense_model(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("shape-only")
-    return str(write_shape_only_model(folder / "dense.gguf", DENSE, "Q4_0"))
+    return str(write_shape_only_model(folder / "dense.gguf", LLAMA_3_8B_CTX_2K, "Q4_0"))
 
 
 def _row(out: str, label: str) -> list[str]:

@@ -29,20 +29,13 @@ from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import LLAMA_3_8B_CTX_2K, QWEN3_30B_A3B
 from engine.planning.execution import llama_gpu_layers
 from engine.planning.placement_choice import PlacementChoice, plan_for_choice
 from engine.planning.plan import Plan, PlanFamily, PlanRequest
 from engine.planning.planner import make_plan
 
 GIB = 1 << 30
-MOE = SyntheticSpec(
-    "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
-    n_expert=128, n_expert_used=8, n_ff_expert=768, context_length=40960, vocab_size=151936,
-)  # fmt: skip
-DENSE = SyntheticSpec(
-    "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128256
-)
 ATTENTION, DENSE_FFN, EXPERTS = (
     SubLayerKind.ATTENTION,
     SubLayerKind.DENSE_FFN,
@@ -62,8 +55,10 @@ def models(tmp_path_factory: pytest.TempPathFactory, default_model_file: Path):
     folder = tmp_path_factory.mktemp("plan-words")
     return {
         "default": read_inventory(default_model_file),
-        "dense": read_inventory(write_shape_only_model(folder / "dense.gguf", DENSE, "Q4_0")),
-        "moe": read_inventory(write_shape_only_model(folder / "moe.gguf", MOE, "Q4_0")),
+        "dense": read_inventory(
+            write_shape_only_model(folder / "dense.gguf", LLAMA_3_8B_CTX_2K, "Q4_0")
+        ),
+        "moe": read_inventory(write_shape_only_model(folder / "moe.gguf", QWEN3_30B_A3B, "Q4_0")),
     }
 
 
@@ -105,7 +100,7 @@ def test_a_model_that_fits_is_all_on_the_gpu(plan_of, models) -> None:
 def test_a_dense_model_partly_on_the_gpu_says_how_many_layers_each_side(plan_of) -> None:
     plan = plan_of("dense", 2 * GIB)
     on_gpu = blocks_with(plan, ATTENTION)
-    k, n = len(on_gpu), DENSE.n_layer
+    k, n = len(on_gpu), LLAMA_3_8B_CTX_2K.n_layer
     assert 0 < k < n and blocks_with(plan, DENSE_FFN) == on_gpu  # whole layers
     assert plan.family_for(1) is PlanFamily.STATIC and plan.op_offload_min_batch < n * 1024
     assert plan_in_words(plan) == f"GPU: {k} of {n} layers + KV cache · CPU: {n - k} layers · " + (
@@ -127,7 +122,7 @@ def test_a_dense_model_partly_on_the_gpu_says_how_many_layers_each_side(plan_of)
 
 def test_moe_experts_that_do_not_fit_are_computed_on_the_cpu(plan_of) -> None:
     plan = plan_of("moe", 7 * GIB)
-    n, experts = MOE.n_layer, len(blocks_with(plan, EXPERTS))
+    n, experts = QWEN3_30B_A3B.n_layer, len(blocks_with(plan, EXPERTS))
     assert blocks_with(plan, ATTENTION) == set(range(n)) and 0 < experts < n
     assert plan_in_words(plan) == (
         f"GPU: attention + KV cache of all {n} layers, experts of {experts} of {n} layers · "
@@ -146,7 +141,7 @@ def test_moe_experts_that_do_not_fit_are_computed_on_the_cpu(plan_of) -> None:
 
 def test_a_small_budget_leaves_attention_and_the_head_on_the_cpu_too(plan_of) -> None:
     plan = plan_of("moe", GIB)
-    n, attention = MOE.n_layer, len(blocks_with(plan, ATTENTION))
+    n, attention = QWEN3_30B_A3B.n_layer, len(blocks_with(plan, ATTENTION))
     assert 0 < attention < n and not blocks_with(plan, EXPERTS)
     assert (None, SubLayerKind.OUTPUT_HEAD) not in plan.resident
     assert plan_in_words(plan) == (
@@ -167,7 +162,7 @@ def test_a_backend_that_streams_from_one_token_says_the_weights_cross_pcie(
     plan_of, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = plan_of("dense", 2 * GIB)
-    k, n = len(blocks_with(plan, ATTENTION)), DENSE.n_layer
+    k, n = len(blocks_with(plan, ATTENTION)), LLAMA_3_8B_CTX_2K.n_layer
     monkeypatch.setattr(offload_boundary, "_started_with", 1)  # GGML_OP_OFFLOAD_MIN_BATCH=1
     streamed = next(e for e in plan.tiers[0].others if e.family is PlanFamily.GPU_ONLY)
     assert plan_in_words(plan) == (
@@ -195,9 +190,9 @@ def test_prompts_are_described_with_the_boundary_the_backend_runs(
 def test_a_cpu_plan_says_nothing_is_in_vram_and_why(plan_of) -> None:
     plan = plan_of("moe", 0)
     assert not plan.resident
-    assert plan_in_words(plan) == f"All {MOE.n_layer} layers on the CPU · no VRAM used"
+    assert plan_in_words(plan) == f"All {QWEN3_30B_A3B.n_layer} layers on the CPU · no VRAM used"
     assert plan_details(plan) == [
-        f"Nothing in VRAM: the CPU ({plan.n_threads} threads) computes all {MOE.n_layer} "
+        f"Nothing in VRAM: the CPU ({plan.n_threads} threads) computes all {QWEN3_30B_A3B.n_layer} "
         "layers, and the KV cache is in system RAM.",
         f"Why: {plan.reason}.",
     ]
@@ -207,7 +202,9 @@ def test_a_plan_made_without_the_models_shape_still_counts_its_layers(models, la
     plan = make_plan(models["dense"], laptop, PlanRequest(2 * GIB))
     assert "n_layer" not in plan.extras
     k = len(blocks_with(plan, ATTENTION))
-    assert plan_in_words(plan).startswith(f"GPU: {k} of {DENSE.n_layer} layers + KV cache")
+    assert plan_in_words(plan).startswith(
+        f"GPU: {k} of {LLAMA_3_8B_CTX_2K.n_layer} layers + KV cache"
+    )
 
 
 def test_without_a_plan_the_words_say_it_is_not_profiled() -> None:

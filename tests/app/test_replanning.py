@@ -32,7 +32,7 @@ from engine.machine.profile import Profile
 from engine.model.image_input import ImageFile
 from engine.model.inventory import read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import QWEN25_VL_7B_TEXT
 from engine.planning.execution import load_params_for
 from engine.planning.placement_choice import PlacementChoice, load_params_for_plan, plan_for_choice
 from engine.planning.plan import PlanRequest
@@ -273,11 +273,6 @@ def test_set_placement_needs_a_planned_model(engine, default_model_file: Path) -
 
 
 # --- a projector's encoder and a budget change (issue 14) ---
-
-QWEN25_VL_7B_TEXT = SyntheticSpec(
-    "llama", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, vocab_size=152064,
-    context_length=128000,
-)  # fmt: skip
 
 
 def test_a_budget_change_with_a_projector_leaves_the_encoder_its_room(

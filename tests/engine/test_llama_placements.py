@@ -19,7 +19,7 @@ from engine.model.inventory import (
     read_inventory,
 )
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import LLAMA_3_8B_CTX_2K, QWEN3_30B_A3B
 from engine.planning.execution import load_params_for
 from engine.planning.llama_costing import FIT_MARGIN_BYTES, vram_account_of
 from engine.planning.llama_fit import (
@@ -41,13 +41,6 @@ from engine.planning.vram_account import fixed_vram
 
 GIB = 1 << 30
 MIB = 1 << 20
-MOE_30B = SyntheticSpec(
-    "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
-    n_expert=128, n_expert_used=8, n_ff_expert=768, context_length=40960, vocab_size=151936,
-)  # fmt: skip
-DENSE_8B = SyntheticSpec(
-    "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128256
-)
 # llama.cpp's --n-cpu-moe pattern (common/common.h LLM_FFN_EXPS_REGEX), per block
 EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 
@@ -56,8 +49,10 @@ EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 def models(tmp_path_factory) -> dict[str, ModelInventory]:
     folder = tmp_path_factory.mktemp("shape-only")
     return {
-        "moe": read_inventory(write_shape_only_model(folder / "moe.gguf", MOE_30B, "Q4_0")),
-        "dense": read_inventory(write_shape_only_model(folder / "dense.gguf", DENSE_8B, "F16")),
+        "moe": read_inventory(write_shape_only_model(folder / "moe.gguf", QWEN3_30B_A3B, "Q4_0")),
+        "dense": read_inventory(
+            write_shape_only_model(folder / "dense.gguf", LLAMA_3_8B_CTX_2K, "F16")
+        ),
     }
 
 

@@ -10,7 +10,7 @@ from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import SubLayerKind, read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import LLAMA_3_8B_CTX_2K, QWEN3_30B_A3B
 from engine.planning.cost_model import CostModel
 from engine.planning.llama_placements import layer_offload_baseline
 from engine.planning.plan import (
@@ -24,21 +24,16 @@ from engine.planning.planner import _gpu_plan_at, make_plan
 from engine.planning.prefetch_choice import STAGED_SLOTS
 
 GIB = 1 << 30
-MOE_30B = SyntheticSpec(
-    "qwen3moe", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
-    n_expert=128, n_expert_used=8, n_ff_expert=768, context_length=40960, vocab_size=151936,
-)  # fmt: skip
-DENSE_8B = SyntheticSpec(
-    "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128256
-)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("shape-only")
     return {
-        "moe": read_inventory(write_shape_only_model(folder / "moe.gguf", MOE_30B, "Q4_0")),
-        "dense": read_inventory(write_shape_only_model(folder / "dense.gguf", DENSE_8B, "F16")),
+        "moe": read_inventory(write_shape_only_model(folder / "moe.gguf", QWEN3_30B_A3B, "Q4_0")),
+        "dense": read_inventory(
+            write_shape_only_model(folder / "dense.gguf", LLAMA_3_8B_CTX_2K, "F16")
+        ),
     }
 
 

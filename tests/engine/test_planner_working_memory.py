@@ -17,6 +17,7 @@ from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.synthetic import write_shape_only_model
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import QWEN3_235B_A22B
 from engine.planning.cost_model import CostModel
 from engine.planning.execution import placement_for
 from engine.planning.plan import Plan, PlanFamily, PlanRequest
@@ -26,10 +27,6 @@ from engine.planning.vram_account import compute_bytes
 
 GIB = 1 << 30
 MIB = 1 << 20
-QWEN3_235B = SyntheticSpec(
-    "qwen3moe", n_layer=94, n_embd=4096, n_head=64, n_head_kv=4, head_dim=128, n_ff=12288,
-    n_expert=128, n_expert_used=8, n_ff_expert=1536, vocab_size=151936, context_length=40960,
-)  # fmt: skip
 # small blocks and a 262k vocabulary: the logits of a ubatch, not the weights, fill a budget
 WIDE_VOCAB = SyntheticSpec(
     "llama", n_layer=8, n_embd=1024, n_head=16, n_head_kv=4, n_ff=4096, vocab_size=262144,
@@ -42,7 +39,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelInventory
     folder = tmp_path_factory.mktemp("working-memory")
     return {
         "qwen3-235b": read_inventory(
-            write_shape_only_model(folder / "qwen3-235b.gguf", QWEN3_235B, "Q2_K")
+            write_shape_only_model(folder / "qwen3-235b.gguf", QWEN3_235B_A22B, "Q2_K")
         ),
         "wide-vocab": read_inventory(
             write_shape_only_model(folder / "wide-vocab.gguf", WIDE_VOCAB, "Q4_0")

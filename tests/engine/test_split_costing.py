@@ -13,6 +13,7 @@ from engine.errors import BadInputError
 from engine.machine.described_machines import load_described
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_shape_only_model
+from engine.model.synthetic_specs import QWEN3_30B_A3B
 from engine.planning.machine_split import MachineSplit, RemoteShare
 from engine.planning.split_costing import (
     RPC_STEP_S,
@@ -23,16 +24,14 @@ from engine.planning.split_costing import (
 )
 from engine.remote.link_measure import LinkFigures
 from engine.remote.remote_speed import RemoteSpeed
-from tests.local_hub.repos import QWEN3_30B_A3B
 
 GIB = 2**30
-MOE = replace(QWEN3_30B_A3B, tokenizer_size=None, vocab_size=151_936)  # its shape alone
 
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory: pytest.TempPathFactory) -> ModelInventory:
     folder = tmp_path_factory.mktemp("split-costing")
-    return read_inventory(write_shape_only_model(folder / "moe.gguf", MOE, "Q4_0"))
+    return read_inventory(write_shape_only_model(folder / "moe.gguf", QWEN3_30B_A3B, "Q4_0"))
 
 
 def desktops(ram_gib: float | None = None) -> list[Computer]:

@@ -22,7 +22,7 @@ from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import read_inventory
 from engine.model.synthetic import write_shape_only_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import QWEN25_VL_7B_TEXT
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from engine.planning.vram_account import margin_bytes
@@ -35,10 +35,6 @@ from engine.vision.projector import QWEN25_VL_7B, ProjectorFacts, Resolution, pr
 from tests.shape_only_projector import write_shape_only_projector
 
 GIB, MIB = 1 << 30, 1 << 20
-QWEN25_VL_7B_TEXT = SyntheticSpec(
-    "llama", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, vocab_size=152064,
-    context_length=128000,
-)  # fmt: skip
 GEMMA3_LIKE = ProjectorFacts(
     projector_type="gemma3", width=1152, n_layer=27, n_head=16, ffn=4304, patch_size=14,
     merge=4, image_size=896, out_dim=3584, weights_bytes=851_000_000,

@@ -22,22 +22,12 @@ from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.model.synthetic import write_synthetic_model
-from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import SMALL_DENSE, SMALL_MOE
 from engine.planning.vram_account import margin_floor_for
 
 LAVAPIPE_NAME = "llvmpipe (lavapipe, described laptop speeds)"
 LAVAPIPE_HEAP = 2 * 1024**3
 VULKAN_ENV = ("GGML_VK_VISIBLE_DEVICES", "GGML_VK_DISABLE_F16", "GGML_VK_DISABLE_COOPMAT")
-
-# Big enough that 64 and 128 MiB budgets hold part of them, small enough for lavapipe.
-DENSE = SyntheticSpec(
-    "llama", n_layer=12, n_embd=768, n_head=12, n_head_kv=4, n_ff=2048,
-    vocab_size=4096, context_length=4096,
-)  # fmt: skip
-MOE = SyntheticSpec(
-    "qwen3moe", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_expert=8,
-    n_expert_used=2, n_ff_expert=512, vocab_size=4096, context_length=4096,
-)  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -80,5 +70,5 @@ def gpu_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelInven
     folder = tmp_path_factory.mktemp("gpu-models")
     return {
         name: read_inventory(write_synthetic_model(folder / f"{name}.gguf", spec, "Q8_0"))
-        for name, spec in (("dense", DENSE), ("moe", MOE))
+        for name, spec in (("dense", SMALL_DENSE), ("moe", SMALL_MOE))
     }

@@ -10,11 +10,10 @@ Not a pytest plugin: benchmarks import it with ``sys.path.insert(0, "tests")``.
 """
 
 from .files import GgufHeader, GgufHeaderError, HubFile, read_gguf_header
-from .repos import QWEN3_30B_A3B, TEST_TOKEN, TestRepos, publish_test_repos, qwen3_header
+from .repos import TEST_TOKEN, TestRepos, publish_test_repos, qwen3_header
 from .server import Faults, LocalHub, RequestRecord
 
 __all__ = [
-    "QWEN3_30B_A3B",
     "TEST_TOKEN",
     "Faults",
     "GgufHeader",

@@ -42,6 +42,7 @@ from gguf.quants import quant_shape_to_byte_shape, quantize
 
 from engine.model.synthetic import shape_only_header, write_synthetic_model
 from engine.model.synthetic_spec import SyntheticSpec
+from engine.model.synthetic_specs import QWEN3_30B_A3B_FULL_TOKENIZER
 from tests.synthetic_vision import (
     ProjectorSpec,
     language_model_for,
@@ -60,21 +61,6 @@ QWEN3_MOE = f"{OWNER}/Qwen3-30B-A3B-GGUF"
 GATED = f"{OWNER}/Gated-GGUF"
 BROKEN = f"{OWNER}/Broken-GGUF"
 
-# Qwen3-30B-A3B as its config.json describes it (tie_word_embeddings false).
-QWEN3_30B_A3B = SyntheticSpec(
-    "qwen3moe",
-    n_layer=48,
-    n_embd=2048,
-    n_head=32,
-    n_head_kv=4,
-    head_dim=128,
-    n_ff=6144,
-    n_expert=128,
-    n_expert_used=8,
-    n_ff_expert=768,
-    context_length=40960,
-    tokenizer_size=151_936,
-)
 QWEN3_QUANTS = ("Q4_K_M", "Q8_0", "Q2_K")
 _QType = gguf.GGMLQuantizationType
 _Q8_0 = gguf.GGMLQuantizationType.Q8_0
@@ -283,8 +269,8 @@ def qwen3_header(quant: str, folder: Path | None = None) -> tuple[bytes, int]:
 
 @cache
 def _qwen3_header(quant: str) -> tuple[bytes, int]:
-    base, tensor_types = _llama_quant_mix(quant, QWEN3_30B_A3B.n_layer)
-    return shape_only_header(QWEN3_30B_A3B, base, tensor_types, file_type=quant)
+    base, tensor_types = _llama_quant_mix(quant, QWEN3_30B_A3B_FULL_TOKENIZER.n_layer)
+    return shape_only_header(QWEN3_30B_A3B_FULL_TOKENIZER, base, tensor_types, file_type=quant)
 
 
 def _llama_quant_mix(quant: str, n_layer: int) -> tuple[str, list[tuple[str, str]]]:
