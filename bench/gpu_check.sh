@@ -20,12 +20,14 @@ models=/tmp/shardchat-gpu-models
 mkdir -p "$out" "$models"
 exec > >(tee "$out/log.txt") 2>&1
 started=$SECONDS
+# the wheels are the device's (Python 3.12), also where this Python is another
+wheels_for="--python-version 3.12 --implementation cp --only-binary=:all:"
 
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   test -f .gpu/llama_cpp.tar.xz || { echo "gpu_check: no .gpu/ bundle: make gpu-bundle here first"; exit 2; }
   rm -rf /tmp/gpu /tmp/site && mkdir -p /tmp/gpu /tmp/site
   tar -xJf .gpu/llama_cpp.tar.xz -C /tmp/gpu
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile $wheels_for --target /tmp/site .gpu/*.whl
   cuda_libs=$(python3 - <<'PY'
 import glob, os
 import nvidia
@@ -50,7 +52,7 @@ else
   if test -f .gpu/llama_cpp.tar.xz; then  # the bundle's package and wheels import
     rm -rf /tmp/gpu-bundle && mkdir -p /tmp/gpu-bundle/lib /tmp/gpu-bundle/site
     tar -xJf .gpu/llama_cpp.tar.xz -C /tmp/gpu-bundle/lib
-    $py -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-bundle/site .gpu/*.whl
+    $py -m pip install -q --no-index --no-deps --no-compile $wheels_for --target /tmp/gpu-bundle/site .gpu/*.whl
     PYTHONPATH="/tmp/gpu-bundle/lib:/tmp/gpu-bundle/site:$PWD" $py -c \
       "import llama_cpp, gguf, engine.planning.planner; print('bundle imports:', llama_cpp.__file__)"
   fi
