@@ -42,7 +42,7 @@ PORTABLE_WHEELS := .cache/wheels-portable
 PORTABLE_WHEEL_STAMP := $(PORTABLE_WHEELS)/.llama-cpp-python-$(LLAMA_VERSION)-portable
 PORTABLE_INSTALLED := $(PORTABLE_VENV)/.installed
 
-.PHONY: run test test-gpu lint format bench bench-build screenshots clean distclean
+.PHONY: run test test-gpu lint format docs bench bench-build screenshots clean distclean
 .PHONY: installer installer-test installer-clean windows test-windows
 
 # Where NVML or nvidia-smi shows an NVIDIA GPU and the CUDA module is missing, it is built
@@ -98,6 +98,7 @@ test: $(INSTALLED) $(LAVAPIPE) $(SSHD)
 	$(VENV)/bin/ruff format --no-cache --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(MKDOCS_BUILD)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not gpu and not serial" -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "serial and not gpu"
 
@@ -155,6 +156,14 @@ lint: $(INSTALLED)
 format: $(INSTALLED)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The documentation site (mkdocs.yml, docs/), built strictly: a broken link, a missing page,
+# an unknown anchor or a page left out of the nav fails it. `make test` runs the same build.
+# NO_MKDOCS_2_WARNING silences Material's end-of-life banner, which is not a warning of ours.
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir .cache/site
+
+docs: $(INSTALLED)
+	$(MKDOCS_BUILD)
 
 bench: $(INSTALLED)
 	$(PY) bench/runtime_overhead.py
@@ -249,7 +258,7 @@ $(LLAMA_WHEEL_STAMP): $(LLAMA_PATCHES) installer/llama_wheel.py | $(PY)
 
 $(INSTALLED): pyproject.toml $(LLAMA_WHEEL_STAMP) | $(PY)
 	$(PIP) install --force-reinstall --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
-	$(PIP) install --find-links $(WHEELS) -e '.[test,dev]'
+	$(PIP) install --find-links $(WHEELS) -e '.[test,dev,docs]'
 	touch $@
 
 clean:

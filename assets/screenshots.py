@@ -8,7 +8,7 @@ shape-true Qwen3-30B-A3B; the picture says so in its title. The image
 question runs a tiny synthetic Gemma 3 model and projector (random weights: the
 image path is real, the answer is noise, and the title says so).
 
-    make screenshots        (writes assets/screenshots/*.png)
+    make screenshots        (writes docs/assets/screenshots/*.png, shown by README and docs)
     .venv/bin/python assets/screenshots.py image_question    (one picture)
 """
 
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "screenshots"
+OUT = Path(__file__).resolve().parents[1] / "docs" / "assets" / "screenshots"
 PROMPTS = (
     "Write a Python function that reverses a string, in a code block.",
     "Now list three ways to test it.",

@@ -1,8 +1,8 @@
 """The folder bench/gpu_check.sh carries to a lent NVIDIA machine, packed here (at most 64 MiB).
 
 That machine has Python 3.12 with numpy, psutil, nvidia-ml-py, jinja2 and the CUDA 13
-runtime as pip packages, no llama-cpp-python and no network (../shared/gpu/README.md
-says so, and the script checks on arrival). This packs:
+runtime as pip packages, no llama-cpp-python and no network (as the workplace
+describes it; the script prints what it finds). This packs:
 - llama_cpp.tar.xz: the installed llama-cpp-python package with the libraries a CUDA
   run needs: libllama, ggml, the CPU variants, and ggml's CUDA module built from the
   same patched sources (installer/cuda_module.py build --archs 90 --into DIR); not

@@ -29,7 +29,7 @@ LAVAPIPE = {
     "GGML_VK_DISABLE_F16": "1",
     "GGML_VK_DISABLE_COOPMAT": "1",
 }
-# kept with the build; assets/screenshots/main-window-windows.png is a copy of one
+# kept with the build; docs/assets/screenshots/main-window-windows.png is a copy of one
 SCREENSHOT = ROOT / "dist" / "windows-window.png"
 
 
