@@ -163,7 +163,8 @@ class Scheduler:
         self.context.forget(seq_id)
         self._held[seq_id], self._end[seq_id] = [], 0
         try:
-            self._make_room(len(tokens), seq_id, None)
+            if seq_id != CONVERSATION:  # the conversation has its own window, not the pool's
+                self._make_room(len(tokens), seq_id, None)
         except NoRoom:
             return False
         for start in range(0, len(tokens), self.context.n_batch):

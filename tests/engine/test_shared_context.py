@@ -213,3 +213,18 @@ def test_a_context_is_reshaped_only_between_streams_and_a_refused_shape_leaves_i
         assert again.generated == running.generated
     finally:
         small.close()
+
+
+def test_the_conversations_prefill_uses_its_own_window_not_the_pool(
+    default_model_file: Path,
+) -> None:
+    """A context without a pool still takes a prompt opening into the conversation's own
+    window (the GPU tier's node check decodes that way); the pool's sequences have none."""
+    params = LoadParams(str(default_model_file), n_ctx=256, n_threads=1, n_parallel=1)
+    alone = load_model(params.with_changes(n_ctx_shared=0))
+    try:
+        tokens = tuple(prompt(alone, "Hello"))
+        assert alone.scheduler.prefill(CONVERSATION, tokens, abort=lambda: False)
+        assert not alone.scheduler.prefill(1, tokens, abort=lambda: False)
+    finally:
+        alone.close()
