@@ -43,7 +43,9 @@ from engine.runtime.prompt_timing import PromptTiming, time_prompt
 MIB = 1024 * 1024
 ROOT = Path(__file__).resolve().parent.parent
 LAVAPIPE_PROFILE = ROOT / "tests" / "data" / "profile-lavapipe-fast.json"
-SMALL_DENSE = SyntheticSpec(
+# small enough for lavapipe at 8,192 tokens, with the context for them
+# (not synthetic_specs.SMALL_DENSE)
+LONG_PROMPT_DENSE = SyntheticSpec(
     "llama", n_layer=6, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536, vocab_size=4096,
     context_length=16384,
 )  # fmt: skip
@@ -82,7 +84,8 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
-        path = args.model or write_synthetic_model(Path(folder) / "dense.gguf", SMALL_DENSE, "Q8_0")
+        written = Path(folder) / "dense.gguf"
+        path = args.model or write_synthetic_model(written, LONG_PROMPT_DENSE, "Q8_0")
         inventory = read_inventory(path)
         profile = load_profile(args.profile)
         request = PlanRequest(args.vram_mib * MIB, n_ctx=max(args.sizes) + 64)

@@ -20,9 +20,8 @@ class PromptTiming:
     prompt_tokens_per_s: float
     decode_tokens_per_s: float
     staging_line: str  # llama.cpp's "prefetch staging buffer" line, "" without slots
-    allocated: DeviceBuffers = field(
-        default_factory=DeviceBuffers
-    )  # llama.cpp's own buffer lines at the load
+    # llama.cpp's own buffer lines at the load (what the budget holds, by its own report)
+    allocated: DeviceBuffers = field(default_factory=DeviceBuffers)
 
 
 def time_prompt(
