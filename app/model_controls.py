@@ -33,7 +33,7 @@ from app.events import (
     PromptFormatChosen,
 )
 from app.model_lifecycle.load_planning import ContextShape, LoadRequest, PlannedLoad
-from app.model_lifecycle.resident_model import ResidentModel
+from app.model_lifecycle.resident_model import Replanned, ResidentModel
 from app.stores.model_library import prompt_format_for
 from app.stores.stored_history import StoredHistory
 from engine.errors import BadInputError
@@ -114,15 +114,8 @@ class ModelControls:
         model = self._resident.require()
         self._api.loaded(model)
         self._session = ChatSession(model, history=self._session.messages if self._session else [])
-        if outcome is not None:
-            plan = outcome.plan
-            self._emit(
-                PlanChanged(
-                    0, plan.request.vram_budget_bytes, outcome.reloaded, plan.reason,
-                    plan.predicted_decode_tokens_per_s, plan.predicted_ttft_s,
-                    plan.n_gpu_layers, plan, outcome.planner_plan,
-                )
-            )  # fmt: skip
+        if outcome is not None:  # request 0: the engine re-planned by itself
+            self._plan_changed(0, outcome.plan.request.vram_budget_bytes, outcome)
 
     def _load(self, entry: Queued) -> None:
         request: LoadModel = entry.request  # type: ignore[assignment]
@@ -206,6 +199,9 @@ class ModelControls:
             self._api.loaded(self._resident.require())
         if outcome.fell_back is not None:
             self._emit(PlacementFellBack(request_id, outcome.wanted, outcome.fell_back))
+        self._plan_changed(request_id, budget_bytes, outcome)
+
+    def _plan_changed(self, request_id: int, budget_bytes: int, outcome: Replanned) -> None:
         plan = outcome.plan
         self._emit(
             PlanChanged(
