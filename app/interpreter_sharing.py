@@ -9,7 +9,7 @@ took 3.5 s beside a thread running Python (`bench/load_beside_python.py`); at 0.
 takes 0.24 s. A short interval costs nothing while no other thread waits.
 
 A window started on a profiled machine shortens it to 10 us as soon as its model's load
-is queued (app.early_engine): the load's lines then come while Qt is imported and the
+is queued (app.engine_host.early_engine): the load's lines then come while Qt is imported and the
 window laid out, Python all the way, and each waited for it. Side by side (medians of
 9-11 launches, alternating) the window was ready 35-40 ms sooner at 0.1 ms than at 5,
 and another 15-25 ms sooner at 10 us; the window's imports were not slower. Once the

@@ -160,8 +160,8 @@ def image_question() -> Path:
     from app.stores.model_library import ModelLibrary
     from engine.generation.sampling import SamplingSettings
     from tests.synthetic_vision import write_synthetic_vlm
+    from ui.conversation.image_attachments import load_image_file
     from ui.desktop import Desktop
-    from ui.image_attachments import load_image_file
 
     os.environ["SHARDCHAT_HOME"] = tempfile.mkdtemp(prefix="shardchat-image-")
     folder = Path(tempfile.mkdtemp(prefix="shardchat-vlm-"))
@@ -208,7 +208,7 @@ def vram_panel() -> Path:
     from engine.model.synthetic import write_shape_only_model
     from engine.planning.plan import PlanRequest
     from engine.planning.planner import make_plan
-    from ui.vram_panel import VramPanel
+    from ui.vram.vram_panel import VramPanel
 
     spec, quant = MODELS["Qwen3-30B-A3B Q4_0"]
     with tempfile.TemporaryDirectory() as folder:
@@ -233,7 +233,7 @@ def model_manager() -> Path:
     from app.stores.model_library import ModelLibrary
     from engine.model.synthetic import write_synthetic_model
     from engine.model.synthetic_spec import SyntheticSpec
-    from ui.model_manager import ModelManager
+    from ui.models.model_manager import ModelManager
 
     folder = Path(os.environ["SHARDCHAT_HOME"]) / "models"
     folder.mkdir(parents=True, exist_ok=True)
@@ -253,7 +253,7 @@ def model_manager() -> Path:
 def wizard() -> Path:
     """The results page after a real fast profile of this machine (stored: the window plans)."""
     from engine.machine.profile import ProfileMode
-    from ui.profile_wizard import RESULTS_PAGE, ProfileWizard
+    from ui.profiling.profile_wizard import RESULTS_PAGE, ProfileWizard
 
     dressed("dark")  # LM Studio's default; the app follows the system
     wizard = ProfileWizard(mode=ProfileMode.FAST)

@@ -78,8 +78,8 @@ class Engine:
     def __init__(self, threads: int, clients: int) -> None:
         from app.api.server import ApiServer
         from app.api.server_config import ServerConfig
-        from app.events import ModelLoaded
-        from app.worker import EngineWorker
+        from app.engine_host.events import ModelLoaded
+        from app.engine_host.worker import EngineWorker
         from engine.model.default_model import default_model_path
 
         self.events: queue.Queue = queue.Queue()
@@ -105,7 +105,7 @@ class Engine:
         self._gui_id = -1
 
     def _on_event(self, event: object) -> None:
-        from app.events import JobProgressed, TokenStreamed
+        from app.engine_host.events import JobProgressed, TokenStreamed
 
         now = time.perf_counter()
         if isinstance(event, TokenStreamed) and event.request_id == self._gui_id:
@@ -115,7 +115,7 @@ class Engine:
         self.events.put(event)
 
     def wait(self, request_id: int) -> object:
-        from app.events import RequestFailed
+        from app.engine_host.events import RequestFailed
 
         while True:
             event = self.events.get(timeout=900)

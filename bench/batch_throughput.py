@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.commands.plan_command import load_profile_for_planning
+from app.cli.commands.plan_command import load_profile_for_planning
 from engine.batch.generator import (
     BatchGenerator,
     BatchRequest,

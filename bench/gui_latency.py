@@ -175,7 +175,7 @@ def measure(model: str | None, tokens: int, profile, conversations: dict[int, in
 
 def open_conversation(window, conversation_id: int) -> None:  # noqa: ANN001 - MainWindow
     """Click it in the list, as a person would."""
-    from ui.main_window import CONVERSATION_ID
+    from ui.window.main_window import CONVERSATION_ID
 
     for row in range(window.conversations.count()):
         item = window.conversations.item(row)

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from app.commands.plan_command import load_profile_for_planning
+from app.cli.commands.plan_command import load_profile_for_planning
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams

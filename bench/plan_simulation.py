@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.commands.plan_command import load_profile_for_planning
+from app.cli.commands.plan_command import load_profile_for_planning
 from engine.machine.profile import Profile
 from engine.model.inventory import ModelInventory, SubLayerKind, read_inventory
 from engine.model.synthetic import write_shape_only_model

@@ -16,7 +16,7 @@ model load and the work, not Python's start-up.
 Last figures (2-core machine, load average 6-8, default model; "clean" = 130 with
 the summaries finished kept and how to resume, or 0 for one signal to serve):
 summarize Ctrl-C once 50/50 clean, twice 50/50 + 15/15, Ctrl-C in its first 3 s
-49/50 (one traceback: the Ctrl-C landed in app.cli building its argument parser,
+49/50 (one traceback: the Ctrl-C landed in app.cli.main building its argument parser,
 before any command runs); serve SIGTERM once 50/50, SIGTERM twice 15/15, Ctrl-C
 twice 15/15. Before the fix (4 each): summarize Ctrl-C once 4 crashes (3 SIGSEGV,
 1 SIGABRT), twice 8/8 crashes, in its first 3 s 3 crashes and a hang, SIGTERM

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.commands.plan_command import load_profile_for_planning
+from app.cli.commands.plan_command import load_profile_for_planning
 from app.screen_text.units import parse_size
 from engine.model.inventory import read_inventory
 from engine.model.synthetic import write_shape_only_model

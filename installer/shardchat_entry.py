@@ -6,8 +6,8 @@
 - `-m MODULE ARGS`: one of the app's own child processes, which it starts as
   `sys.executable -m MODULE` (in the bundle `sys.executable` is this program, not a
   Python interpreter): a profiling child (`engine.child_process REQUEST ANSWER`), the
-  window's engine for a model split onto lent computers (`app.child_engine_process FD`)
-  and the chat of `shardchat chat --lent` (`app.cli chat ...`).
+  window's engine for a model split onto lent computers (`app.engine_host.child_engine_process FD`)
+  and the chat of `shardchat chat --lent` (`app.cli.main chat ...`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-CHILD_MODULES = ("engine.child_process", "app.child_engine_process", "app.cli")
+CHILD_MODULES = ("engine.child_process", "app.engine_host.child_engine_process", "app.cli.main")
 
 
 def main() -> int:
@@ -24,7 +24,7 @@ def main() -> int:
         sys.argv = [sys.argv[0], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return 0  # the module exits through sys.exit; this is not reached
-    from app.cli import main as cli_main
+    from app.cli.main import main as cli_main
 
     return cli_main(argv or ["gui"])
 

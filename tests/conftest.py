@@ -82,7 +82,7 @@ def shardchat(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     run). Output is captured at the file descriptors, so what llama.cpp wrote to stderr
     itself is seen as a user would see it. Tests of what only a process shows (a terminal,
     a signal, a crash, a fresh interpreter's imports) start `shardchat` themselves."""
-    from app.cli import main
+    from app.cli.main import main
 
     def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         capfd.readouterr()  # what came before this run is not its output

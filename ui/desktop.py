@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QIcon
 
-from app.early_engine import EarlyEngine
-from app.engine_router import EngineRouter
+from app.engine_host.early_engine import EarlyEngine
+from app.engine_host.engine_router import EngineRouter
 from app.model_lifecycle.load_planning import LoadRequest, stored_profile
 from app.screen_text.model_choices import picker_entries
 from app.screen_text.server_view import ServerView, status_text
@@ -26,24 +26,24 @@ from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.machine.profile import Profile
 from engine.model.default_model import default_model_path
-from ui.batch_controller import BatchController
-from ui.chat_controller import ChatController
+from ui.chat.chat_controller import ChatController
+from ui.conversation.image_attachments import load_image_file
+from ui.conversation.message_html import warm_up
 from ui.engine_bridge import EngineBridge
-from ui.image_attachments import load_image_file
-from ui.lent_computers_controller import LentComputersController
-from ui.main_window import MainWindow
-from ui.message_html import warm_up
+from ui.lent.lent_computers_controller import LentComputersController
 from ui.model_drop import GgufDropFilter
-from ui.server_controller import ServerController
-from ui.sharing_controller import SharingController
+from ui.server.server_controller import ServerController
+from ui.server.sharing_controller import SharingController
+from ui.summaries.batch_controller import BatchController
 from ui.theme import DARK, LIGHT, ThemeManager, theme_menu
-from ui.vram_controller import GpuReader, VramController, read_first_gpu
+from ui.vram.vram_controller import GpuReader, VramController, read_first_gpu
+from ui.window.main_window import MainWindow
 from ui.window_state import WindowState
 
 if TYPE_CHECKING:  # the Hub's client comes with them: imported when first opened
-    from ui.discover_page import DiscoverJobs
-    from ui.model_manager import ModelManager
-    from ui.profile_wizard import ProfileWizard
+    from ui.models.discover_page import DiscoverJobs
+    from ui.models.model_manager import ModelManager
+    from ui.profiling.profile_wizard import ProfileWizard
 
 ICON = Path(__file__).resolve().parent.parent / "assets" / "shardchat.svg"
 STATUS_MS = 6000
@@ -62,7 +62,8 @@ class Desktop:
     ) -> None:
         """`theme` is the app's (run_gui applies it); without one the window follows a
         manager of its own that restyles nothing but the conversation. `early`: the engine,
-        already loading the model (app.early_engine), taken over instead of starting one."""
+        already loading the model (app.engine_host.early_engine), taken over instead of
+        starting one."""
         self.bridge = EngineBridge()
         self._early = early
         self.worker = early.engine if early is not None else EngineRouter(self.bridge).start()
@@ -161,7 +162,7 @@ class Desktop:
         dialog; made when first needed, so the window opens without the Hub's client."""
         if self._discover is None:
             from app.hub.discover_model import DiscoverModel
-            from ui.discover_page import DiscoverJobs
+            from ui.models.discover_page import DiscoverJobs
 
             model = DiscoverModel(*self._discover_inputs)
             self._discover = DiscoverJobs(model, parent=self.window)
@@ -178,7 +179,7 @@ class Desktop:
     def open_models(self) -> ModelManager:
         """Tools → Models: the model manager beside the chat; "Load now" switches models.
         Its Discover tab predicts with the profile, budget and context loads use now."""
-        from ui.model_manager import ModelManager  # with Discover's: when first opened
+        from ui.models.model_manager import ModelManager  # with Discover's: when first opened
 
         self.discover.use_machine(*self.chat.planning_inputs())
         manager = ModelManager(self.models, parent=self.window, discover=self.discover)
@@ -204,7 +205,7 @@ class Desktop:
 
     def profile_again(self) -> ProfileWizard:
         """Tools → Profile this machine: the wizard, beside the chat; its result re-plans."""
-        from ui.profile_wizard import ProfileWizard  # its pages: when first opened
+        from ui.profiling.profile_wizard import ProfileWizard  # its pages: when first opened
 
         wizard = ProfileWizard(parent=self.window)
         wizard.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from app.events import (
+from app.engine_host.events import (
     ConversationStarted,
     EngineEvent,
     EngineLost,

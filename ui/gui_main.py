@@ -4,7 +4,7 @@ The Qt event loop is driven by qasync, so panels can use asyncio (timers, file
 work) on the GUI thread without blocking it.
 
 On a machine profiled already, `shardchat gui` has started the engine with the model's
-load queued before Qt was imported (app.early_engine): the window takes it over, and
+load queued before Qt was imported (app.engine_host.early_engine): the window takes it over, and
 the load's C part runs while Qt is imported and the window built. On a first launch,
 probing the hardware (25 ms here, 0.14 s with lavapipe's Vulkan driver to start; more
 with GPU drivers to ask) and reading the built-in model's inventory (25-35 ms) run on a
@@ -28,7 +28,7 @@ import qasync
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QDialog
 
-from app.early_engine import EarlyEngine
+from app.engine_host.early_engine import EarlyEngine
 from app.interpreter_sharing import share_the_interpreter_quickly
 from app.model_lifecycle.load_planning import stored_profile
 from app.profiling_job import needs_profiling
@@ -83,7 +83,9 @@ def run_gui(
     wizard_choice: str | None = None
     suggested_download: tuple[str, str] | None = None  # a Hub model the wizard suggested
     if needs_profiling(hardware):
-        from ui.profile_wizard import ProfileWizard  # a first launch only: its pages, the Hub
+        from ui.profiling.profile_wizard import (
+            ProfileWizard,  # a first launch only: its pages, the Hub
+        )
 
         wizard = ProfileWizard(hardware)
         if exit_when_ready:
@@ -185,9 +187,10 @@ def _quit_when_loaded(app: QApplication, desktop: Desktop, exit_code: list[int])
 
     def quit_soon() -> None:
         """Leave the event loop from the loop itself, never inside the signal that asked
-        (the engine's held events reach `loaded` under their lock: app.early_engine), and
-        with exit(), not quit(): quit() first asks every window to close, which Qt under
-        Wine's offscreen platform never finishes. The window is closed after the loop."""
+        (the engine's held events reach `loaded` under their lock:
+        app.engine_host.early_engine), and with exit(), not quit(): quit() first asks every
+        window to close, which Qt under Wine's offscreen platform never finishes. The window
+        is closed after the loop."""
         QTimer.singleShot(0, lambda: app.exit(exit_code[0]))
 
     def finish() -> None:

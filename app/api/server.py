@@ -58,8 +58,8 @@ from engine.generation.prompt_pieces import prompt_fits
 
 
 class ApiEngine(Protocol):
-    """What the server needs of the engine worker (app.worker.EngineWorker): the API's side
-    of the loaded model, a way in for a prepared request, and a way to end them all."""
+    """What the server needs of the engine worker (app.engine_host.worker.EngineWorker): the
+    API's side of the loaded model, a way in for a prepared request, and a way to end them all."""
 
     api: ApiStreams
 

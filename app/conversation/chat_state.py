@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from app.conversation.message_row import MessageRow
 from app.conversation.model_status import ModelStatus
-from app.events import ReplyFinished
+from app.engine_host.events import ReplyFinished
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
 from app.stores.stored_history import StoredHistory

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.chat_export import speaker
+from app.conversation.chat_export import speaker
 
 
 @dataclass(frozen=True)

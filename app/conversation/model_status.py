@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.events import ModelLoaded, PromptFormatChosen, RequestFailed
+from app.engine_host.events import ModelLoaded, PromptFormatChosen, RequestFailed
 from app.model_lifecycle.load_planning import LoadRequest, PlannedLoad
 from engine.machine.profile import Profile
 from engine.model.prompt_format import COMPLETION

@@ -1,7 +1,7 @@
 """The Discover page's state, without Qt: the search, the repository shown, how fast each
 of its quants would run here, and the downloads.
 
-The page (ui.discover_page) renders this object and its worker threads feed it;
+The page (ui.models.discover_page) renders this object and its worker threads feed it;
 nothing here touches the network, SQLite or Qt, so everything the page decides
 is tested as plain Python. Each change names what changed (`Change`) to the
 listeners, so a view redraws only its part: a download's progress, ten times a

@@ -8,7 +8,7 @@ finds the unfinished job for that model or makes one (a second request for a job
 this process is running joins it), and `run` fetches what is missing, verifies
 it, adds the model to the model list with its projector, and reports progress
 through a plain callback. No Qt: the page wraps these calls in its worker
-threads and signals (ui.discover_jobs), the CLI calls them in order.
+threads and signals (ui.models.discover_jobs), the CLI calls them in order.
 
 The Hub calls take a `Catalogue` from the caller: huggingface_hub's client is
 one per thread, and the page makes a fresh one per worker call so a token kept

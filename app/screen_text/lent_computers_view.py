@@ -67,7 +67,7 @@ def listed(
 def with_split(
     view: LentComputersView, model_name: str, said: str, running: bool = False
 ) -> LentComputersView:
-    """The loaded model's split over these computers (`said`: app.lent_split's line):
+    """The loaded model's split over these computers (`said`: app.lent.split's line):
     `running` when it runs so now, else what it would run as."""
     if not said:
         return replace(view, split="")

@@ -61,7 +61,7 @@ class _Layout:
 
 def split_in_words(split: str) -> str:
     """The status bar's line for a model split across lent computers: its split as
-    app.lent_split said it (where llama.cpp put the weights is the VRAM panel's)."""
+    app.lent.split said it (where llama.cpp put the weights is the VRAM panel's)."""
     line = split.split(" · ", 1)[0]
     return line[:1].upper() + line[1:]
 

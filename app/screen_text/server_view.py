@@ -1,7 +1,7 @@
 """What the window's Local API server panel and its status bar label say, as plain values.
 
 The window can run app.api.server itself, on the model it has loaded. The panel
-renders a `ServerView`; the controller (ui.server_controller) moves it from phase
+renders a `ServerView`; the controller (ui.server.server_controller) moves it from phase
 to phase (off → starting → on → stopping → off) with the functions below and
 hands it back. The words (the address to copy, the line for a client's settings,
 why the key is needed, why it is off) are decided here, where they can be tested

@@ -1,6 +1,6 @@
 """What the window's Share panel says, as plain values: lending this computer to others.
 
-The panel renders a `SharingView`; ui.sharing_controller moves it from phase to phase
+The panel renders a `SharingView`; ui.server.sharing_controller moves it from phase to phase
 (off → starting → on → stopping → off). The words (what is lent, how the other
 computer reaches it, why it is off) are decided here, where they are tested
 without a window. The window lends on 127.0.0.1 only: the other computer comes in

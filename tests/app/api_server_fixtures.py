@@ -12,7 +12,7 @@ import openai
 
 from app.api.server import ApiServer
 from app.api.server_config import ServerConfig
-from app.events import (
+from app.engine_host.events import (
     ConversationStarted,
     EngineEvent,
     JobFinished,
@@ -20,8 +20,8 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
+from app.engine_host.worker import EngineWorker
 from app.model_lifecycle.load_planning import ContextShape, LoadRequest
-from app.worker import EngineWorker
 from engine.machine.profile import Profile
 
 FINAL = (ReplyFinished, JobFinished, RequestFailed, ConversationStarted)

@@ -3,7 +3,7 @@
 Starting `shardchat` costs 2.4 s of CPU (5-6 s on a busy 2-core machine), nearly
 all of it importing; a stopping test needs dozens of processes. So one helper
 process imports the CLI once and forks a child per run: each child runs
-`app.cli.main(argv)` with its own stdout, stderr and environment, then leaves
+`app.cli.main.main(argv)` with its own stdout, stderr and environment, then leaves
 through `sys.exit` as the console script does, so Python's finalisers run as
 they would (the crash this hunts for happened there). The helper is single-threaded
 when it forks. It reports each child's pid, and its exit status when asked
@@ -21,7 +21,7 @@ from pathlib import Path
 
 _HELPER = r"""
 import json, os, signal, sys, time
-import app.cli
+import app.cli.main
 
 def child(run):
     for fd, name in ((0, os.devnull), (1, run["stdout"]), (2, run["stderr"])):
@@ -30,7 +30,7 @@ def child(run):
         os.close(target)
     os.environ.update(run["env"])
     sys.argv = ["shardchat", *run["argv"]]
-    sys.exit(app.cli.main(run["argv"]))
+    sys.exit(app.cli.main.main(run["argv"]))
 
 print("ready", flush=True)
 for line in sys.stdin:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from api_server_fixtures import Serving, start_serving
 
-from app.events import JobFinished, JobProgressed, ReplyFinished
+from app.engine_host.events import JobFinished, JobProgressed, ReplyFinished
 from app.summaries.summary_job import SummarySettings
 from engine.generation.sampling import GREEDY
 from engine.machine.profile import Profile

@@ -19,7 +19,7 @@ from api_server_fixtures import LogWatch, Serving, start_serving
 
 from app.api.server import ApiServer, ServerStartError
 from app.api.server_config import ServerConfig
-from app.cli import main
+from app.cli.main import main
 from app.stores.model_library import ModelLibrary
 from engine.errors import BadInputError
 

@@ -14,7 +14,7 @@ import pytest
 from cli_run import CliRun
 
 from app.conversation.model_status import BASE_MODEL_NOTE, ModelStatus
-from app.events import ModelLoaded, PromptFormatChosen
+from app.engine_host.events import ModelLoaded, PromptFormatChosen
 from app.model_lifecycle.load_planning import LoadRequest
 from app.screen_text.model_summary import summarize
 from app.stores.model_library import ModelLibrary

@@ -12,8 +12,8 @@ import pytest
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from app.chat_export import conversation_markdown, export_conversation
-from app.cli import main
+from app.cli.main import main
+from app.conversation.chat_export import conversation_markdown, export_conversation
 from app.stores.chat_store import ChatStore
 from engine.errors import BadInputError
 from engine.model.image_input import ImageFile

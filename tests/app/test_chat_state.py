@@ -18,7 +18,7 @@ from app.conversation.chat_state import (
     ChatState,
 )
 from app.conversation.model_status import LOADING_LABEL, NO_MODEL_LABEL, ModelStatus
-from app.events import ModelLoaded, ReplyFinished, RequestFailed
+from app.engine_host.events import ModelLoaded, ReplyFinished, RequestFailed
 from app.model_lifecycle.load_planning import LoadRequest
 from app.stores.chat_store import ChatStore
 from engine.generation.sampling import SamplingSettings

@@ -1,6 +1,6 @@
 """Parsing a command line imports nothing heavy: `--help`, `--version`, a usage error and
 `shardchat chats` answer without llama.cpp, Qt, the Hub's client, aiohttp or numpy, each
-of which only the command that needs it imports (app.command_line.run_later)."""
+of which only the command that needs it imports (app.cli.arguments.run_later)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("llama_cpp", "PySide6", "huggingface_hub", "aiohttp", "numpy", "gguf")
 IMPORTED_BY = """
 import json, sys
-from app.cli import main
+from app.cli.main import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exc:

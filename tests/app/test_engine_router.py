@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from app.engine_router import SPLIT_PLACEMENT, EngineRouter
-from app.events import (
+from app.engine_host.engine_router import SPLIT_PLACEMENT, EngineRouter
+from app.engine_host.events import (
     FINAL_EVENTS,
     EngineEvent,
     EngineLost,
@@ -70,7 +70,7 @@ def window() -> Iterator[Window]:
 def child_engines() -> list[psutil.Process]:
     return [
         child for child in psutil.Process().children()
-        if "app.child_engine_process" in child.cmdline()
+        if "app.engine_host.child_engine_process" in child.cmdline()
     ]  # fmt: skip
 
 

@@ -18,7 +18,7 @@ import pytest
 from local_hub import LocalHub
 from local_hub.repos import TestRepos
 
-from app.cli import main
+from app.cli.main import main
 from app.hub.catalogue import Catalogue
 from app.hub.connection import CONNECT_TIMEOUT_S, forget_reached
 from app.hub.file_transfer import TransferControl

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def chat(*args: str) -> list[str]:
-    return [sys.executable, "-m", "app.cli", "chat", "--temperature", "0", *args]
+    return [sys.executable, "-m", "app.cli.main", "chat", "--temperature", "0", *args]
 
 
 def test_a_chat_across_two_lent_computers_answers_as_this_machine_alone(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.cli.main import main
 from app.stores.model_library import ModelLibrary
 from tests.engine.gguf_mutations import VT, patched, rewritten, string_length_at
 

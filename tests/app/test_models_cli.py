@@ -20,7 +20,7 @@ import pytest
 from local_hub import LocalHub
 from local_hub.repos import TestRepos
 
-from app.cli import main
+from app.cli.main import main
 from app.hub.model_download import model_folder
 from app.paths import app_paths
 from app.stores.model_library import ModelLibrary
@@ -151,7 +151,14 @@ def test_a_pull_killed_at_half_resumes_where_it_stopped(
     name = "tiny-llama-F16.gguf"
     size = hub.repo_file(hub_repos.tiny_llama, name).size
     hub.faults.throttle_bytes_per_s = 4e6  # a few seconds for the whole file
-    command = [sys.executable, "-m", "app.cli", "models", "pull", f"{hub_repos.tiny_llama}:F16"]
+    command = [
+        sys.executable,
+        "-m",
+        "app.cli.main",
+        "models",
+        "pull",
+        f"{hub_repos.tiny_llama}:F16",
+    ]
     env = {**os.environ, "HF_ENDPOINT": hub.url}
     first = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
     part = model_folder(app_paths().data_dir / "models", hub_repos.tiny_llama) / (name + ".part")

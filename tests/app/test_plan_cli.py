@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cli_run import CliRun
 
-from app.cli import main
-from app.commands.plan_command import load_profile_for_planning
+from app.cli.commands.plan_command import load_profile_for_planning
+from app.cli.main import main
 from app.model_lifecycle.load_planning import stored_profile
 from app.screen_text.units import parse_size
 from engine.errors import BadInputError

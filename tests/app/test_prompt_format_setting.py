@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_run import CliRun
 
-from app.events import (
+from app.engine_host.events import (
     FINAL_EVENTS,
     EngineEvent,
     ModelLoaded,
@@ -19,9 +19,9 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
+from app.engine_host.worker import EngineWorker
 from app.stores.model_library import ModelLibrary, m001_models, prompt_format_for
 from app.stores.sqlite_migrations import apply_migrations
-from app.worker import EngineWorker
 from engine.errors import BadInputError
 from engine.generation.sampling import SamplingSettings
 from engine.llama.load_params import LoadParams

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import _parser as cli_parser
-from app.commands.gui_command import terminal_chat_args
-from app.qt_platform_check import (
+from app.cli.commands.gui_command import terminal_chat_args
+from app.cli.main import _parser as cli_parser
+from app.cli.qt_platform_check import (
     XCB_PLUGIN_ENV,
     PlatformProblem,
     debian_package_for,
@@ -292,7 +292,7 @@ def test_without_a_terminal_the_gui_command_prints_the_line_and_exits_2(
 ) -> None:
     """No traceback, no Qt: the process never imports PySide6 before refusing."""
     script = (
-        "import sys\nfrom app.cli import main\ncode = main(['gui'])\n"
+        "import sys\nfrom app.cli.main import main\ncode = main(['gui'])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'PySide6'))\nsys.exit(code)\n"
     )
     environ = _gui_environ(built["plugin"], LD_LIBRARY_PATH=str(built["middle"]))
@@ -312,7 +312,7 @@ def test_without_a_terminal_the_gui_command_prints_the_line_and_exits_2(
 @needs_ldd
 def test_the_cli_entry_refuses_the_same_way(built: dict[str, Path]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "gui"], cwd=ROOT, env=_gui_environ(built["plugin"]),
+        [sys.executable, "-m", "app.cli.main", "gui"], cwd=ROOT, env=_gui_environ(built["plugin"]),
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -325,7 +325,7 @@ def test_on_a_terminal_the_gui_command_says_why_and_starts_the_terminal_chat(
     built: dict[str, Path],
 ) -> None:
     environ = _gui_environ(built["plugin"], LD_LIBRARY_PATH=str(built["middle"]))
-    argv = [sys.executable, "-m", "app.cli", "gui", "--ctx", "512"]
+    argv = [sys.executable, "-m", "app.cli.main", "gui", "--ctx", "512"]
     with Terminal(argv=argv, environ=environ) as term:
         said = term.expect("; starting the terminal chat instead")
         assert f"Qt's xcb platform needs {GHOST_A}, {GHOST_B}" in said
@@ -351,7 +351,7 @@ def test_without_a_display_the_gui_command_runs_the_chat_command_on_piped_input(
     """The chat command's own handling of the pipe: an empty one is its one-line refusal
     (the fallback once crashed on arguments the chat command did not get)."""
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "gui", "--ctx", "512"], cwd=ROOT,
+        [sys.executable, "-m", "app.cli.main", "gui", "--ctx", "512"], cwd=ROOT,
         env=_environ(PYTHONPATH=str(ROOT)), input="  \n", capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import engine.planning.execution as plan_execution
-from app.events import (
+from app.engine_host.events import (
     FINAL_EVENTS,
     ModelLoaded,
     PlacementFellBack,
@@ -20,9 +20,9 @@ from app.events import (
     ReplyFinished,
     RequestFailed,
 )
+from app.engine_host.worker import EngineWorker
 from app.model_lifecycle.auto_budget import AutoBudget
 from app.model_lifecycle.load_planning import LoadRequest
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams
 from engine.machine.described_machines import load_described

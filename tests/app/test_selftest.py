@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cli_run import CliRun
 
-from app import selftest
+from app.cli import selftest
 
 SHARDCHAT = str(Path(sys.executable).parent / "shardchat")
 
@@ -46,7 +46,7 @@ def test_selftest_loads_the_default_model_answers_and_exits_0_without_a_display(
 def test_selftest_does_not_load_qt() -> None:
     script = (
         "import sys, io\n"
-        "from app.selftest import run_selftest\n"
+        "from app.cli.selftest import run_selftest\n"
         "code = run_selftest(out=io.StringIO())\n"
         "print(code, sorted(m for m in sys.modules if m.startswith(('PySide6', 'qasync'))))\n"
     )

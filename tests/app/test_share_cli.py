@@ -20,7 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_sharing_lends_this_computer_on_loopback_until_stopped(stop: signal.Signals) -> None:
     port = free_port()
-    command = [sys.executable, "-m", "app.cli", "share", "--port", str(port), "--device", "CPU"]
+    command = [
+        sys.executable,
+        "-m",
+        "app.cli.main",
+        "share",
+        "--port",
+        str(port),
+        "--device",
+        "CPU",
+    ]
     with ctrl_c_as_a_terminal_gives_it():
         sharing = subprocess.Popen(
             command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -50,7 +59,16 @@ def test_sharing_lends_this_computer_on_loopback_until_stopped(stop: signal.Sign
 def test_a_killed_share_command_leaves_nothing_lent() -> None:
     """SIGKILL gives the command no chance to stop its server: the kernel ends it."""
     port = free_port()
-    command = [sys.executable, "-m", "app.cli", "share", "--port", str(port), "--device", "CPU"]
+    command = [
+        sys.executable,
+        "-m",
+        "app.cli.main",
+        "share",
+        "--port",
+        str(port),
+        "--device",
+        "CPU",
+    ]
     sharing = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert sharing.stdout is not None

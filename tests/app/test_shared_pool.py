@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from api_server_fixtures import Serving, start_serving
 
-from app.events import JobFinished, PlanChanged, ReplyFinished
+from app.engine_host.events import JobFinished, PlanChanged, ReplyFinished
 from app.model_lifecycle.load_planning import ContextShape
 from app.stores.job_store import DONE
 from app.summaries.summary_job import SummarySettings

@@ -22,8 +22,8 @@ import pytest
 from PIL import Image
 from test_cli_interactive import Terminal  # the pseudo-terminal driver, same folder
 
-from app.commands.chat_command import open_engine
-from app.commands.terminal_chat import TerminalChat, Vision
+from app.cli.commands.chat_command import open_engine
+from app.cli.commands.terminal_chat import TerminalChat, Vision
 from app.stores.chat_records import StoredMessage
 from app.stores.chat_store import ChatStore
 from engine.generation.sampling import SamplingSettings

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.commands.plan_command import load_profile_for_planning
+from app.cli.commands.plan_command import load_profile_for_planning
 from app.model_lifecycle.load_planning import LoadRequest
 from app.model_lifecycle.vision_planning import planned_vision
 from engine.errors import BadInputError

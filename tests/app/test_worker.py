@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from app.events import (
+from app.engine_host.events import (
     FINAL_EVENTS,
     ConversationStarted,
     EngineEvent,
@@ -21,8 +21,8 @@ from app.events import (
     RequestFailed,
     TokenStreamed,
 )
+from app.engine_host.worker import EngineWorker
 from app.model_lifecycle.load_planning import LoadRequest
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.generation.stats import FinishReason
 from engine.llama.load_params import LoadParams

@@ -13,9 +13,9 @@ import queue
 import time
 from typing import Any
 
-from app.events import FINAL_EVENTS, PlanChanged, ReplyFinished
+from app.engine_host.events import FINAL_EVENTS, PlanChanged, ReplyFinished
+from app.engine_host.worker import EngineWorker
 from app.model_lifecycle.auto_budget import AutoBudget
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.device_buffers import DeviceBuffers, llama_log_lines, parse_buffer_lines
 from engine.machine.gpu_probe import probe_gpus

@@ -402,14 +402,14 @@ def test_the_bundle_serves_its_own_child_processes(deb_root: Path, tmp_path: Pat
     executable = str(installed_executable(deb_root))
     env = clean_env(tmp_path / "home", SHARDCHAT_HOME=str(tmp_path / "data"))
     version = subprocess.run(
-        [executable, "-m", "app.cli", "--version"], env=env, capture_output=True, text=True,
+        [executable, "-m", "app.cli.main", "--version"], env=env, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
     assert version.returncode == 0 and version.stdout.startswith("shardchat "), version.stderr
     ours, theirs = socket.socketpair()
     with theirs:
         engine = subprocess.Popen(
-            [executable, "-m", "app.child_engine_process", str(theirs.fileno())],
+            [executable, "-m", "app.engine_host.child_engine_process", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), env=env,
         )  # fmt: skip
     connection = Connection(ours.detach())

@@ -29,7 +29,7 @@ def test_first_launch_shows_the_wizard_then_the_window_with_its_model(tmp_path: 
 
 def test_a_returning_user_s_launch_loads_the_model_under_the_window(tmp_path: Path) -> None:
     """A profiled machine: no wizard; the model's load is queued before Qt is imported
-    (app.early_engine), and the window shows it loaded."""
+    (app.engine_host.early_engine), and the window shows it loaded."""
     home, data = tmp_path / "home", tmp_path / "data"
     home.mkdir()
     store_smoke_profile(SHARDCHAT, home, data)

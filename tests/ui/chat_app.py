@@ -8,14 +8,14 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
+from app.engine_host.worker import EngineWorker
 from app.model_lifecycle.load_planning import PlannedLoad
 from app.stores.chat_store import ChatStore
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams
-from ui.chat_controller import ChatController
+from ui.chat.chat_controller import ChatController
 from ui.engine_bridge import EngineBridge
-from ui.main_window import MainWindow
+from ui.window.main_window import MainWindow
 
 TIMEOUT_MS = 60_000
 

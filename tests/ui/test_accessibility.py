@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.stores.model_library import ModelLibrary
-from ui.main_window import MainWindow
-from ui.model_manager import ModelManager
-from ui.profile_wizard import ProfileWizard
+from ui.models.model_manager import ModelManager
+from ui.profiling.profile_wizard import ProfileWizard
+from ui.window.main_window import MainWindow
 
 CONTROLS = (
     QAbstractButton,

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.events import JobFinished, JobProgressed, ReplyFinished
+from app.engine_host.events import JobFinished, JobProgressed, ReplyFinished
+from app.engine_host.worker import EngineWorker
 from app.stores.job_store import DONE, PENDING, SKIPPED, FileRecord
 from app.summaries.batch_view import (
     FAILED_STATE,
@@ -43,12 +44,11 @@ from app.summaries.batch_view import (
 )
 from app.summaries.summary_job import JobOutcome, JobProgress
 from app.summaries.summary_output import REPORT_MD, summary_path
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams
-from ui.batch_controller import BatchController
-from ui.batch_panel import FILE, NOTE, STATUS, TOKENS, BatchPanel
 from ui.engine_bridge import EngineBridge
+from ui.summaries.batch_controller import BatchController
+from ui.summaries.batch_panel import FILE, NOTE, STATUS, TOKENS, BatchPanel
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_MS = 300_000  # the jobs take seconds; a machine shared with other runs can be slow
@@ -218,7 +218,7 @@ def test_every_control_has_a_name_a_screen_reader_can_say(qtbot) -> None:
 
 
 def test_the_panel_does_not_pull_in_llama_cpp() -> None:
-    script = "import sys, ui.batch_panel; print('llama_cpp' in sys.modules)"
+    script = "import sys, ui.summaries.batch_panel; print('llama_cpp' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

@@ -6,9 +6,9 @@ from PySide6.QtCore import QBuffer, QIODevice, QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QImage
 
 from engine.model.image_input import ImageFile
-from ui.chat_view import ChatView
-from ui.conversation_model import MessageRow
-from ui.message_html import render_message
+from ui.conversation.chat_view import ChatView
+from ui.conversation.conversation_model import MessageRow
+from ui.conversation.message_html import render_message
 
 REPLY = "Here:\n\n```python\nprint('hi')\n```\n\nand\n\n- step\n  ~~~\n  make test\n  ~~~\n"
 TABLE = "| a | b |\n|---|---|\n| 1 | 2 |\n"

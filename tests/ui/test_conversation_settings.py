@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from engine.generation.sampling import SamplingSettings
-from ui.conversation_settings import ConversationSettings
+from ui.conversation.conversation_settings import ConversationSettings
 
 STORED = SamplingSettings(
     temperature=0.3, top_k=12, top_p=0.8, min_p=0.1, repeat_penalty=1.25, repeat_last_n=128,

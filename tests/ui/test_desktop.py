@@ -17,11 +17,11 @@ from engine.machine.described_machines import described_hardware
 from engine.remote.rpc_probe import RemoteDevice, RemoteServer
 from tests.synthetic_vision import write_synthetic_vlm
 from tests.synthetic_vocab import marker_vocabulary
+from ui.conversation.image_attachments import load_image_file
+from ui.conversation.image_viewer import ImageViewer
 from ui.desktop import Desktop
-from ui.image_attachments import load_image_file
-from ui.image_viewer import ImageViewer
-from ui.model_manager import ModelManager
-from ui.profile_wizard import ProfileWizard
+from ui.models.model_manager import ModelManager
+from ui.profiling.profile_wizard import ProfileWizard
 
 TIMEOUT_MS = 60_000
 SHORT = GREEDY.with_changes(max_tokens=12)

@@ -38,10 +38,10 @@ from app.stores.model_library import ModelLibrary
 from engine.generation.sampling import GREEDY
 from engine.machine.described_machines import load_described
 from engine.machine.profile import Profile
+from ui.chat.shown_conversation import NO_MODEL_LINES
 from ui.desktop import Desktop
-from ui.discover_page import DOWNLOAD_COLUMNS, DiscoverJobs, DiscoverPage
-from ui.model_manager import NAME, ModelManager
-from ui.shown_conversation import NO_MODEL_LINES
+from ui.models.discover_page import DOWNLOAD_COLUMNS, DiscoverJobs, DiscoverPage
+from ui.models.model_manager import NAME, ModelManager
 
 TINY_LLAMA = "shardtest/Tiny-Llama-GGUF"
 TINY_VISION = "shardtest/Tiny-Vision-GGUF"

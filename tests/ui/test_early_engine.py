@@ -1,5 +1,5 @@
 """`shardchat gui` on a profiled machine queues the model's load before Qt is imported
-(app.early_engine); the window then takes that engine over. Its events, held until the
+(app.engine_host.early_engine); the window then takes that engine over. Its events, held until the
 window is there, arrive in order; a message typed meanwhile is answered once."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 import ui.gui_main
-from app.cli import main
-from app.early_engine import EarlyEngine, HeldEvents, start_engine_early
-from app.events import ModelUnloaded
+from app.cli.main import main
+from app.engine_host.early_engine import EarlyEngine, HeldEvents, start_engine_early
+from app.engine_host.events import ModelUnloaded
 from app.interpreter_sharing import START_UP_SWITCH_INTERVAL_S, SWITCH_INTERVAL_S
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware

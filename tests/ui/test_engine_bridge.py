@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import QThread, QTimer
 from PySide6.QtWidgets import QApplication, QLabel
 
-from app.events import ModelLoaded, ReplyFinished, RequestFailed
-from app.worker import EngineWorker
+from app.engine_host.events import ModelLoaded, ReplyFinished, RequestFailed
+from app.engine_host.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.llama.load_params import LoadParams
 from ui.engine_bridge import EngineBridge

@@ -16,8 +16,8 @@ from PySide6.QtGui import QDesktopServices
 from app.paths import app_paths
 from app.screen_text.job_overview import list_jobs
 from app.stores.job_store import DONE, FAILED, FileRecord, JobStore
-from ui.jobs_view import NO_JOBS, PROGRESS, STATUS, JobsView
-from ui.main_window import MainWindow
+from ui.summaries.jobs_view import NO_JOBS, PROGRESS, STATUS, JobsView
+from ui.window.main_window import MainWindow
 
 
 class _Opener(QObject):

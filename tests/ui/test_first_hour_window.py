@@ -21,10 +21,10 @@ from app.screen_text.about import about_facts
 from app.stores.chat_store import ChatStore
 from app.stores.model_library import ModelLibrary
 from engine.generation.stats import FinishReason, GenerationStats
-from ui.conversation_settings import ConversationSettings
-from ui.help_dialogs import AboutDialog, ShortcutsDialog
-from ui.main_window import MainWindow
-from ui.model_manager import MODEL_PATH, ModelManager
+from ui.conversation.conversation_settings import ConversationSettings
+from ui.models.model_manager import MODEL_PATH, ModelManager
+from ui.window.help_dialogs import AboutDialog, ShortcutsDialog
+from ui.window.main_window import MainWindow
 
 LAST_REPLY = GenerationStats(
     prompt_tokens=187, reused_prompt_tokens=0, generated_tokens=41, time_to_first_token_s=0.4,

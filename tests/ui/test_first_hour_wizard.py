@@ -20,9 +20,9 @@ from app.stores.model_library import ModelLibrary
 from app.stores.profile_store import ProfileStore
 from engine.machine.hardware import probe_hardware
 from engine.machine.profile import Profile
-from ui.discover_page import DiscoverJobs
-from ui.model_suggestions_box import SuggestionsBox
-from ui.profile_wizard import DONE_PAGE, MODEL_PAGE, ProfileWizard
+from ui.models.discover_page import DiscoverJobs
+from ui.profiling.model_suggestions_box import SuggestionsBox
+from ui.profiling.profile_wizard import DONE_PAGE, MODEL_PAGE, ProfileWizard
 
 WAIT_MS = 60_000
 QUICK_RETRIES = TransferPolicy(read_timeout_s=10.0, first_wait_s=0.05, max_wait_s=0.2)

@@ -19,7 +19,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from engine.errors import BadInputError
-from ui.image_attachments import (
+from ui.conversation.image_attachments import (
     MAX_FILE_BYTES,
     MAX_SIDE_PX,
     AttachmentStrip,
@@ -28,7 +28,7 @@ from ui.image_attachments import (
     image_from_qimage,
     load_image_file,
 )
-from ui.message_input import MessageInput
+from ui.conversation.message_input import MessageInput
 
 RED, BLUE = QColor(255, 0, 0), QColor(0, 0, 255)
 LEFT, NO_KEYS = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier

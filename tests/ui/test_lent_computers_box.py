@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
-from app.lent_computers import kept_machines
+from app.lent.computers import kept_machines
 from app.screen_text.lent_computers_view import NONE_YET, WHERE_SPLITS_RUN
 from tests.lent_computers import endpoint, free_port
-from ui.lent_computers_box import AddComputerDialog, ComputerToAdd, LentComputersBox
-from ui.lent_computers_controller import LentComputersController
+from ui.lent.lent_computers_box import AddComputerDialog, ComputerToAdd, LentComputersBox
+from ui.lent.lent_computers_controller import LentComputersController
 
 
 @pytest.fixture

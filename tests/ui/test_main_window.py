@@ -7,19 +7,19 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+from app.engine_host.worker import EngineWorker
 from app.model_lifecycle.load_planning import PlannedLoad
 from app.screen_text.plan_words import NOT_PROFILED_WORDS, plan_in_words
 from app.stores.chat_store import ChatStore
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.model.inventory import read_inventory
 from engine.planning.execution import load_params_for
 from engine.planning.plan import PlanRequest
 from engine.planning.planner import make_plan
 from tests.ui.chat_app import TIMEOUT_MS, running_chat_app, send
-from ui.chat_controller import ChatController
+from ui.chat.chat_controller import ChatController
 from ui.engine_bridge import EngineBridge
-from ui.main_window import MainWindow
+from ui.window.main_window import MainWindow
 
 
 @pytest.fixture

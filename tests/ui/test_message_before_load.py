@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from tests.ui.conftest import SHORT, TIMEOUT_MS, no_gpu
-from ui.chat_sending import SENT_WHEN_LOADED
+from ui.chat.chat_sending import SENT_WHEN_LOADED
 from ui.desktop import Desktop
 
 QUESTION = "What is the capital of France?"

@@ -22,7 +22,7 @@ from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
 from tests.synthetic_vocab import marker_vocabulary
 from ui.model_drop import GgufDropFilter, dropped_paths, gguf_paths
-from ui.model_manager import (
+from ui.models.model_manager import (
     DEFAULT,
     KIND,
     NAME,

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QApplication
 from app.screen_text.model_choices import PickerEntry, picker_entries
 from app.stores.model_library import ModelLibrary
 from tests.synthetic_vision import language_model_for, write_synthetic_vlm
-from ui.model_picker import MANAGE_TEXT, ModelPicker
+from ui.models.model_picker import MANAGE_TEXT, ModelPicker
 
 DEFAULT_NAME = "SmolLM2 135M Instruct · Q4_1"
 VISION_NAME = "Synthetic Gemma3 2L 64d · F16"

@@ -20,7 +20,7 @@ from engine.machine.profile import Profile, ProfileMode, Quietness, StepLoad
 from engine.model.default_model import default_model_path
 from engine.model.inventory import ModelInventory, read_inventory
 from engine.profiling.machine_load import machine_load
-from ui.profile_wizard import (
+from ui.profiling.profile_wizard import (
     DONE_PAGE,
     HARDWARE_PAGE,
     MODEL_PAGE,
@@ -30,7 +30,7 @@ from ui.profile_wizard import (
     ModelPage,
     ProfileWizard,
 )
-from ui.profiling_page import ProfilingPage
+from ui.profiling.profiling_page import ProfilingPage
 
 pytestmark = pytest.mark.serial  # it measures this machine: see the marker
 

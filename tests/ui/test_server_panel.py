@@ -37,7 +37,7 @@ from app.screen_text.units import speed_text
 from engine.errors import BadInputError
 from tests.ui.test_desktop import TIMEOUT_MS, send
 from ui.desktop import Desktop
-from ui.server_settings import FILE_NAME
+from ui.server.server_settings import FILE_NAME
 
 # ---------------------------------------------------------------- the words, without Qt
 

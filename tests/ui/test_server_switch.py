@@ -1,4 +1,4 @@
-"""ui.server_switch, through both panels that have one: the Local API server on the desktop
+"""ui.server.server_switch, through both panels that have one: the Local API server on the desktop
 app (the default model) and the Share panel (this build's RPC server), offscreen.
 
 Each test runs once per panel: the switch is written once, and each controller only says
@@ -16,10 +16,10 @@ import pytest
 
 from tests.lent_computers import free_port
 from tests.ui.test_desktop import TIMEOUT_MS
-from ui import server_controller, sharing_controller
-from ui.server_panel import ServerPanel
-from ui.sharing_controller import SharingController
-from ui.sharing_panel import SharingPanel
+from ui.server import server_controller, sharing_controller
+from ui.server.server_panel import ServerPanel
+from ui.server.sharing_controller import SharingController
+from ui.server.sharing_panel import SharingPanel
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from app.screen_text.sharing_view import SharingPhase
 from engine.remote.rpc_probe import PROTOCOL_VERSION, RemoteUnreachable, probe
 from tests.lent_computers import free_port
-from ui.sharing_controller import SharingController
-from ui.sharing_panel import SharingPanel
+from ui.server.sharing_controller import SharingController
+from ui.server.sharing_panel import SharingPanel
 
 
 @pytest.fixture

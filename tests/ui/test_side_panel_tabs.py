@@ -25,8 +25,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QApplication, QStyle, QTabBar, QToolTip
 
-from ui.main_window import MainWindow
 from ui.theme import DARK, ThemeManager
+from ui.window.main_window import MainWindow
 
 DEFAULT_SIZE = QSize(1280, 760)  # MainWindow's own; the issue saw it under Xvfb at 1440x900
 FULL_NAMES = {  # each tab's word, and the name the View menu, a floated panel and the tooltip say

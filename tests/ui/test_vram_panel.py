@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import engine.planning.execution as plan_execution
+from app.engine_host.worker import EngineWorker
 from app.screen_text.plan_words import (
     NOT_PROFILED_DETAILS,
     decode_correction,
@@ -25,7 +26,6 @@ from app.screen_text.plan_words import (
 from app.screen_text.units import format_bytes, speed_text
 from app.screen_text.vram_overview import vram_overview
 from app.stores.profile_store import ProfileStore, model_key
-from app.worker import EngineWorker
 from engine.generation.sampling import GREEDY
 from engine.machine.datasheets import DESCRIBED_MACHINES
 from engine.machine.described_machines import described_hardware, load_described
@@ -35,8 +35,8 @@ from engine.planning.placement_choice import PlacementChoice, load_params_for_pl
 from engine.planning.plan import Plan, PlanFamily, PlanRequest
 from engine.planning.step_correction import CorrectionKey
 from ui.engine_bridge import EngineBridge
-from ui.vram_controller import VramController
-from ui.vram_panel import VramPanel
+from ui.vram.vram_controller import VramController
+from ui.vram.vram_panel import VramPanel
 
 GIB = 1 << 30
 TIMEOUT_MS = 60_000

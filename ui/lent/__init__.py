@@ -1,0 +1,1 @@
+"""Lent computers in the window: the box that lists them and its controller."""
