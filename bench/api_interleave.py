@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import queue
@@ -42,12 +43,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GUI_PROMPT = "Tell me a long story about a lighthouse keeper and a storm."
 API_PROMPTS = [f"Write a paragraph about the number {n} and where it appears." for n in range(64)]
 TOPICS = ("rivers", "bridges", "bees", "glass", "maps", "salt", "clocks", "kites")
 THREE_CONTEXTS = "152eb95"
+
+
+def host_module(name: str) -> Any:
+    """An engine host module of the tree this process runs in: in app/engine_host/ since the
+    folders were regrouped, directly in app/ in the baseline."""
+    package = "app.engine_host" if Path("app", "engine_host").is_dir() else "app"
+    return importlib.import_module(f"{package}.{name}")
 
 
 @dataclass
@@ -78,8 +87,9 @@ class Engine:
     def __init__(self, threads: int, clients: int) -> None:
         from app.api.server import ApiServer
         from app.api.server_config import ServerConfig
-        from app.engine_host.events import ModelLoaded
-        from app.engine_host.worker import EngineWorker
+
+        ModelLoaded = host_module("events").ModelLoaded
+        EngineWorker = host_module("worker").EngineWorker
         from engine.model.default_model import default_model_path
 
         self.events: queue.Queue = queue.Queue()
@@ -105,7 +115,8 @@ class Engine:
         self._gui_id = -1
 
     def _on_event(self, event: object) -> None:
-        from app.engine_host.events import JobProgressed, TokenStreamed
+        events = host_module("events")
+        JobProgressed, TokenStreamed = events.JobProgressed, events.TokenStreamed
 
         now = time.perf_counter()
         if isinstance(event, TokenStreamed) and event.request_id == self._gui_id:
@@ -115,7 +126,7 @@ class Engine:
         self.events.put(event)
 
     def wait(self, request_id: int) -> object:
-        from app.engine_host.events import RequestFailed
+        RequestFailed = host_module("events").RequestFailed
 
         while True:
             event = self.events.get(timeout=900)
