@@ -11,6 +11,7 @@ before it is freed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -84,6 +85,9 @@ class ApiStreams:
         # model is not freed under it (unloading waits)
         self._tokenizer_lock = threading.Lock()
         self._tokenizer_model: LoadedModel | None = None
+        # a step's events are handed out inside one block of each (the server's
+        # Outbox.together), so its loop wakes once a step, not once a stream
+        self.deliveries: list[Callable[[], contextlib.AbstractContextManager[None]]] = []
 
     # --- any thread ---
 
@@ -142,6 +146,12 @@ class ApiStreams:
         """Before a step: send what the last one said, finish what ended, admit arrivals;
         with `may_switch` (nothing else uses the model), load the model waiting requests
         name once the pool is idle."""
+        with contextlib.ExitStack() as together:
+            for delivery in list(self.deliveries):
+                together.enter_context(delivery())
+            self._advance(model, may_switch)
+
+    def _advance(self, model: LoadedModel | None, may_switch: bool) -> None:
         pool = self._pool
         if pool is not None:  # the server may have been (re)configured since the load
             shape = self.shape

@@ -22,6 +22,7 @@ translates it, `app.api.openai_responses` writes its Response and events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import json
@@ -99,6 +100,7 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._counters = _Counters()
+        self._deliveries: list[Callable[[], contextlib.AbstractContextManager[None]]] = []
         self.address: str | None = None
         worker.api.configure(PoolShape(config.n_slots, config.n_ctx_per_slot))
 
@@ -129,6 +131,8 @@ class ApiServer:
             stopped.result(timeout=SHUTDOWN_SECONDS + 10)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
+        while self._deliveries:  # the worker hands this server's loop nothing more
+            self.worker.api.deliveries.remove(self._deliveries.pop())
         self.address = None
         self._publish()
 
@@ -163,6 +167,8 @@ class ApiServer:
 
     async def _listen(self) -> None:
         self._outbox = Outbox(asyncio.get_running_loop())
+        self._deliveries.append(self._outbox.together)
+        self.worker.api.deliveries.append(self._outbox.together)
         quiet_malformed_requests()
         config = self.config
         app = web.Application(

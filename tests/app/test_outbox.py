@@ -1,0 +1,108 @@
+"""The Outbox wakes the server's loop once for a step's events, and at once for a lone one.
+
+A real asyncio loop runs on its own thread, as the server's does; the only thing added
+is a count of its self-pipe writes, which is what waking it from another thread costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from app.api.api_errors import ApiError
+from app.api.engine_calls import ApiEvent, ApiFailed
+from app.api.reply_writer import Outbox
+
+
+class CountedLoop(asyncio.SelectorEventLoop):
+    """asyncio's own loop, counting the wake-ups other threads ask of it."""
+
+    wakes = 0
+
+    def _write_to_self(self) -> None:
+        self.wakes += 1
+        super()._write_to_self()
+
+
+@pytest.fixture
+def loop() -> Iterator[CountedLoop]:
+    loop = CountedLoop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+def settled(loop: asyncio.AbstractEventLoop) -> None:
+    """Wait until the loop has run everything scheduled before this call."""
+
+    async def nothing() -> None:
+        return None
+
+    asyncio.run_coroutine_threadsafe(nothing(), loop).result(timeout=10)
+
+
+def queues(loop: asyncio.AbstractEventLoop, n: int) -> list[asyncio.Queue[ApiEvent]]:
+    async def make() -> list[asyncio.Queue[ApiEvent]]:
+        return [asyncio.Queue() for _ in range(n)]
+
+    return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout=10)
+
+
+def event(n: int) -> ApiEvent:
+    return ApiFailed(ApiError(500, f"event {n}", "server_error"))
+
+
+def messages(queue: asyncio.Queue[ApiEvent]) -> list[str]:
+    said = []
+    while not queue.empty():
+        failed = queue.get_nowait()
+        assert isinstance(failed, ApiFailed)
+        said.append(failed.error.message)
+    return said
+
+
+def test_a_steps_events_reach_the_loop_in_one_wake_up_when_the_step_has_handed_them_out(
+    loop: CountedLoop,
+) -> None:
+    outbox = Outbox(loop)
+    targets = queues(loop, 8)
+    settled(loop)
+    before = loop.wakes
+    with outbox.together():
+        for n, queue in enumerate(targets):
+            outbox.put(queue, event(n))
+            outbox.put(queue, event(100 + n))
+        settled(loop)  # the loop ran meanwhile, and was handed nothing
+        assert all(queue.empty() for queue in targets)
+    settled(loop)
+    assert [messages(q) for q in targets] == [[f"event {n}", f"event {100 + n}"] for n in range(8)]
+    # one wake for the flush; the two settles' coroutines are the others
+    assert loop.wakes - before == 3
+
+
+def test_an_event_outside_a_step_wakes_the_loop_at_once(loop: CountedLoop) -> None:
+    outbox = Outbox(loop)
+    (queue,) = queues(loop, 1)
+    outbox.put(queue, event(1))
+    settled(loop)
+    assert messages(queue) == ["event 1"]
+
+
+def test_events_put_by_another_thread_during_a_step_go_with_the_steps(loop: CountedLoop) -> None:
+    outbox = Outbox(loop)
+    mine, theirs = queues(loop, 2)
+    with outbox.together():
+        outbox.put(mine, event(1))
+        other = threading.Thread(target=outbox.put, args=(theirs, event(2)))
+        other.start()
+        other.join(10)
+        settled(loop)
+        assert mine.empty() and theirs.empty()
+    settled(loop)
+    assert (messages(mine), messages(theirs)) == (["event 1"], ["event 2"])
