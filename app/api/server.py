@@ -22,7 +22,6 @@ translates it, `app.api.openai_responses` writes its Response and events.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import errno
 import json
@@ -100,7 +99,6 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._counters = _Counters()
-        self._deliveries: list[Callable[[], contextlib.AbstractContextManager[None]]] = []
         self.address: str | None = None
         worker.api.configure(PoolShape(config.n_slots, config.n_ctx_per_slot))
 
@@ -131,8 +129,9 @@ class ApiServer:
             stopped.result(timeout=SHUTDOWN_SECONDS + 10)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
-        while self._deliveries:  # the worker hands this server's loop nothing more
-            self.worker.api.deliveries.remove(self._deliveries.pop())
+        if self._runner is not None:  # it listened: the worker hands its loop nothing more
+            self.worker.api.deliveries.remove(self._outbox.together)
+            self._runner = None
         self.address = None
         self._publish()
 
@@ -167,8 +166,6 @@ class ApiServer:
 
     async def _listen(self) -> None:
         self._outbox = Outbox(asyncio.get_running_loop())
-        self._deliveries.append(self._outbox.together)
-        self.worker.api.deliveries.append(self._outbox.together)
         quiet_malformed_requests()
         config = self.config
         app = web.Application(
@@ -196,6 +193,7 @@ class ApiServer:
             await runner.cleanup()
             raise
         self._runner = runner
+        self.worker.api.deliveries.append(self._outbox.together)
         sockets = runner.addresses
         port = sockets[0][1] if sockets else self.config.port
         host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"

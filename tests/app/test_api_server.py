@@ -311,6 +311,8 @@ def test_a_taken_port_is_one_line(serving: Serving) -> None:
     second = ApiServer(serving.worker, ServerConfig(port=port))
     with pytest.raises(ServerStartError, match=f"port {port} is already in use"):
         second.start()
+    # the worker hands events only to the server that listens (Outbox.together)
+    assert len(serving.worker.api.deliveries) == 1
 
 
 def test_serve_refuses_bad_input_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
