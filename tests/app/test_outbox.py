@@ -106,3 +106,49 @@ def test_events_put_by_another_thread_during_a_step_go_with_the_steps(loop: Coun
         assert mine.empty() and theirs.empty()
     settled(loop)
     assert (messages(mine), messages(theirs)) == (["event 1"], ["event 2"])
+
+
+def test_a_step_ends_once_the_routes_have_taken_its_events(loop: CountedLoop) -> None:
+    """The worker decodes the next step only after the loop's pass: the routes' writes
+    never run inside a step."""
+    outbox = Outbox(loop)
+    targets = queues(loop, 4)
+    written: list[str] = []
+
+    async def route(queue: asyncio.Queue[ApiEvent]) -> None:
+        while True:
+            written.extend(messages_of(await queue.get()))
+
+    routes = [asyncio.run_coroutine_threadsafe(route(queue), loop) for queue in targets]
+    settled(loop)  # every route waits on its queue
+    with outbox.together():
+        for n, queue in enumerate(targets):
+            outbox.put(queue, event(n))
+    assert sorted(written) == [f"event {n}" for n in range(4)]  # no settle: already taken
+    for running in routes:
+        running.cancel()
+    settled(loop)  # the routes end before the loop closes
+
+
+def test_a_busy_loop_holds_the_step_back_no_longer_than_the_wait(loop: CountedLoop) -> None:
+    outbox = Outbox(loop)
+    (queue,) = queues(loop, 1)
+    busy, release = threading.Event(), threading.Event()
+
+    def occupied() -> None:
+        busy.set()
+        release.wait(10)
+
+    loop.call_soon_threadsafe(occupied)
+    assert busy.wait(10)
+    with outbox.together():
+        outbox.put(queue, event(1))
+    assert queue.empty()  # the step went on while the loop was still busy
+    release.set()
+    settled(loop)
+    assert messages(queue) == ["event 1"]
+
+
+def messages_of(event: ApiEvent) -> list[str]:
+    assert isinstance(event, ApiFailed)
+    return [event.error.message]
