@@ -4,7 +4,8 @@ Every activity on a loaded model is a sequence of its one context, and one
 llama_decode carries them all (engine.generation.scheduler): the GUI's reply
 rides the same steps as 8 API streams or a 16-document summary job instead
 of taking turns with them. This measures, with the default model, through
-the engine worker, the API server and the official `openai` client:
+the engine worker, the API server and the official `openai` client (its
+clients in a process of their own, as other programs are):
 
 - the GUI reply alone: decode tokens/s and its median time between tokens;
 - 8 API clients alone, and a 16-document summary job alone: tokens/s;
@@ -162,45 +163,65 @@ class Engine:
 
 
 class ApiLoad:
-    """N streaming clients on a thread of their own, stamping each content chunk."""
+    """N streaming clients in a process of their own, as other programs are: their CPU
+    (about 2 ms a token in the `openai` package) and their share of a GIL are not the
+    server's. Each content chunk is stamped with the system-wide monotonic clock
+    (time.perf_counter), so the stamps compare with this process's."""
 
     def __init__(self, engine: Engine, clients: int, max_tokens: int) -> None:
-        self.engine, self.clients, self.max_tokens = engine, clients, max_tokens
         self.started = threading.Event()
         self.stamps: list[float] = []
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        command = [
+            sys.executable, __file__, "--clients-of", engine.base_url, "--model",
+            engine.model_id, "--clients", str(clients), "--max-tokens", str(max_tokens),
+        ]  # fmt: skip
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def start(self) -> ApiLoad:
-        self._thread.start()
-        return self
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.strip() == "started":
+                self.started.set()
+            else:
+                self.stamps = json.loads(line)
 
     def join(self) -> None:
-        self._thread.join()
+        if self._process.wait() != 0:
+            sys.exit("the API clients' process failed")
+        self._reader.join()
 
     def tokens_between(self, start: float, end: float) -> int:
-        return sum(1 for t in list(self.stamps) if start <= t <= end)
+        return sum(1 for t in self.stamps if start <= t <= end)
 
-    async def _run(self) -> None:
-        import openai
 
-        client = openai.AsyncOpenAI(base_url=self.engine.base_url, api_key="x", max_retries=0)
-        streaming: set[int] = set()
+async def stream_clients(base_url: str, model: str, clients: int, max_tokens: int) -> None:
+    """The clients' process: says `started` once every client streams, and prints the
+    stamps of all content chunks as one JSON line at the end."""
+    import openai
 
-        async def one(index: int) -> None:
-            stream = await client.chat.completions.create(
-                model=self.engine.model_id,
-                messages=[{"role": "user", "content": API_PROMPTS[index % len(API_PROMPTS)]}],
-                temperature=0, max_tokens=self.max_tokens, stream=True,
-            )  # fmt: skip
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta.content:
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    streaming: set[int] = set()
+    stamps: list[float] = []
+
+    async def one(index: int) -> None:
+        stream = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": API_PROMPTS[index % len(API_PROMPTS)]}],
+            temperature=0, max_tokens=max_tokens, stream=True,
+        )  # fmt: skip
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                if index not in streaming:
                     streaming.add(index)
-                    if len(streaming) >= self.clients:
-                        self.started.set()
-                    self.stamps.append(time.perf_counter())
+                    if len(streaming) == clients:
+                        print("started", flush=True)
+                stamps.append(time.perf_counter())
 
-        await asyncio.gather(*(one(i) for i in range(self.clients)))
-        await client.close()
+    await asyncio.gather(*(one(i) for i in range(clients)))
+    await client.close()
+    print(json.dumps(stamps), flush=True)
 
 
 def write_documents(folder: Path, count: int) -> None:
@@ -231,11 +252,11 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         alone = engine.gui_reply(args.max_tokens)
         figures |= {"gui alone tok/s": alone.rate, "gui alone gap ms": alone.median_gap_ms}
 
-        api = ApiLoad(engine, args.clients, args.max_tokens).start()
+        api = ApiLoad(engine, args.clients, args.max_tokens)
         api.join()
         figures["api alone tok/s"] = len(api.stamps) / (api.stamps[-1] - api.stamps[0])
 
-        api = ApiLoad(engine, args.clients, args.max_tokens * 4).start()
+        api = ApiLoad(engine, args.clients, args.max_tokens * 4)
         api.started.wait(600)
         beside_api = engine.gui_reply(args.max_tokens)
         start, end = beside_api.window
@@ -335,8 +356,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--clients-of", help=argparse.SUPPRESS)  # the clients' process
+    parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure:
+    if args.clients_of:
+        asyncio.run(stream_clients(args.clients_of, args.model, args.clients, args.max_tokens))
+    elif args.measure:
         print(json.dumps(measure(args)))
     else:
         compare(args)
