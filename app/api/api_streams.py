@@ -86,8 +86,10 @@ class ApiStreams:
         self._tokenizer_lock = threading.Lock()
         self._tokenizer_model: LoadedModel | None = None
         # a step's events are handed out inside one block of each (the server's
-        # Outbox.together), so its loop wakes once a step, not once a stream
+        # Outbox.together), so its loop wakes once a step, not once a stream; the blocks
+        # stay open until `release`, when llama.cpp starts computing the next step
         self.deliveries: list[Callable[[], contextlib.AbstractContextManager[None]]] = []
+        self._holding: contextlib.ExitStack | None = None
 
     # --- any thread ---
 
@@ -145,11 +147,23 @@ class ApiStreams:
     def advance(self, model: LoadedModel | None, may_switch: bool = False) -> None:
         """Before a step: send what the last one said, finish what ended, admit arrivals;
         with `may_switch` (nothing else uses the model), load the model waiting requests
-        name once the pool is idle."""
-        with contextlib.ExitStack() as together:
-            for delivery in list(self.deliveries):
-                together.enter_context(delivery())
-            self._advance(model, may_switch)
+        name once the pool is idle. What is sent is held until `release`."""
+        self.release()
+        holding = contextlib.ExitStack()
+        for delivery in list(self.deliveries):
+            holding.enter_context(delivery())
+        self._holding = holding
+        self._advance(model, may_switch)
+
+    def release(self) -> None:
+        """Hand what `advance` sent to the servers' loops. The worker calls it just before
+        llama.cpp computes the next step (Scheduler.step's `before_decode`), so the loops
+        write while the step computes without the GIL, and after a step in case none ran.
+        Woken earlier, a loop took the GIL from the worker while it built the step, and
+        the two ran in turn: 1 client streamed about 12% slower."""
+        holding, self._holding = self._holding, None
+        if holding is not None:
+            holding.close()
 
     def _advance(self, model: LoadedModel | None, may_switch: bool) -> None:
         pool = self._pool

@@ -22,11 +22,6 @@ from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished
 from app.api.middlewares import USAGE_WORDS
 from app.api.openai_replies import ReplyBuilder, total_usage
 
-# How long the worker waits for the loop to write a step's events before it decodes the
-# next step anyway: the loop's pass takes a fraction of a millisecond, so only a loop busy
-# with something else (or gone) reaches this.
-WRITTEN_WAIT_S = 0.01
-
 
 class Outbox:
     """Events from the worker's thread into the requests' queues on the server's loop.
@@ -36,11 +31,13 @@ class Outbox:
     and the one it takes stalls the other at the step's next barrier: woken per event,
     the loop preempted them 616 times in 8 s of serving 8 clients, and 147 times once
     woken per step (`bench/decode_under_app.py`).
-    So the worker hands out a step's events inside `together()`; the loop wakes once
-    a step to take them all, and the worker waits until the loop has written them
-    (its routes' one pass to their next `queue.get`) before it decodes again: the
-    loop then runs between steps, not inside one. An event put outside `together()`
-    (an error while the server stops) wakes the loop at once, and nobody waits."""
+    So the worker hands out a step's events inside `together()`, and the loop wakes
+    once a step to take them all. The worker keeps the block open until llama.cpp
+    starts the next step (ApiStreams.release), so the loop writes while the step
+    computes, without the GIL llama_decode has let go. Woken before that, the loop
+    took the GIL from the worker while it still built the step in Python, and the
+    two ran in turn. An event put outside a block (an error while the server stops)
+    wakes the loop at once."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -48,7 +45,6 @@ class Outbox:
         self._pending: list[tuple[asyncio.Queue[ApiEvent], ApiEvent]] = []
         self._held = 0  # how many `together()` blocks are open
         self._flush_due = False  # a flush is on its way to the loop
-        self._written = threading.Event()  # the loop has passed its last flush's writes
 
     def put(self, queue: asyncio.Queue[ApiEvent], event: ApiEvent) -> None:
         with self._lock:
@@ -59,8 +55,7 @@ class Outbox:
 
     @contextlib.contextmanager
     def together(self) -> Iterator[None]:
-        """The events put inside reach the loop in one wake-up when the block ends, which
-        returns once the loop has written them (or after WRITTEN_WAIT_S)."""
+        """The events put inside reach the loop in one wake-up, when the block ends."""
         with self._lock:
             self._held += 1
         try:
@@ -71,14 +66,12 @@ class Outbox:
                 wake = self._due_now()
             if wake:
                 self._wake()
-                self._written.wait(WRITTEN_WAIT_S)
 
     def _due_now(self) -> bool:
         """Under the lock: whether the caller should schedule the flush."""
         if self._held or self._flush_due or not self._pending:
             return False
         self._flush_due = True
-        self._written.clear()
         return True
 
     def _wake(self) -> None:
@@ -91,9 +84,6 @@ class Outbox:
             self._flush_due = False
         for queue, event in pending:
             queue.put_nowait(event)
-        # Each put woke its route's task, which runs next, in order; this goes after them,
-        # when every route has written its events and waits on its queue again.
-        self._loop.call_soon(self._written.set)
 
 
 async def write_whole(

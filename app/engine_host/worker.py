@@ -119,8 +119,11 @@ class EngineWorker(EngineClient):
         try:
             while self._take_requests():
                 self._start_ready()
-                self._advance()
-                self._step()
+                try:
+                    self._advance()
+                    self._step()
+                finally:
+                    self.api.release()  # a step that did not run held the API's events
         finally:
             self._end_activities("the engine stopped")
             self.api.close("the engine stopped")
@@ -209,7 +212,7 @@ class EngineWorker(EngineClient):
         if model is None or not model.scheduler.active():
             return
         try:
-            model.scheduler.step()
+            model.scheduler.step(before_decode=self.api.release)
         except Exception:  # a bug must not kill the worker: what ran in the step ends
             log.exception("decode step failed")
             for stream in model.scheduler.active():

@@ -172,6 +172,12 @@ class DecodeContext:
         )
         return TokenLogprob(token, token_bytes(vocab, token), float(logprobs[token]), top)
 
+    def last_position(self, sequence: int) -> int:
+        """The highest position `sequence` holds in the KV cache (-1 when it holds none):
+        what llama.cpp has computed, whatever the scheduler has planned."""
+        self._require_open()
+        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, sequence))
+
     def forget(self, sequence: int, from_position: int = 0) -> None:
         """Drop a sequence's cells from `from_position` on (all of them by default)."""
         self._require_open()

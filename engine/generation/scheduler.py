@@ -75,6 +75,7 @@ class Scheduler:
         self.plan = plan
         self.observers: list[StepObserver] = []
         self.slots: list[Stream | None] = []
+        self._before_decode: Callable[[], None] | None = None  # the current step's
         self.use_context(context)
 
     def use_context(self, context: DecodeContext) -> None:
@@ -195,9 +196,14 @@ class Scheduler:
 
     # --- one step ---
 
-    def step(self) -> list[Stream]:
+    def step(self, before_decode: Callable[[], None] | None = None) -> list[Stream]:
         """Advance every stream by one llama_decode (and any image it continues with); the
-        streams that ended."""
+        streams that ended.
+
+        `before_decode` runs once the step is built, just before llama.cpp computes it:
+        work another thread is handed there (a server's writes) runs while llama_decode
+        has let the GIL go, not in turn with the Python that builds the step."""
+        self._before_decode = before_decode
         streams = self.active()
         for stream in streams:
             if stream.request.cancel.cancelled:
@@ -303,8 +309,9 @@ class Scheduler:
         self._end[stream.seq_id] = stream.n_past
 
     def _feed_image(self, stream: Stream, image: EncodedImage) -> None:
-        started = time.perf_counter()
         abort = _any_cancelled([stream])
+        self._decode_starts()
+        started = time.perf_counter()
         code = self.context.decode_image(image, stream.seq_id, stream.n_past, abort)
         seconds = time.perf_counter() - started
         aborted = code == DECODE_ABORTED
@@ -340,6 +347,7 @@ class Scheduler:
     ) -> int:
         n_tokens = self.context.n_tokens
         n_past = self.context.first_position()
+        self._decode_starts()
         started = time.perf_counter()
         code = self.context.decode(abort)
         seconds = time.perf_counter() - started
@@ -349,6 +357,12 @@ class Scheduler:
         )  # fmt: skip
         self._record(step)
         return code
+
+    def _decode_starts(self) -> None:
+        """The step's `before_decode`, once."""
+        hook, self._before_decode = self._before_decode, None
+        if hook is not None:
+            hook()
 
     def _tier(self, n_tokens: int) -> int | None:
         return self.plan.tier_for(n_tokens) if self.plan is not None else None

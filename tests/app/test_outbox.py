@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.api.api_errors import ApiError
+from app.api.api_streams import ApiStreams
 from app.api.engine_calls import ApiEvent, ApiFailed
 from app.api.reply_writer import Outbox
 
@@ -108,47 +109,23 @@ def test_events_put_by_another_thread_during_a_step_go_with_the_steps(loop: Coun
     assert (messages(mine), messages(theirs)) == (["event 1"], ["event 2"])
 
 
-def test_a_step_ends_once_the_routes_have_taken_its_events(loop: CountedLoop) -> None:
-    """The worker decodes the next step only after the loop's pass: the routes' writes
-    never run inside a step."""
-    outbox = Outbox(loop)
-    targets = queues(loop, 4)
-    written: list[str] = []
-
-    async def route(queue: asyncio.Queue[ApiEvent]) -> None:
-        while True:
-            written.extend(messages_of(await queue.get()))
-
-    routes = [asyncio.run_coroutine_threadsafe(route(queue), loop) for queue in targets]
-    settled(loop)  # every route waits on its queue
-    with outbox.together():
-        for n, queue in enumerate(targets):
-            outbox.put(queue, event(n))
-    assert sorted(written) == [f"event {n}" for n in range(4)]  # no settle: already taken
-    for running in routes:
-        running.cancel()
-    settled(loop)  # the routes end before the loop closes
-
-
-def test_a_busy_loop_holds_the_step_back_no_longer_than_the_wait(loop: CountedLoop) -> None:
+def test_the_api_holds_a_steps_events_until_the_next_step_starts_computing(
+    loop: CountedLoop,
+) -> None:
+    """The worker releases them from the scheduler's before_decode: the loop then writes
+    while llama.cpp computes, not while the worker builds the step."""
     outbox = Outbox(loop)
     (queue,) = queues(loop, 1)
-    busy, release = threading.Event(), threading.Event()
-
-    def occupied() -> None:
-        busy.set()
-        release.wait(10)
-
-    loop.call_soon_threadsafe(occupied)
-    assert busy.wait(10)
-    with outbox.together():
-        outbox.put(queue, event(1))
-    assert queue.empty()  # the step went on while the loop was still busy
-    release.set()
+    api = ApiStreams()
+    api.deliveries.append(outbox.together)
+    api.advance(None)  # before a step: what the streams said is sent
+    outbox.put(queue, event(1))  # as a stream's pump does while it is sent
+    settled(loop)
+    assert queue.empty()
+    api.release()
     settled(loop)
     assert messages(queue) == ["event 1"]
-
-
-def messages_of(event: ApiEvent) -> list[str]:
-    assert isinstance(event, ApiFailed)
-    return [event.error.message]
+    api.release()  # a second release (after the step) has nothing left to hand over
+    outbox.put(queue, event(2))  # outside any step: at once
+    settled(loop)
+    assert messages(queue) == ["event 2"]

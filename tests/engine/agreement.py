@@ -12,7 +12,7 @@ solo run rated within NEAR_TIE of its best.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from engine.generation.logprobs import TokenLogprob
@@ -48,9 +48,11 @@ def assert_tokens_agree_with_solo(tokens: Sequence[int], alone: list[TokenLogpro
             return
 
 
-def run_until_done(scheduler: Scheduler, streams: list[Stream]) -> None:
+def run_until_done(
+    scheduler: Scheduler, streams: list[Stream], before_decode: Callable[[], None] | None = None
+) -> None:
     while not all(s.done for s in streams):
-        scheduler.step()
+        scheduler.step(before_decode)
 
 
 def solo_logprobs(

@@ -166,3 +166,37 @@ def test_a_prompt_that_does_not_fit_is_refused_before_it_takes_a_sequence(
     with pytest.raises(BadInputError, match="the context holds"):
         model.scheduler.admit(too_long, 0, seed=0)
     assert model.scheduler.active() == []
+
+
+def test_before_decode_runs_once_a_step_with_the_batch_built_and_not_yet_computed(
+    model: LoadedModel,
+) -> None:
+    """What a server's loop is handed there runs while llama.cpp computes: the hook must
+    come after the step is built (its tokens in the batch) and before it is computed."""
+    scheduler = model.scheduler
+    steps: list[DecodeStep] = []
+    calls: list[tuple[int, int, list[int]]] = []  # (batch tokens, steps, KV ends) at each
+
+    def before_decode() -> None:
+        computed = [scheduler.context.last_position(seq) for seq in (0, 1)]
+        calls.append((scheduler.context.n_tokens, len(steps), computed))
+
+    scheduler.observers.append(steps.append)
+    try:
+        streams = [
+            scheduler.admit(
+                StreamRequest.of_tokens(prompt_tokens(model, q), REPLY, reuse_cache=False), i,
+                seed=0,
+            )
+            for i, q in enumerate(QUESTIONS[:2])
+        ]  # fmt: skip
+        run_until_done(scheduler, streams, before_decode)
+    finally:
+        scheduler.observers.remove(steps.append)
+    assert len(steps) > 10 and steps[0].n_prompt_tokens > 0
+    assert [(n, made) for n, made, _ in calls] == [
+        (step.n_tokens, made) for made, step in enumerate(steps)
+    ]
+    # the KV cache holds exactly what the steps before this one computed
+    held = [sum(end + 1 for end in computed) for _, _, computed in calls]
+    assert held == [sum(step.n_tokens for step in steps[:made]) for made in range(len(steps))]
