@@ -269,14 +269,20 @@ distclean: clean
 
 # bench/api_throughput.py: ShardChat's OpenAI-compatible server against two peers on the
 # same model and threads, both from the llama-cpp-python release we ship: llama.cpp's
-# llama-server, built portably from the llama.cpp that release vendors (about 8 minutes
-# on 2 cores, once), and llama-cpp-python's own server in .venv-bench, from the same
-# portable wheel as .venv. Not part of `make test`.
+# llama-server, built from the same patched sources with the same loadable CPU variants as
+# our wheel (so both pick and run the same kernels on any machine; about 25 minutes on 2
+# cores, once), and llama-cpp-python's own server in .venv-bench, from the portable wheel.
+# Not part of `make test`.
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_INSTALLED := $(BENCH_VENV)/.installed
-LLAMA_SERVER_BUILD := .cache/llama-server/build
+LLAMA_SERVER_WORK := .cache/llama-server
+LLAMA_SERVER_SRC := $(LLAMA_SERVER_WORK)/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp
+LLAMA_SERVER_BUILD := $(LLAMA_SERVER_WORK)/build
 LLAMA_SERVER := $(LLAMA_SERVER_BUILD)/bin/llama-server
+# The wheel's CPU flags without Vulkan and RPC: llama-server runs on the CPU here.
+LLAMA_SERVER_CMAKE_ARGS := -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF \
+	-DBUILD_SHARED_LIBS=ON
 
 # bench/startup.py: --help, the window (open, and ready with its model) and opening stored
 # chats of 100 / 1,000 / 10,000 exchanges, each beside its baseline (issue 33's targets)
@@ -288,13 +294,18 @@ bench-startup: $(INSTALLED)
 bench-api: $(LLAMA_SERVER) $(BENCH_INSTALLED) $(INSTALLED)
 	$(PY) bench/api_throughput.py
 
-# From the unpacked sdist, with the portable flags of the single-library build.
-$(LLAMA_SERVER): $(LLAMA_SRC)/CMakeLists.txt
-	@$(call apt_ensure,cmake:cmake ninja:ninja-build g++:g++)
-	cmake -S $(LLAMA_SRC) -B $(LLAMA_SERVER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-		$(PORTABLE_CMAKE_ARGS) -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+# From the sdist with installer/patches applied (the CPU variants' score is ours), each CPU
+# variant a module in bin/ beside the binary, where ggml_backend_load_all() looks for them.
+$(LLAMA_SERVER): $(LLAMA_SRC)/CMakeLists.txt installer/llama_wheel.py $(wildcard installer/patches/*.patch)
+	@$(call apt_ensure,cmake:cmake ninja:ninja-build g++:g++ patch:patch)
+	rm -rf $(LLAMA_SERVER_WORK)
+	mkdir -p $(LLAMA_SERVER_WORK)
+	cp $(LLAMA_SDIST) $(LLAMA_SERVER_WORK)/
+	$(PY) installer/llama_wheel.py source --work $(LLAMA_SERVER_WORK)
+	cmake -S $(LLAMA_SERVER_SRC) -B $(LLAMA_SERVER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+		$(LLAMA_SERVER_CMAKE_ARGS) -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
 		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-		-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF
+		-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF
 	cmake --build $(LLAMA_SERVER_BUILD) --target llama-server -j2
 
 # The wheel without its dependencies first, so pip never swaps it for a build from source;

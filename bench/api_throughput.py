@@ -5,7 +5,9 @@ batch and ubatch (512), flash attention on and the model's own chat template:
 
 - shardchat: `shardchat serve --parallel N --ctx-per-slot C` (continuous batching);
 - llama-server: llama.cpp's server built from the source vendored in the same
-  llama-cpp-python release (`make bench-api` builds it portably), with
+  llama-cpp-python release, with the same patches and the same loadable CPU
+  variants as ShardChat's wheel (`make bench-api` builds it), so both choose and
+  run the same kernels on any machine (column `kernels` shows each one's), with
   `-np N -c N*C --no-kv-unified` so each client has a slot of C cells, as ours;
 - llama-cpp-python: its own `python -m llama_cpp.server` from .venv-bench (the
   portable single-library wheel of the same release: its server loads no backend
@@ -155,6 +157,8 @@ class LevelResult:
     others_cores: float  # CPU busy outside the server and this script, as cores, while timed
     replies: list[Reply] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
+    kernels: str = "?"  # the CPU module the server runs (libggml-cpu-<variant>)
+    round: int = 0
 
     @property
     def tokens(self) -> int:
@@ -459,6 +463,20 @@ async def run_level(
     return wall, max(others, 0.0) / wall, [r for replies in per_client_replies for r in replies]
 
 
+def cpu_kernels(pid: int) -> str:
+    """The CPU variant a running server loaded (`zen4` for libggml-cpu-zen4.so), read from
+    its memory maps: both servers must run the same kernels for the ratio to be about the
+    servers. `static` where the CPU backend is linked in (no module)."""
+    try:
+        mapped = {Path(m.path).name for m in psutil.Process(pid).memory_maps()}
+    except (psutil.Error, OSError):
+        return "?"
+    modules = sorted(name for name in mapped if name.startswith("libggml-cpu-"))
+    if modules:
+        return ",".join(name.removeprefix("libggml-cpu-").split(".so")[0] for name in modules)
+    return "static" if any(name.startswith("libggml") for name in mapped) else "?"
+
+
 def _cpu_seconds(server: psutil.Process) -> tuple[float, float]:
     """Busy CPU seconds of the whole machine, and of the server's processes and this one.
 
@@ -488,6 +506,7 @@ def measure(
             wall, others, replies = asyncio.run(
                 run_level(port, model_id, n, setup, pid, KINDS[name].request_extra)
             )
+            kernels = cpu_kernels(pid)
         except BenchError:
             raise
         except Exception as error:  # the client's errors: say which server, show its log
@@ -504,10 +523,11 @@ def measure(
             reply.tokens, reply.counted_by = reply.usage, "usage"
         else:
             reply.tokens, reply.counted_by = counter.count(reply.text, reply.finish_reason)
-    result = LevelResult(n, name, wall, others, replies, command)
+    result = LevelResult(n, name, wall, others, replies, command, kernels)
     print(
         f"    {result.tokens} tokens in {wall:.1f} s: {result.tokens_per_s:.1f} tok/s, "
-        f"median TTFT {result.median_ttft_ms:.0f} ms, other programs {others:.2f} cores",
+        f"median TTFT {result.median_ttft_ms:.0f} ms, other programs {others:.2f} cores, "
+        f"CPU kernels {kernels}",
         file=sys.stderr,
         flush=True,
     )
@@ -540,49 +560,73 @@ def measure_quietest(
 
 
 def report(results: list[LevelResult], setup: Setup, levels: list[int]) -> dict[str, Any]:
-    """The table, the ratios and how the replies agree; returns the same as data for --json."""
+    """The table (each server's medians over the rounds), the ratios (the median of the
+    rounds' own ratios, each round's two runs side by side) and how the replies agree;
+    returns the same as data for --json."""
+    rounds = max(r.round for r in results) + 1
     print(
         f"\napi_throughput: {Path(setup.model).name}, {setup.threads} threads, batch/ubatch "
         f"{BATCH}, flash attention on, {setup.ctx_per_client} cells per client, "
         f"{setup.requests} distinct questions per level, greedy, at most {setup.max_tokens} "
-        "tokens each, streamed"
+        f"tokens each, streamed; medians of {rounds} round(s)"
     )
     print(
         f"{'clients':>7}  {'server':18}{'tok/s':>8}{'TTFT ms':>9}{'tokens':>8}{'wall s':>8}"
-        f"{'others':>8}  tokens counted by"
+        f"{'others':>8}  {'kernels':12}tokens counted by"
     )
     ratios: list[dict[str, Any]] = []
     for level in levels:
-        rows = {r.server: r for r in results if r.level == level}
-        for r in rows.values():
+        runs = {
+            name: sorted((r for r in results if r.level == level and r.server == name),
+                         key=lambda r: r.round)
+            for name in dict.fromkeys(r.server for r in results if r.level == level)
+        }  # fmt: skip
+        for name, mine in runs.items():
+            tok = statistics.median(r.tokens_per_s for r in mine)
+            ttft = statistics.median(r.median_ttft_ms for r in mine)
             print(
-                f"{level:>7}  {r.server:18}{r.tokens_per_s:>8.1f}{r.median_ttft_ms:>9.0f}"
-                f"{r.tokens:>8}{r.wall_s:>8.1f}{r.others_cores:>8.2f}  {r.counted_by}"
+                f"{level:>7}  {name:18}{tok:>8.1f}{ttft:>9.0f}{mine[0].tokens:>8}"
+                f"{statistics.median(r.wall_s for r in mine):>8.1f}"
+                f"{max(r.others_cores for r in mine):>8.2f}  {mine[0].kernels:12}"
+                f"{mine[0].counted_by}"
             )
-        ours = rows.get("shardchat")
+        ours = runs.get("shardchat")
         for peer in ("llama-server", "llama-cpp-python"):
-            if ours is None or peer not in rows:
+            if ours is None or peer not in runs:
                 continue
-            tok = ours.tokens_per_s / rows[peer].tokens_per_s
-            ttft = ours.median_ttft_ms / rows[peer].median_ttft_ms
-            ratios.append({"level": level, "peer": peer, "tokens_per_s": tok, "ttft": ttft})
-            print(f"{'':9}shardchat/{peer}: tok/s x{tok:.2f}, median TTFT x{ttft:.2f}")
-        _agreement(rows)
+            pairs = list(zip(ours, runs[peer], strict=True))
+            toks = [a.tokens_per_s / b.tokens_per_s for a, b in pairs]
+            ttfts = [a.median_ttft_ms / b.median_ttft_ms for a, b in pairs]
+            tok, ttft = statistics.median(toks), statistics.median(ttfts)
+            ratios.append(
+                {"level": level, "peer": peer, "tokens_per_s": tok, "ttft": ttft,
+                 "rounds_tokens_per_s": toks, "rounds_ttft": ttfts}
+            )  # fmt: skip
+            print(
+                f"{'':9}shardchat/{peer}: tok/s x{tok:.2f} ({_each(toks)}), "
+                f"median TTFT x{ttft:.2f} ({_each(ttfts)})"
+            )
+        _agreement({name: mine[0] for name, mine in runs.items()})
     print(
         "TTFT: median, from sending to the first content delta. others: CPU cores that other "
-        "programs kept busy while a row was timed"
+        "programs kept busy while a row was timed (the most of any round). Ratios: the median "
+        "of the rounds' ratios, each round's in brackets"
     )
+    if len({r.kernels for r in results if r.server != "llama-cpp-python"}) > 1:
+        print("WARNING: the servers ran different CPU kernels: the ratios compare builds too")
     busy = [r for r in results if r.others_cores > BUSY_CORES]
     if busy:
-        rows_text = ", ".join(f"{r.server} at {r.level}" for r in busy)
+        rows_text = ", ".join(f"{r.server} at {r.level} (round {r.round + 1})" for r in busy)
         print(f"WARNING: the machine was busy with other work during {rows_text}: rerun when quiet")
     return {
         "setup": asdict(setup),
         "batch": BATCH,
+        "rounds": rounds,
         "results": [
             {
                 "level": r.level,
                 "server": r.server,
+                "round": r.round,
                 "tokens_per_s": r.tokens_per_s,
                 "median_ttft_ms": r.median_ttft_ms,
                 "tokens": r.tokens,
@@ -590,12 +634,17 @@ def report(results: list[LevelResult], setup: Setup, levels: list[int]) -> dict[
                 "wall_s": r.wall_s,
                 "others_cores": r.others_cores,
                 "tokens_counted_by": r.counted_by,
+                "cpu_kernels": r.kernels,
                 "command": r.command,
             }
             for r in results
         ],
         "ratios": ratios,
     }
+
+
+def _each(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def _agreement(rows: dict[str, LevelResult]) -> None:
@@ -629,13 +678,23 @@ def main() -> int:
         default=1,
         help=f"measure a row again while other programs kept >{BUSY_CORES} cores busy",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of every server per level, alternating which goes first; the ratios are "
+        "the medians of each round's (the two runs of a round are minutes apart, the "
+        "rounds further: this machine's speed drifts by more than the targets)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
     levels = [int(v) for v in args.levels.split(",") if v.strip()]
     names = [v.strip() for v in args.servers.split(",") if v.strip()]
     unknown = sorted(set(names) - set(SERVERS))
-    if unknown or not names or not levels or min(levels) < 1:
-        parser.error(f"--servers from {', '.join(SERVERS)}; --levels positive (got {unknown})")
+    if unknown or not names or not levels or min(levels) < 1 or args.rounds < 1:
+        parser.error(
+            f"--servers from {', '.join(SERVERS)}; --levels and --rounds positive (got {unknown})"
+        )
     setup = Setup(
         args.model,
         args.threads,
@@ -652,12 +711,14 @@ def main() -> int:
         results: list[LevelResult] = []
         with tempfile.TemporaryDirectory(prefix="shardchat-api-bench-") as temp:
             for level in levels:
-                for name in names:
-                    results.append(
-                        measure_quietest(
+                for round_ in range(args.rounds):
+                    # each round in the other order: neither server always runs first
+                    for name in names if round_ % 2 == 0 else names[::-1]:
+                        result = measure_quietest(
                             name, level, setup, flags[name], counter, Path(temp), args.busy_retries
                         )
-                    )
+                        result.round = round_
+                        results.append(result)
     except BenchError as error:
         print(f"api_throughput: {error}", file=sys.stderr)
         return 1

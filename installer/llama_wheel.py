@@ -3,6 +3,7 @@
     python installer/llama_wheel.py wheel --out DIR   # the wheel `make` and the installers use
     python installer/llama_wheel.py args              # the CMake flags for this system
     python installer/llama_wheel.py version           # the llama-cpp-python release
+    python installer/llama_wheel.py source --work DIR # the patched sources, for llama-server
 
 The version and the CMake flags come from the Makefile (LLAMA_VERSION,
 LLAMA_CMAKE_ARGS), so `make run`, `make test`, the benches and the installer CI
@@ -91,11 +92,16 @@ def main(argv: list[str]) -> int:
     wheel.add_argument("--work", type=Path, default=ROOT / ".cache" / "llama-build")
     commands.add_parser("args", help="print the CMake flags for this system")
     commands.add_parser("version", help="print the llama-cpp-python version")
+    source = commands.add_parser("source", help="unpack and patch the sources; print their path")
+    source.add_argument("--work", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "args":
         print(cmake_args())
     elif args.command == "version":
         print(makefile_variable("LLAMA_VERSION"))
+    elif args.command == "source":
+        args.work.mkdir(parents=True, exist_ok=True)
+        print(patched_source(args.work))
     else:
         args.work.mkdir(parents=True, exist_ok=True)
         print(build_wheel(args.out, args.work))
