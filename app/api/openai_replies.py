@@ -68,10 +68,7 @@ class _ChoiceSoFar:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     token_logprobs: list[TokenLogprob] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return sum(len(c) for c in self.content)
+    length: int = 0  # characters of content so far: summed per delta, it cost O(n^2) a reply
 
 
 @dataclass
@@ -188,6 +185,7 @@ class ReplyBuilder:
     def take(self, delta: ApiDelta) -> None:
         choice = self._choice(delta.index)
         choice.content.append(delta.content)
+        choice.length += len(delta.content)
         choice.reasoning.append(delta.reasoning)
         choice.token_logprobs.extend(delta.logprobs)
 
