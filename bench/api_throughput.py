@@ -9,6 +9,10 @@ batch and ubatch (512), flash attention on and the model's own chat template:
   variants as ShardChat's wheel (`make bench-api` builds it), so both choose and
   run the same kernels on any machine (column `kernels` shows each one's), with
   `-np N -c N*C --no-kv-unified` so each client has a slot of C cells, as ours;
+- llama-server-unified (only when asked for): the same with `--kv-unified`, one
+  pool of N*C cells that every slot shares, the layout ShardChat's one context
+  uses: from 4 clients on, attention in that layout reads every slot's cells
+  (docs/measurements.md, "The KV layout at 16 clients");
 - llama-cpp-python: its own `python -m llama_cpp.server` from .venv-bench (the
   portable single-library wheel of the same release: its server loads no backend
   modules), n_ctx C; it serves one request at a time. Three of
@@ -81,6 +85,7 @@ SHARDCHAT = Path(sys.executable).parent / "shardchat"
 HOST = "127.0.0.1"
 BATCH = 512  # n_batch and n_ubatch: what engine.llama.load_params gives our own contexts
 SERVERS = ("shardchat", "llama-server", "llama-cpp-python")
+PEERS = ("llama-server", "llama-server-unified", "llama-cpp-python")
 BUSY_CORES = 0.2  # other programs' load above which a row is flagged
 WARM_UP = "Say hello in one short sentence."
 QUESTIONS = [
@@ -214,6 +219,12 @@ def llama_server_command(setup: Setup, port: int, n: int, flags: str) -> list[st
     return command
 
 
+def llama_server_unified_command(setup: Setup, port: int, n: int, flags: str) -> list[str]:
+    command = llama_server_command(setup, port, n, flags)
+    command[command.index("--no-kv-unified")] = "--kv-unified"
+    return command
+
+
 def llama_cpp_python_command(setup: Setup, port: int, n: int, flags: str) -> list[str]:
     """One Llama behind a lock; n does not apply. Two defaults are changed, both to be fair:
     interrupt_requests (on, a new request cuts the stream being served) and logits_all
@@ -254,6 +265,13 @@ KINDS = {
         "make bench-api (builds it from the vendored llama.cpp)",
         [str(LLAMA_SERVER), "--help"],
         llama_server_command,
+    ),
+    "llama-server-unified": ServerKind(
+        "llama-server-unified",
+        LLAMA_SERVER,
+        "make bench-api (builds it from the vendored llama.cpp)",
+        [str(LLAMA_SERVER), "--help"],
+        llama_server_unified_command,
     ),
     "llama-cpp-python": ServerKind(
         "llama-cpp-python",
@@ -591,7 +609,7 @@ def report(results: list[LevelResult], setup: Setup, levels: list[int]) -> dict[
                 f"{mine[0].counted_by}"
             )
         ours = runs.get("shardchat")
-        for peer in ("llama-server", "llama-cpp-python"):
+        for peer in PEERS:
             if ours is None or peer not in runs:
                 continue
             pairs = list(zip(ours, runs[peer], strict=True))
@@ -665,7 +683,7 @@ def main() -> int:
     parser.add_argument("--model", default=str(default_model_path()))
     parser.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
     parser.add_argument(
-        "--servers", default=",".join(SERVERS), help="a subset of " + ", ".join(SERVERS)
+        "--servers", default=",".join(SERVERS), help="a subset of " + ", ".join(KINDS)
     )
     parser.add_argument("--threads", type=int, default=physical_cores())
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -690,10 +708,10 @@ def main() -> int:
     args = parser.parse_args()
     levels = [int(v) for v in args.levels.split(",") if v.strip()]
     names = [v.strip() for v in args.servers.split(",") if v.strip()]
-    unknown = sorted(set(names) - set(SERVERS))
+    unknown = sorted(set(names) - set(KINDS))
     if unknown or not names or not levels or min(levels) < 1 or args.rounds < 1:
         parser.error(
-            f"--servers from {', '.join(SERVERS)}; --levels and --rounds positive (got {unknown})"
+            f"--servers from {', '.join(KINDS)}; --levels and --rounds positive (got {unknown})"
         )
     setup = Setup(
         args.model,
