@@ -21,11 +21,10 @@ checked out as a git worktree for the run.
 
     .venv/bin/python bench/api_interleave.py [--against REF] [--rounds 2] [--threads 2]
 
-Last run (2026-12-04, quiet 2-core machine, 2 rounds; the README's "One context, one
-loop" has the whole table): the GUI beside 8 clients 74.2 tok/s against 22.0 (3.37x),
-its median time between tokens 1.20x alone (mean 1.76x); all tokens/s then 0.81x the
-baseline's; the 8 clients alone 0.83x, a summary job alone 0.82x. The job reports
-progress per document, so its tokens during the GUI's short reply are not seen.
+Last run (2026-12-07, 2-core machine, 2 rounds, clients in their own process;
+docs/measurements.md, "One context against three", has the table): the GUI beside 8
+clients 66.2 tok/s against 15.8, its median time between tokens 1.05x alone (mean
+1.73x); the 8 clients alone 0.74x the baseline's, a summary job alone 0.82x.
 """
 
 from __future__ import annotations
@@ -87,7 +86,11 @@ class Engine:
 
     def __init__(self, threads: int, clients: int) -> None:
         from app.api.server import ApiServer
-        from app.api.server_config import ServerConfig
+
+        if Path("app", "api", "server_config.py").is_file():
+            from app.api.server_config import ServerConfig
+        else:  # the three-context baseline keeps it beside the server
+            from app.api.server import ServerConfig  # type: ignore[attr-defined,no-redef]
 
         ModelLoaded = host_module("events").ModelLoaded
         EngineWorker = host_module("worker").EngineWorker
@@ -260,8 +263,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         api.started.wait(600)
         beside_api = engine.gui_reply(args.max_tokens)
         start, end = beside_api.window
+        api.join()  # the clients' stamps come back when they end
         others = api.tokens_between(start, end) / (end - start)
-        api.join()
         figures |= {
             "gui+api: gui tok/s": beside_api.rate,
             "gui+api: gui gap ms": beside_api.median_gap_ms,

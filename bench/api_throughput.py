@@ -11,8 +11,8 @@ batch and ubatch (512), flash attention on and the model's own chat template:
   `-np N -c N*C --no-kv-unified` so each client has a slot of C cells, as ours;
 - llama-server-unified (only when asked for): the same with `--kv-unified`, one
   pool of N*C cells that every slot shares, the layout ShardChat's one context
-  uses: from 4 clients on, attention in that layout reads every slot's cells
-  (docs/measurements.md, "The KV layout at 16 clients");
+  uses, to tell the layout's cost from the server's (docs/measurements.md, "The KV
+  layout at 16 clients");
 - llama-cpp-python: its own `python -m llama_cpp.server` from .venv-bench (the
   portable single-library wheel of the same release: its server loads no backend
   modules), n_ctx C; it serves one request at a time. Three of
@@ -39,15 +39,14 @@ run kept, since on 2 cores a neighbour's load slows any server several fold.
 
     make bench-api        # builds llama-server and .venv-bench first
     .venv/bin/python bench/api_throughput.py [--levels 1,4,16] [--threads 2] \
-        [--servers shardchat,llama-server,llama-cpp-python] [--json results.json]
+        [--rounds 3] [--servers shardchat,llama-server,llama-cpp-python] [--json results.json]
 
-Last runs (default model, 2 cores, 2 threads, quiet machine, one-context engine),
-ShardChat against llama-server, two runs: tokens/s 0.99x and 1.12x at 1 client, 0.82x
-and 1.14x at 4, 0.94x and 0.89x at 16; median time to first token 1.07x and 0.97x,
-1.38x and 0.97x, 1.05x and 1.43x. One run, for example: 106.1 / 94.6, 160.7 / 140.9 and
-159.9 / 179.5 tokens/s. Since the shared KV pool, 2 to 5 of 32 replies per level are
-identical to llama-server's (all 32 with a context per activity); on this shared machine
-one run is one sample.
+Last runs (2026-12-07, default model, 2 cores, 2 threads, the haswell module in both
+servers, 3 rounds per level), ShardChat against llama-server, runs 3 and 4 in a row:
+tokens/s 0.98x and 0.97x at 1 client, 0.90x and 0.86x at 4, 0.76x and 0.88x at 16;
+median time to first token 0.98x and 1.04x, 0.95x and 1.11x, 1.28x and 1.07x. The
+rounds' own ratios spread by 0.1 to 0.4 on this shared machine. Table and reading:
+docs/measurements.md, "API throughput against llama-server".
 """
 
 from __future__ import annotations

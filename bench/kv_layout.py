@@ -7,6 +7,13 @@ each printed as aggregate tokens/s, the conversation's median and longest time
 between tokens, and how many of the 9 streams gave their solo run's tokens.
 
     .venv/bin/python bench/kv_layout.py [--threads 2] [--rounds 2]
+    .venv/bin/python bench/kv_layout.py --serving 16 [--rounds 2]
+
+--serving N measures what `shardchat serve --parallel N` runs instead: N API
+streams and no conversation, two waves of N questions of up to 64 tokens in
+the sequences the first wave left (as clients that ask again), in the context
+that shape gets, in each layout; it prints the wall time and the median step
+that carries all N streams decoding.
 
 Last run (2026-12-03, quiet 2-core machine, before the step budget saved up for whole
 steps): unified 69.7 / 67.7 tok/s in 10,240 cells, a stream each 61.6 / 58.4 in 20,480;
@@ -19,6 +26,7 @@ import argparse
 import statistics
 import time
 
+from engine.generation.decode_step import DecodeStep
 from engine.generation.sampling import GREEDY
 from engine.generation.scheduler import CONVERSATION
 from engine.generation.stream import Stream, StreamRequest
@@ -104,12 +112,57 @@ def measure(unified: bool, threads: int) -> dict[str, str]:
         model.close()
 
 
+def measure_serving(unified: bool, threads: int, n: int) -> dict[str, str]:
+    """N streams alone, as an API server's clients, in the shape `serve --parallel N` loads."""
+    from app.model_lifecycle.load_planning import ContextShape
+
+    shape = ContextShape.for_server(n, 1024)
+    params = LoadParams(
+        str(default_model_path()), n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads,
+        n_parallel=shape.n_parallel, n_ctx_shared=shape.shared_cells, kv_unified=unified,
+    )  # fmt: skip
+    model = load_model(params)
+    steps: list[DecodeStep] = []
+    model.scheduler.observers.append(steps.append)
+    reply = GREEDY.with_changes(max_tokens=64, stop_loops=False)
+    try:
+        started = time.perf_counter()
+        for wave in range(2):
+            questions = [
+                f"{QUESTIONS[i % len(QUESTIONS)]} (question {wave * n + i})" for i in range(n)
+            ]
+            streams = [
+                model.scheduler.admit(StreamRequest.of_tokens(_tokens(model, q), reply), seq, 0)
+                for seq, q in enumerate(questions, start=1)
+            ]
+            while not all(s.done for s in streams):
+                model.scheduler.step()
+        seconds = time.perf_counter() - started
+    finally:
+        model.close()
+    full = [s.seconds for s in steps if s.n_tokens == n and s.n_prompt_tokens == 0]
+    return {
+        "layout": "unified pool" if unified else "stream each",
+        "cells": str(params.total_cells),
+        "wall s": f"{seconds:.2f}",
+        f"{n}-stream step ms": f"{1e3 * statistics.median(full):.1f}" if full else "-",
+        "tokens": str(sum(s.n_tokens - s.n_prompt_tokens for s in steps)),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--serving", type=int, default=0, help="N API streams alone instead")
     args = parser.parse_args()
-    rows = [measure(unified, args.threads) for _ in range(args.rounds) for unified in (True, False)]
+    rows = [
+        measure_serving(unified, args.threads, args.serving)
+        if args.serving
+        else measure(unified, args.threads)
+        for _ in range(args.rounds)
+        for unified in (True, False)
+    ]
     keys = list(rows[0])
     print(" | ".join(keys))
     for row in rows:
