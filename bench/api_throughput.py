@@ -39,14 +39,20 @@ run kept, since on 2 cores a neighbour's load slows any server several fold.
 
     make bench-api        # builds llama-server and .venv-bench first
     .venv/bin/python bench/api_throughput.py [--levels 1,4,16] [--threads 2] \
-        [--rounds 3] [--servers shardchat,llama-server,llama-cpp-python] [--json results.json]
+        [--rounds 3] [--servers shardchat,llama-server,llama-cpp-python] [--profile] \
+        [--json results.json]
 
-Last runs (2026-12-07, default model, 2 cores, 2 threads, the haswell module in both
-servers, 3 rounds per level), ShardChat against llama-server, runs 3 and 4 in a row:
-tokens/s 0.98x and 0.97x at 1 client, 0.90x and 0.86x at 4, 0.76x and 0.88x at 16;
-median time to first token 0.98x and 1.04x, 0.95x and 1.11x, 1.28x and 1.07x. The
-rounds' own ratios spread by 0.1 to 0.4 on this shared machine. Table and reading:
-docs/measurements.md, "API throughput against llama-server".
+--profile adds, per level, each server's CPU per generated token by thread (its
+compute threads, its others) and, where perf may sample it, by library
+(bench/server_cpu.py): where ShardChat's time goes beside llama-server's.
+
+Last runs (2026-12-07, default model, 2 cores, 2 threads, the zen4 module in both
+servers, 3 rounds per level, `shardchat serve` with a KV stream per slot), ShardChat
+against llama-server, two runs in a row: tokens/s 0.93x and 0.91x at 1 client, 1.02x
+and 0.94x at 4, 0.96x and 0.96x at 16; median time to first token 1.13x and 1.12x,
+0.94x and 1.01x, 1.08x and 1.12x; replies identical, 32 of 32 at every level. The
+rounds' own ratios spread by up to 0.15 on this shared machine. Tables and reading:
+docs/measurements.md, "Where the API's CPU goes".
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ from openai import AsyncOpenAI
 
 from engine.llama.load_params import physical_cores
 from engine.model.default_model import default_model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server_cpu import COLUMNS, CpuSplit, Profiling, ServerCpu, perf_usable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_SERVER = ROOT / ".cache/llama-server/build/bin/llama-server"
@@ -163,6 +172,7 @@ class LevelResult:
     command: list[str] = field(default_factory=list)
     kernels: str = "?"  # the CPU module the server runs (libggml-cpu-<variant>)
     round: int = 0
+    cpu: CpuSplit | None = None  # with --profile: where its CPU went while timed
 
     @property
     def tokens(self) -> int:
@@ -444,9 +454,16 @@ async def stream_one(
 
 
 async def run_level(
-    port: int, model_id: str, n: int, setup: Setup, server_pid: int, extra: dict[str, Any]
+    port: int,
+    model_id: str,
+    n: int,
+    setup: Setup,
+    server_pid: int,
+    extra: dict[str, Any],
+    profile: ServerCpu | None = None,
 ) -> tuple[float, float, list[Reply]]:
-    """N clients, each sending its share of the questions in turn.
+    """N clients, each sending its share of the questions in turn (`profile` brackets
+    the timed window, the warm-up request left out).
 
     Returns the wall time, the CPU cores other processes kept busy meanwhile, and the replies.
     """
@@ -471,11 +488,15 @@ async def run_level(
             return [await stream_one(client, model_id, q, setup, extra) for q in questions]
 
         server = psutil.Process(server_pid)
+        if profile is not None:
+            profile.start()
         cpu_before = _cpu_seconds(server)
         start = time.perf_counter()
         per_client_replies = await asyncio.gather(*(one_client(c) for c in range(n)))
         wall = time.perf_counter() - start
         cpu_after = _cpu_seconds(server)
+        if profile is not None:
+            profile.stop()
     others = (cpu_after[0] - cpu_before[0]) - (cpu_after[1] - cpu_before[1])
     return wall, max(others, 0.0) / wall, [r for replies in per_client_replies for r in replies]
 
@@ -513,17 +534,26 @@ def _cpu_seconds(server: psutil.Process) -> tuple[float, float]:
 
 
 def measure(
-    name: str, n: int, setup: Setup, flags: str, counter: TokenCounter, log_dir: Path
+    name: str,
+    n: int,
+    setup: Setup,
+    flags: str,
+    counter: TokenCounter,
+    log_dir: Path,
+    profiling: Profiling | None = None,
 ) -> LevelResult:
     port = free_port()
     command = KINDS[name].build_command(setup, port, n, flags)
     print(f"  level {n}, {name}: {' '.join(command)}", file=sys.stderr, flush=True)
+    cpu: CpuSplit | None = None
     with running_server(name, command, port, setup.start_timeout, log_dir) as (model_id, log, pid):
+        profile = profiling.of(pid, setup.threads, log_dir) if profiling else None
         try:
             wall, others, replies = asyncio.run(
-                run_level(port, model_id, n, setup, pid, KINDS[name].request_extra)
+                run_level(port, model_id, n, setup, pid, KINDS[name].request_extra, profile)
             )
             kernels = cpu_kernels(pid)
+            cpu = profile.split() if profile is not None else None
         except BenchError:
             raise
         except Exception as error:  # the client's errors: say which server, show its log
@@ -535,12 +565,15 @@ def measure(
             raise BenchError(
                 f"{name} at {n} clients: {' <- '.join(causes)}\nits log:\n{_log_tail(log)}"
             ) from error
+        finally:
+            if profile is not None:
+                profile.close()
     for reply in replies:  # after the clock stopped: loading the tokenizer takes a moment
         if reply.usage is not None:
             reply.tokens, reply.counted_by = reply.usage, "usage"
         else:
             reply.tokens, reply.counted_by = counter.count(reply.text, reply.finish_reason)
-    result = LevelResult(n, name, wall, others, replies, command, kernels)
+    result = LevelResult(n, name, wall, others, replies, command, kernels, cpu=cpu)
     print(
         f"    {result.tokens} tokens in {wall:.1f} s: {result.tokens_per_s:.1f} tok/s, "
         f"median TTFT {result.median_ttft_ms:.0f} ms, other programs {others:.2f} cores, "
@@ -559,6 +592,7 @@ def measure_quietest(
     counter: TokenCounter,
     log_dir: Path,
     retries: int,
+    profiling: Profiling | None = None,
 ) -> LevelResult:
     """`measure`, again while other programs took CPU meanwhile, keeping the quietest run.
 
@@ -566,12 +600,12 @@ def measure_quietest(
     threads wait on each other), which would make a ratio say more about the neighbours
     than about the servers.
     """
-    result = measure(name, n, setup, flags, counter, log_dir)
+    result = measure(name, n, setup, flags, counter, log_dir, profiling)
     for _ in range(retries):
         if result.others_cores <= BUSY_CORES:
             break
         print("    the machine was busy: measuring again", file=sys.stderr, flush=True)
-        again = measure(name, n, setup, flags, counter, log_dir)
+        again = measure(name, n, setup, flags, counter, log_dir, profiling)
         result = min(result, again, key=lambda r: r.others_cores)
     return result
 
@@ -624,6 +658,7 @@ def report(results: list[LevelResult], setup: Setup, levels: list[int]) -> dict[
                 f"median TTFT x{ttft:.2f} ({_each(ttfts)})"
             )
         _agreement({name: mine[0] for name, mine in runs.items()})
+        _cpu_table(runs)
     print(
         "TTFT: median, from sending to the first content delta. others: CPU cores that other "
         "programs kept busy while a row was timed (the most of any round). Ratios: the median "
@@ -652,12 +687,42 @@ def report(results: list[LevelResult], setup: Setup, levels: list[int]) -> dict[
                 "others_cores": r.others_cores,
                 "tokens_counted_by": r.counted_by,
                 "cpu_kernels": r.kernels,
+                "cpu_seconds": asdict(r.cpu) if r.cpu is not None else None,
                 "command": r.command,
             }
             for r in results
         ],
         "ratios": ratios,
     }
+
+
+def _cpu_table(runs: dict[str, list[LevelResult]]) -> None:
+    """With --profile: each server's CPU per generated token, by thread and by library
+    (medians of its rounds), so that the servers' costs stand side by side."""
+    profiled = {name: mine for name, mine in runs.items() if all(r.cpu for r in mine)}
+    if not profiled:
+        return
+    sampled = all(r.cpu and r.cpu.libraries for mine in profiled.values() for r in mine)
+    columns = ("total", "compute threads", "other threads") + (COLUMNS if sampled else ())
+    print(f"{'':9}CPU ms per generated token: " + " | ".join(columns))
+    for name, mine in profiled.items():
+        values = [_cpu_per_token(mine, column) for column in columns]
+        print(f"{'':9}{name:18}" + " | ".join(f"{v:.2f}" for v in values))
+
+
+def _cpu_per_token(runs: list[LevelResult], column: str) -> float:
+    def ms(result: LevelResult) -> float:
+        cpu = result.cpu
+        assert cpu is not None
+        by_thread = {
+            "total": cpu.total,
+            "compute threads": cpu.compute_threads,
+            "other threads": cpu.other_threads,
+        }
+        seconds = by_thread[column] if column in by_thread else cpu.libraries.get(column, 0.0)
+        return 1e3 * seconds / result.tokens
+
+    return statistics.median(ms(r) for r in runs)
 
 
 def _each(values: list[float]) -> str:
@@ -703,6 +768,12 @@ def main() -> int:
         "the medians of each round's (the two runs of a round are minutes apart, the "
         "rounds further: this machine's speed drifts by more than the targets)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also split each server's CPU per token by thread and, where perf may sample "
+        "it, by library (bench/server_cpu.py)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
     levels = [int(v) for v in args.levels.split(",") if v.strip()]
@@ -723,6 +794,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # stop the servers when killed, as on Ctrl-C
     began = time.perf_counter()
     counter = TokenCounter(args.model, args.max_tokens)
+    profiling = Profiling(perf_usable()) if args.profile else None
+    if profiling is not None and not profiling.sample:
+        print("note: perf cannot sample here: CPU by thread only", file=sys.stderr)
     try:
         flags = check_servers(names)
         results: list[LevelResult] = []
@@ -732,8 +806,9 @@ def main() -> int:
                     # each round in the other order: neither server always runs first
                     for name in names if round_ % 2 == 0 else names[::-1]:
                         result = measure_quietest(
-                            name, level, setup, flags[name], counter, Path(temp), args.busy_retries
-                        )
+                            name, level, setup, flags[name], counter, Path(temp),
+                            args.busy_retries, profiling,
+                        )  # fmt: skip
                         result.round = round_
                         results.append(result)
     except BenchError as error:
