@@ -100,10 +100,11 @@ class Engine:
         self.progress: list[tuple[float, int]] = []  # (when, the job's tokens so far)
         self.worker = EngineWorker(self._on_event).start()
         shape = {}
-        if Path("app", "model_lifecycle").is_dir():  # one context, shaped as `shardchat serve`
+        if Path("app", "model_lifecycle").is_dir():  # one context, as the window serves:
             from app.model_lifecycle.load_planning import ContextShape, LoadRequest
 
-            shape = {"shape": ContextShape.for_server(clients, 1024)}
+            # the clients share a pool beside the conversation
+            shape = {"shape": ContextShape(clients, clients * 1024)}
         else:  # the three-context baseline (the process runs in its tree)
             from app.load_planning import LoadRequest  # type: ignore[no-redef]
         request = LoadRequest(str(default_model_path()), 2048, None, n_threads=threads, **shape)

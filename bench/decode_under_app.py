@@ -111,6 +111,7 @@ def engine_alone(perf_path: str | None) -> dict[str, Any]:
         n_threads_batch=int(os.environ["BENCH_THREADS"]),
         n_parallel=shape.n_parallel,
         n_ctx_shared=shape.shared_cells,
+        kv_unified=not shape.per_slot,  # as `shardchat serve` lays it out
     )
     model = load_model(params)
     steps: list[Any] = []

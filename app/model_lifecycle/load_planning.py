@@ -56,10 +56,15 @@ class ContextShape:
 
     By default there are no shared cells: a chat alone uses none, and on a GPU they
     would take VRAM the plan can give to weights. The pool is made when an activity
-    that needs it starts (`with_pool`, ResidentModel.reshape)."""
+    that needs it starts (`with_pool`, ResidentModel.reshape).
+
+    A headless server (`for_server`) has no conversation to share the context with:
+    each of its slots gets a KV stream of its own instead (`per_slot`), as
+    llama-server's slots do (engine.llama.load_params.KV_LAYOUT says why)."""
 
     n_parallel: int = DEFAULT_PARALLEL
-    shared_cells: int = 0
+    shared_cells: int = 0  # with per_slot: what the slots hold together
+    per_slot: bool = False
 
     @classmethod
     def with_pool(cls) -> ContextShape:
@@ -68,13 +73,20 @@ class ContextShape:
 
     @classmethod
     def of(cls, params: LoadParams) -> ContextShape:
-        return cls(params.n_parallel, params.n_ctx_shared)
+        return cls(params.n_parallel, params.n_ctx_shared, per_slot=not params.kv_unified)
 
     @classmethod
     def for_server(cls, n_slots: int, n_ctx_per_slot: int) -> ContextShape:
-        """What an API server of `n_slots` slots of `n_ctx_per_slot` tokens needs: one
-        sequence per slot, sharing what the slots would hold together."""
-        return cls(n_slots, n_slots * n_ctx_per_slot)
+        """What `shardchat serve` with `n_slots` slots of `n_ctx_per_slot` tokens needs: one
+        sequence per slot, each a KV stream of that size."""
+        return cls(n_slots, n_slots * n_ctx_per_slot, per_slot=True)
+
+    def window(self, n_ctx: int) -> int:
+        """The conversation's window a load with this shape gets for `n_ctx`: with a stream
+        per slot every stream is the window's size, so it is at least a slot's."""
+        if not self.per_slot or self.n_parallel == 0:
+            return n_ctx
+        return max(n_ctx, self.shared_cells // self.n_parallel)
 
 
 @dataclass(frozen=True)
@@ -165,10 +177,12 @@ def planned_load(
     fit the budget is refused rather than shrunk. `shape`: the context's other
     sequences (API clients, a job's documents), which the plan's account covers.
     """
+    n_ctx = shape.window(n_ctx)
     if profile is None:
         shaped = LoadParams(
-            model_path, n_ctx=n_ctx, n_parallel=shape.n_parallel, n_ctx_shared=shape.shared_cells
-        )
+            model_path, n_ctx=n_ctx, n_parallel=shape.n_parallel,
+            n_ctx_shared=shape.shared_cells, kv_unified=not shape.per_slot,
+        )  # fmt: skip
         if choice.kind is PlacementKind.CPU:
             params = shaped.with_changes(op_offload=False, main_gpu=NO_GPU)
             return PlannedLoad(params, None, None)
@@ -191,8 +205,9 @@ def planned_load(
             budget_bytes = AutoBudget(lambda _budget: None).budget_for(_gpu_info(selection.index))
         budget = min(budget_bytes, profile.gpu.vram_total_bytes)
     request = PlanRequest(
-        budget, n_ctx=n_ctx, parallel_sequences=shape.n_parallel, shared_cells=shape.shared_cells
-    )
+        budget, n_ctx=n_ctx, parallel_sequences=shape.n_parallel,
+        shared_cells=shape.shared_cells, kv_unified=not shape.per_slot,
+    )  # fmt: skip
     plan = plan_for_choice(inventory, profile, request, choice, selection.index)
     return PlannedLoad(load_params_for_plan(plan, inventory, model_path), plan, profile)
 

@@ -8,11 +8,11 @@ engine.llama.load_params.KV_LAYOUT): copying a sequence shares its cells
 instead of copying them, and the parallel sequences draw on the cells beyond
 the conversation's window as their prompts and replies need them.
 
-A context can also be laid out with a stream per sequence (kv_unified off),
-each the conversation's size, only to measure the layout against the other
-(bench/kv_layout.py). There llama.cpp splits a batch over several streams
-into micro-batches of consecutive sequence ids, so callers add tokens in
-increasing sequence order (harmless in the unified layout).
+A headless server's context is laid out with a stream per sequence instead
+(kv_unified off, engine.llama.load_params.KV_LAYOUT), each the conversation's
+size: no pool, each sequence's room its stream. There llama.cpp splits a batch
+over several streams into micro-batches of consecutive sequence ids, so callers
+add tokens in increasing sequence order (harmless in the unified layout).
 """
 
 from __future__ import annotations

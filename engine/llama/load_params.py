@@ -33,6 +33,14 @@ pool has room for its prompt and reply; per-sequence streams would give every
 sequence the conversation's window, multiplying the cache by the number of
 sequences. Measured with the default model on 2 cores (bench/kv_layout.py): see
 the README's layout section for the figures behind the choice.
+
+A headless server (`shardchat serve`) has no conversation whose window the others
+would multiply: there each slot gets a stream of its own (kv_unified off), as
+llama-server's slots do. In the pool, a step's attention for each token passes
+over every cell the pool uses and masks the other sequences' cells out; with 16
+clients that cost llama-server 24% more of ggml's compute per token than its own
+per-slot streams, and ShardChat 7% (docs/measurements.md, "Where the API's CPU
+goes"). With a stream each, its replies are token for token llama-server's.
 """
 
 FLASH_ATTENTION = True
@@ -93,7 +101,7 @@ class LoadParams:
     # they share beside the conversation's n_ctx (KV_LAYOUT says why one shared pool)
     n_parallel: int = DEFAULT_PARALLEL
     n_ctx_shared: int = DEFAULT_SHARED_CELLS
-    kv_unified: bool = True  # False only to measure the other layout (bench/kv_layout.py)
+    kv_unified: bool = True  # False: a stream per sequence (a headless server, KV_LAYOUT)
     # lent computers' RPC servers (host:port, probed first: engine.remote.rpc_probe) whose
     # devices take the last n_gpu_layers layers, in this order, each the share tensor_split
     # gives it (engine.planning.machine_split); only ever in a process that may die of them

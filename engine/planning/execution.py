@@ -60,6 +60,7 @@ def load_params_for(plan: Plan, inventory: ModelInventory, model_path: str) -> L
         flash_attn=plan.flash_attn,  # the compute buffer the VRAM account made room for
         n_parallel=plan.request.parallel_sequences,  # the context the account covers
         n_ctx_shared=plan.request.shared_cells,
+        kv_unified=plan.request.kv_unified,
         # a plan with nothing resident may still stream its prompt steps to the GPU
         op_offload_min_batch=boundary,
         prefetch_slots=plan.prefetch_slots if asks else 0,

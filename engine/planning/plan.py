@@ -45,10 +45,17 @@ class PlanRequest:
     # and the KV cells they share: the account covers the whole context
     parallel_sequences: int = 0
     shared_cells: int = 0
+    # False: each sequence a KV stream of the conversation's size (a headless server's
+    # slots, engine.llama.load_params.KV_LAYOUT), not one pool
+    kv_unified: bool = True
 
     @property
     def kv_cells(self) -> int:
-        """The KV cells of the whole context: the conversation's window and the shared pool."""
+        """The KV cells of the whole context: the conversation's window and the shared pool,
+        or a window-sized stream for each sequence (the conversation's, the parallel ones
+        and the one a batch job's opening is kept in)."""
+        if not self.kv_unified:
+            return self.n_ctx * (self.parallel_sequences + 2)
         return self.n_ctx + self.shared_cells
 
     def __post_init__(self) -> None:

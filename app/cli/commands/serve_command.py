@@ -45,7 +45,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise BadInputError("--vram needs this machine's profile: run `shardchat profile` first")
     # planned as the window plans: with this machine's profile when it has one (the budget:
     # --vram, else what other programs leave free), else on the CPU
-    # the clients' sequences share what --parallel sequences of --ctx-per-slot would hold
+    # each client's sequence a KV stream of --ctx-per-slot cells (ContextShape.for_server)
     shape = ContextShape.for_server(args.parallel, args.ctx_per_slot)
     request = LoadRequest(
         str(model_path), min(args.ctx_per_slot, 4096), profile, args.vram, mmproj,
