@@ -48,7 +48,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # each client's sequence a KV stream of --ctx-per-slot cells (ContextShape.for_server)
     shape = ContextShape.for_server(args.parallel, args.ctx_per_slot)
     request = LoadRequest(
-        str(model_path), min(args.ctx_per_slot, 4096), profile, args.vram, mmproj,
+        str(model_path), args.ctx_per_slot, profile, args.vram, mmproj,
         prompt_format=args.prompt_format, n_threads=args.threads, shape=shape,
     )  # fmt: skip
     events: queue.Queue[EngineEvent] = queue.Queue()
