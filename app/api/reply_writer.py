@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished
+from app.api.loop_doorbell import LoopDoorbell
 from app.api.middlewares import USAGE_WORDS
 from app.api.openai_replies import ReplyBuilder, total_usage
 
@@ -34,13 +35,14 @@ class Outbox:
     So the worker hands out a step's events inside `together()`, and the loop wakes
     once a step to take them all. The worker keeps the block open until llama.cpp
     starts the next step (ApiStreams.release), so the loop writes while the step
-    computes, without the GIL llama_decode has let go. Woken before that, the loop
-    took the GIL from the worker while it still built the step in Python, and the
-    two ran in turn. An event put outside a block (an error while the server stops)
-    wakes the loop at once."""
+    computes, without the GIL llama_decode has let go; the wake-up itself keeps the
+    GIL (LoopDoorbell), or the loop takes it before the worker reaches llama_decode.
+    An event put outside a block (an error while the server stops) wakes the loop at
+    once."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        """Made on the loop's thread, as its doorbell must be."""
+        self.doorbell = LoopDoorbell(loop, self._flush)
         self._lock = threading.Lock()
         self._pending: list[tuple[asyncio.Queue[ApiEvent], ApiEvent]] = []
         self._held = 0  # how many `together()` blocks are open
@@ -75,8 +77,11 @@ class Outbox:
         return True
 
     def _wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-            self._loop.call_soon_threadsafe(self._flush)
+        self.doorbell.ring()
+
+    def close(self) -> None:
+        """On the loop's thread, before it closes."""
+        self.doorbell.close()
 
     def _flush(self) -> None:
         with self._lock:

@@ -97,6 +97,7 @@ class ApiServer:
         self._on_state = on_state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
+        self._outbox: Outbox | None = None  # made on the loop, in _listen
         self._thread: threading.Thread | None = None
         self._counters = _Counters()
         self.address: str | None = None
@@ -129,9 +130,11 @@ class ApiServer:
             stopped.result(timeout=SHUTDOWN_SECONDS + 10)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
-        if self._runner is not None:  # it listened: the worker hands its loop nothing more
-            self.worker.api.deliveries.remove(self._outbox.together)
+        if self._runner is not None and self._outbox is not None:  # it listened: the worker
+            self.worker.api.deliveries.remove(self._outbox.together)  # hands its loop nothing more
             self._runner = None
+        if self._outbox is not None:
+            self._outbox.close()
         self.address = None
         self._publish()
 
@@ -165,7 +168,7 @@ class ApiServer:
             loop.close()
 
     async def _listen(self) -> None:
-        self._outbox = Outbox(asyncio.get_running_loop())
+        self._outbox = outbox = Outbox(asyncio.get_running_loop())
         quiet_malformed_requests()
         config = self.config
         app = web.Application(
@@ -193,7 +196,7 @@ class ApiServer:
             await runner.cleanup()
             raise
         self._runner = runner
-        self.worker.api.deliveries.append(self._outbox.together)
+        self.worker.api.deliveries.append(outbox.together)
         sockets = runner.addresses
         port = sockets[0][1] if sockets else self.config.port
         host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
@@ -290,6 +293,7 @@ class ApiServer:
         with self._admitted():
             queue: asyncio.Queue[ApiEvent] = asyncio.Queue()
             outbox = self._outbox
+            assert outbox is not None  # it listens, so _listen made it
             job = ApiJob(call, lambda event: outbox.put(queue, event), switch_to=switch_to)
             served_as = model_id(switch_to[0]) if switch_to else model.id if model else call.model
             reply = ReplyBuilder(

@@ -1,7 +1,8 @@
 """The Outbox wakes the server's loop once for a step's events, and at once for a lone one.
 
 A real asyncio loop runs on its own thread, as the server's does; the only thing added
-is a count of its self-pipe writes, which is what waking it from another thread costs.
+is a count of its self-pipe writes (the tests' own calls into it); the Outbox's wake-ups
+are its doorbell's rings (app.api.loop_doorbell).
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ def loop() -> Iterator[CountedLoop]:
     loop.close()
 
 
+@pytest.fixture
+def outbox(loop: CountedLoop) -> Iterator[Outbox]:
+    """Made on the loop's thread, as the server makes it."""
+
+    async def make() -> Outbox:
+        return Outbox(loop)
+
+    made = asyncio.run_coroutine_threadsafe(make(), loop).result(timeout=10)
+    yield made
+    made.close()
+
+
 def settled(loop: asyncio.AbstractEventLoop) -> None:
     """Wait until the loop has run everything scheduled before this call."""
 
@@ -69,12 +82,11 @@ def messages(queue: asyncio.Queue[ApiEvent]) -> list[str]:
 
 
 def test_a_steps_events_reach_the_loop_in_one_wake_up_when_the_step_has_handed_them_out(
-    loop: CountedLoop,
+    loop: CountedLoop, outbox: Outbox
 ) -> None:
-    outbox = Outbox(loop)
     targets = queues(loop, 8)
     settled(loop)
-    before = loop.wakes
+    before, rings = loop.wakes, outbox.doorbell.rings
     with outbox.together():
         for n, queue in enumerate(targets):
             outbox.put(queue, event(n))
@@ -83,20 +95,20 @@ def test_a_steps_events_reach_the_loop_in_one_wake_up_when_the_step_has_handed_t
         assert all(queue.empty() for queue in targets)
     settled(loop)
     assert [messages(q) for q in targets] == [[f"event {n}", f"event {100 + n}"] for n in range(8)]
-    # one wake for the flush; the two settles' coroutines are the others
-    assert loop.wakes - before == 3
+    assert outbox.doorbell.rings - rings == 1  # one wake-up for the flush
+    assert loop.wakes - before == 2  # the two settles' coroutines
 
 
-def test_an_event_outside_a_step_wakes_the_loop_at_once(loop: CountedLoop) -> None:
-    outbox = Outbox(loop)
+def test_an_event_outside_a_step_wakes_the_loop_at_once(loop: CountedLoop, outbox: Outbox) -> None:
     (queue,) = queues(loop, 1)
     outbox.put(queue, event(1))
     settled(loop)
     assert messages(queue) == ["event 1"]
 
 
-def test_events_put_by_another_thread_during_a_step_go_with_the_steps(loop: CountedLoop) -> None:
-    outbox = Outbox(loop)
+def test_events_put_by_another_thread_during_a_step_go_with_the_steps(
+    loop: CountedLoop, outbox: Outbox
+) -> None:
     mine, theirs = queues(loop, 2)
     with outbox.together():
         outbox.put(mine, event(1))
@@ -110,11 +122,10 @@ def test_events_put_by_another_thread_during_a_step_go_with_the_steps(loop: Coun
 
 
 def test_the_api_holds_a_steps_events_until_the_next_step_starts_computing(
-    loop: CountedLoop,
+    loop: CountedLoop, outbox: Outbox
 ) -> None:
     """The worker releases them from the scheduler's before_decode: the loop then writes
     while llama.cpp computes, not while the worker builds the step."""
-    outbox = Outbox(loop)
     (queue,) = queues(loop, 1)
     api = ApiStreams()
     api.deliveries.append(outbox.together)
