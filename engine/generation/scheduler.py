@@ -12,7 +12,8 @@ its longest reply reserved (NoRoom while the pool lacks them; cells idle
 sequences keep for a returning client are let go first), so no step ever
 finds the cache full. One step carries one token for
 every decoding stream and prompt chunks for the others (the shortest prompt
-first, so it starts decoding early); an image the prompt continues with is
+first, so it starts decoding early; while several wait, a step finishes a few
+of them, engine.generation.prompt_groups); an image the prompt continues with is
 evaluated in a step of its own, since embeddings and tokens cannot share a
 llama batch. Where logits come back, the stream's own sampler chain draws
 the next token. Each step is timed, given its plan tier, logged once here
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from engine.errors import BadInputError
 from engine.generation.decode_context import DECODE_ABORTED, DECODE_OK, DecodeContext
 from engine.generation.decode_step import DecodeStep
+from engine.generation.prompt_groups import StepCostFit, prompts_to_finish
 from engine.generation.prompt_pieces import (
     EncodedImage,
     TextRun,
@@ -90,6 +92,7 @@ class Scheduler:
         self._reserved: list[int] = [0] * context.n_sequences  # cells promised to a stream
         self.last_step: DecodeStep | None = None
         self.budget = StepBudget(context.n_batch - 1)
+        self.step_costs = StepCostFit()  # what a step costs here: fixed, and per token
         self._waited: dict[int, int] = {}  # steps a decoding stream was left out of, by seq
 
     def context_in_use(self) -> bool:
@@ -223,7 +226,7 @@ class Scheduler:
         if paced:
             stepping, chunks = self._paced(stepping)
         else:
-            chunks = self._prompt_chunks(stepping, self.context.n_batch)
+            chunks = self._prompt_chunks(stepping, self._grouped_size(stepping))
         self.context.clear()
         for stream in stepping:  # in sequence order: llama.cpp splits streams by it
             stream.output_index = None
@@ -279,6 +282,21 @@ class Scheduler:
             chunks[stream.seq_id] = chunk
             budget -= len(chunk) - 1
         return chunks
+
+    def _grouped_size(self, stepping: list[Stream]) -> int:
+        """The step's size when several prompts wait: one that finishes the shortest of them
+        a group at a time (engine.generation.prompt_groups), each other prompt a token.
+        The batch's size while one prompt waits, or the conversation's, or before the
+        steps have told what they cost."""
+        filling = [s for s in stepping if not s.is_decoding]
+        fixed = self.step_costs.fixed_in_tokens()
+        if len(filling) < 2 or fixed is None or self.slots[CONVERSATION] in filling:
+            return self.context.n_batch
+        left = sorted(s.prompt_left for s in filling)
+        decoding = len(stepping) - len(filling)
+        group = prompts_to_finish(left, decoding, fixed)
+        size = decoding + len(filling) + sum(n - 1 for n in left[:group])
+        return min(self.context.n_batch, size)
 
     def _paced(self, stepping: list[Stream]) -> tuple[list[Stream], dict[int, list[int]]]:
         """The streams and prompt chunks of a step that carries the conversation's token:
@@ -369,6 +387,8 @@ class Scheduler:
 
     def _record(self, step: DecodeStep) -> None:
         self.last_step = step
+        if not step.image and not step.aborted:
+            self.step_costs.record(step.n_tokens, step.seconds)
         log.debug(
             "llama_decode %d %s (%d prompt, %d sequences) -> tier %s: %.2f ms%s",
             step.n_tokens, "embeddings" if step.image else "tokens", step.n_prompt_tokens,
