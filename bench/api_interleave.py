@@ -23,8 +23,8 @@ checked out as a git worktree for the run.
 
 Last run (2026-12-07, 2-core machine, 2 rounds, clients in their own process;
 docs/measurements.md, "One context against three", has the table): the GUI beside 8
-clients 66.2 tok/s against 15.8, its median time between tokens 1.05x alone (mean
-1.73x); the 8 clients alone 0.74x the baseline's, a summary job alone 0.82x.
+clients 75.6 tok/s against 20.5, its median time between tokens 1.11x alone (mean
+1.69x); the 8 clients alone 0.76x the baseline's, a summary job alone 0.85x.
 """
 
 from __future__ import annotations

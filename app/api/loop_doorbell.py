@@ -7,7 +7,8 @@ in Python before it lets it go again; the worker, back from `send`, waits all th
 time before it can enter llama_decode. The worker wakes the loop just before each
 step (ApiStreams.release), so the loop's writes were meant to run while llama.cpp
 computes: at one client 79% of them ran between steps instead, and the worker's
-`send` took 0.51 ms of each 8 ms token (docs/measurements.md, "The loop's wake-up").
+`send` took 0.51 ms of each 8 ms token (docs/measurements.md, "The loop's wake-up
+keeps the GIL").
 
 The doorbell is a socket pair of its own, read by the loop (`add_reader`), and rung
 through libc's `send` called by `ctypes.PyDLL`, which keeps the GIL: the worker goes
@@ -21,14 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import logging
 import socket
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 
 def _gil_keeping_send() -> Callable[[int, bytes, int, int], int] | None:

@@ -80,7 +80,7 @@ class Outbox:
         self.doorbell.ring()
 
     def close(self) -> None:
-        """On the loop's thread, before it closes."""
+        """Once the loop has stopped: later events wake nothing."""
         self.doorbell.close()
 
     def _flush(self) -> None:

@@ -130,11 +130,12 @@ class ApiServer:
             stopped.result(timeout=SHUTDOWN_SECONDS + 10)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
-        if self._runner is not None and self._outbox is not None:  # it listened: the worker
-            self.worker.api.deliveries.remove(self._outbox.together)  # hands its loop nothing more
+        outbox = self._outbox
+        if self._runner is not None and outbox is not None:  # it listened: the worker hands
+            self.worker.api.deliveries.remove(outbox.together)  # its loop nothing more
             self._runner = None
-        if self._outbox is not None:
-            self._outbox.close()
+        if outbox is not None:
+            outbox.close()
         self.address = None
         self._publish()
 
