@@ -289,8 +289,10 @@ class Scheduler:
         The batch's size while one prompt waits, or the conversation's, or before the
         steps have told what they cost."""
         filling = [s for s in stepping if not s.is_decoding]
-        fixed = self.step_costs.fixed_in_tokens()
-        if len(filling) < 2 or fixed is None or self.slots[CONVERSATION] in filling:
+        if len(filling) < 2 or self.slots[CONVERSATION] in filling:
+            return self.context.n_batch
+        fixed = self.step_costs.fixed_in_tokens()  # a pass over the recent steps: only here
+        if fixed is None:
             return self.context.n_batch
         left = sorted(s.prompt_left for s in filling)
         decoding = len(stepping) - len(filling)
