@@ -24,9 +24,14 @@ Each server is started afresh for every level N (so its slot count matches and
 no prompt cache carries over), warmed with one request, then N clients of the
 official `openai` package (AsyncOpenAI) each send their share of --requests
 distinct questions one after the other: streaming chat completions, temperature 0,
---max-tokens tokens at most. Aggregate tokens/s is all completion tokens over the
-level's wall time; TTFT is the time from sending a request to its first content
-delta (queueing included: that is what a client waits). Completion tokens come
+--max-tokens tokens at most. All servers are up at once and take the questions a
+block at a time in turn (about 4 questions a block, at least one per client; the
+order reversed block by block), and each server's row sums its blocks: this
+machine's speed drifts 5-15% over a minute, and whole runs one after the other
+(--whole-runs, and --profile) measured the drift as much as the servers.
+Aggregate tokens/s is all completion tokens over the level's wall time; TTFT is
+the time from sending a request to its first content delta (queueing included:
+that is what a client waits). Completion tokens come
 from the server's usage (`stream_options.include_usage`); where a server sends
 none (llama-cpp-python), a reply cut at the limit counts --max-tokens and any
 other is re-tokenised with the model's tokenizer. The table says which.
@@ -72,7 +77,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -95,6 +100,7 @@ BATCH = 512  # n_batch and n_ubatch: what engine.llama.load_params gives our own
 SERVERS = ("shardchat", "llama-server", "llama-cpp-python")
 PEERS = ("llama-server", "llama-server-unified", "llama-cpp-python")
 BUSY_CORES = 0.2  # other programs' load above which a row is flagged
+BLOCK_REQUESTS = 4  # questions per block, at least one per client, when servers interleave
 WARM_UP = "Say hello in one short sentence."
 QUESTIONS = [
     "What causes the seasons on Earth?",
@@ -515,8 +521,8 @@ def cpu_kernels(pid: int) -> str:
     return "static" if any(name.startswith("libggml") for name in mapped) else "?"
 
 
-def _cpu_seconds(server: psutil.Process) -> tuple[float, float]:
-    """Busy CPU seconds of the whole machine, and of the server's processes and this one.
+def _cpu_seconds(*servers: psutil.Process) -> tuple[float, float]:
+    """Busy CPU seconds of the whole machine, and of the servers' processes and this one.
 
     Their difference is other programs' load: on a shared machine a row measured while
     something else ran is slower than the server is, and the table says so.
@@ -526,7 +532,11 @@ def _cpu_seconds(server: psutil.Process) -> tuple[float, float]:
     for name in ("iowait", "guest", "guest_nice"):  # Linux's guest time is in user already
         busy -= getattr(t, name, 0.0)
     ours = 0.0
-    for process in (server, *server.children(recursive=True), psutil.Process()):
+    processes = [psutil.Process()]
+    for server in servers:
+        with contextlib.suppress(psutil.Error):
+            processes += [server, *server.children(recursive=True)]
+    for process in processes:
         with contextlib.suppress(psutil.Error):
             times = process.cpu_times()
             ours += times.user + times.system
@@ -557,31 +567,34 @@ def measure(
         except BenchError:
             raise
         except Exception as error:  # the client's errors: say which server, show its log
-            causes = []
-            cause: BaseException | None = error
-            while cause is not None:
-                causes.append(f"{type(cause).__name__}: {cause}")
-                cause = cause.__cause__ or cause.__context__
-            raise BenchError(
-                f"{name} at {n} clients: {' <- '.join(causes)}\nits log:\n{_log_tail(log)}"
-            ) from error
+            raise _client_failure(f"{name} at {n} clients", error, log) from error
         finally:
             if profile is not None:
                 profile.close()
-    for reply in replies:  # after the clock stopped: loading the tokenizer takes a moment
+    count_tokens(replies, counter)
+    result = LevelResult(n, name, wall, others, replies, command, kernels, cpu=cpu)
+    _say_result(result)
+    return result
+
+
+def count_tokens(replies: list[Reply], counter: TokenCounter) -> None:
+    """Each reply's completion tokens, after the clock stopped (loading the tokenizer takes
+    a moment)."""
+    for reply in replies:
         if reply.usage is not None:
             reply.tokens, reply.counted_by = reply.usage, "usage"
         else:
             reply.tokens, reply.counted_by = counter.count(reply.text, reply.finish_reason)
-    result = LevelResult(n, name, wall, others, replies, command, kernels, cpu=cpu)
+
+
+def _say_result(result: LevelResult) -> None:
     print(
-        f"    {result.tokens} tokens in {wall:.1f} s: {result.tokens_per_s:.1f} tok/s, "
-        f"median TTFT {result.median_ttft_ms:.0f} ms, other programs {others:.2f} cores, "
-        f"CPU kernels {kernels}",
+        f"    {result.server}: {result.tokens} tokens in {result.wall_s:.1f} s: "
+        f"{result.tokens_per_s:.1f} tok/s, median TTFT {result.median_ttft_ms:.0f} ms, "
+        f"other programs {result.others_cores:.2f} cores, CPU kernels {result.kernels}",
         file=sys.stderr,
         flush=True,
     )
-    return result
 
 
 def measure_quietest(
@@ -608,6 +621,164 @@ def measure_quietest(
         again = measure(name, n, setup, flags, counter, log_dir, profiling)
         result = min(result, again, key=lambda r: r.others_cores)
     return result
+
+
+@dataclass
+class Serving:
+    """One server up for an interleaved level: where to reach it and what it was told."""
+
+    name: str
+    port: int
+    model_id: str
+    log: IO[str]
+    pid: int
+    command: list[str]
+
+
+@dataclass
+class BlockRun:
+    """One block of questions on one server: its wall time, other programs' CPU seconds
+    meanwhile, and the replies."""
+
+    wall_s: float
+    others_s: float
+    replies: list[Reply]
+
+
+def question_blocks(n: int, setup: Setup) -> list[list[list[str]]]:
+    """The level's questions cut into blocks: block b holds, for each of the n clients,
+    the questions it sends one after the other in that block.
+
+    Each client has the same questions as in a whole run (`run_level`), in the same
+    order; a block holds about BLOCK_REQUESTS of them, at least one per client.
+    """
+    per_client = math.ceil(setup.requests / n)
+    per_block = max(1, math.ceil(BLOCK_REQUESTS / n))
+    mine = [
+        [QUESTIONS[(c * per_client + k) % len(QUESTIONS)] for k in range(per_client)]
+        for c in range(n)
+    ]
+    return [[own[k : k + per_block] for own in mine] for k in range(0, per_client, per_block)]
+
+
+async def run_block(
+    serving: Serving, block: list[list[str]], setup: Setup, servers: list[Serving]
+) -> BlockRun:
+    """One block on one server: its clients at once, each sending its questions in turn.
+    The other servers, idle meanwhile, are not counted as other programs."""
+    client = AsyncOpenAI(
+        base_url=f"http://{HOST}:{serving.port}/v1",
+        api_key="x",
+        max_retries=0,
+        timeout=600.0,
+        default_headers={"Connection": "close"},  # see run_level
+    )
+    extra = KINDS[serving.name].request_extra
+    async with client:
+
+        async def one_client(questions: list[str]) -> list[Reply]:
+            return [await stream_one(client, serving.model_id, q, setup, extra) for q in questions]
+
+        processes = [psutil.Process(s.pid) for s in servers]
+        cpu_before = _cpu_seconds(*processes)
+        start = time.perf_counter()
+        replies = await asyncio.gather(*(one_client(questions) for questions in block))
+        wall = time.perf_counter() - start
+        cpu_after = _cpu_seconds(*processes)
+    others = (cpu_after[0] - cpu_before[0]) - (cpu_after[1] - cpu_before[1])
+    return BlockRun(wall, max(others, 0.0), [r for mine in replies for r in mine])
+
+
+async def run_interleaved(
+    servers: list[Serving], n: int, setup: Setup, retries: int
+) -> dict[str, list[BlockRun]]:
+    """Every block on every server in turn, the order reversed block by block, so that
+    the machine's drift (5-15% between runs minutes apart here) falls on both alike.
+
+    A block during which other programs kept more than BUSY_CORES busy is run again on
+    every server (--busy-retries), and the quieter of the tries kept.
+    """
+    for serving in servers:
+        await _named(serving, run_block(serving, [[WARM_UP]], setup, servers))
+    runs: dict[str, list[BlockRun]] = {serving.name: [] for serving in servers}
+    for b, block in enumerate(question_blocks(n, setup)):
+        order = servers if b % 2 == 0 else servers[::-1]
+        kept: dict[str, BlockRun] | None = None
+        for _ in range(1 + retries):
+            tried = {
+                serving.name: await _named(serving, run_block(serving, block, setup, servers))
+                for serving in order
+            }
+            if kept is None or _busiest(tried) < _busiest(kept):
+                kept = tried
+            if _busiest(kept) <= BUSY_CORES:
+                break
+            print(f"    block {b + 1}: the machine was busy: again", file=sys.stderr, flush=True)
+        assert kept is not None
+        for name, run in kept.items():
+            runs[name].append(run)
+    return runs
+
+
+def _busiest(runs: dict[str, BlockRun]) -> float:
+    return max(run.others_s / run.wall_s for run in runs.values())
+
+
+async def _named(serving: Serving, work: Awaitable[BlockRun]) -> BlockRun:
+    """`work`, its failures told with the server's name and log."""
+    try:
+        return await work
+    except BenchError:
+        raise
+    except Exception as error:
+        raise _client_failure(serving.name, error, serving.log) from error
+
+
+def _client_failure(what: str, error: BaseException, log: IO[str]) -> BenchError:
+    """A client's error, told with its chain of causes, which server and that server's log."""
+    causes = []
+    cause: BaseException | None = error
+    while cause is not None:
+        causes.append(f"{type(cause).__name__}: {cause}")
+        cause = cause.__cause__ or cause.__context__
+    return BenchError(f"{what}: {' <- '.join(causes)}\nits log:\n{_log_tail(log)}")
+
+
+def measure_interleaved(
+    names: list[str],
+    n: int,
+    setup: Setup,
+    flags: dict[str, str],
+    counter: TokenCounter,
+    log_dir: Path,
+    retries: int,
+) -> list[LevelResult]:
+    """Every server up at once, the level's questions run block by block on each in turn:
+    each server's row sums its blocks, so both rows are timed over the same minutes."""
+    with contextlib.ExitStack() as stack:
+        servers: list[Serving] = []
+        for name in names:
+            port = free_port()
+            command = KINDS[name].build_command(setup, port, n, flags[name])
+            print(f"  level {n}, {name}: {' '.join(command)}", file=sys.stderr, flush=True)
+            up = running_server(name, command, port, setup.start_timeout, log_dir)
+            model_id, log, pid = stack.enter_context(up)
+            servers.append(Serving(name, port, model_id, log, pid, command))
+        runs = asyncio.run(run_interleaved(servers, n, setup, retries))
+        kernels = {serving.name: cpu_kernels(serving.pid) for serving in servers}
+    results = []
+    for serving in servers:
+        mine = runs[serving.name]
+        wall = sum(run.wall_s for run in mine)
+        replies = [reply for run in mine for reply in run.replies]
+        count_tokens(replies, counter)
+        others = sum(run.others_s for run in mine) / wall
+        result = LevelResult(
+            n, serving.name, wall, others, replies, serving.command, kernels[serving.name]
+        )
+        _say_result(result)
+        results.append(result)
+    return results
 
 
 def report(results: list[LevelResult], setup: Setup, levels: list[int]) -> dict[str, Any]:
@@ -769,6 +940,12 @@ def main() -> int:
         "rounds further: this machine's speed drifts by more than the targets)",
     )
     parser.add_argument(
+        "--whole-runs",
+        action="store_true",
+        help="time each server's level in one run after the other's (before 2026-12-07 the "
+        "only way) instead of all servers up at once, taking blocks of questions in turn",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also split each server's CPU per token by thread and, where perf may sample "
@@ -795,6 +972,7 @@ def main() -> int:
     began = time.perf_counter()
     counter = TokenCounter(args.model, args.max_tokens)
     profiling = Profiling(perf_usable()) if args.profile else None
+    whole_runs = args.whole_runs or profiling is not None  # a profile brackets one whole run
     if profiling is not None and not profiling.sample:
         print("note: perf cannot sample here: CPU by thread only", file=sys.stderr)
     try:
@@ -804,13 +982,28 @@ def main() -> int:
             for level in levels:
                 for round_ in range(args.rounds):
                     # each round in the other order: neither server always runs first
-                    for name in names if round_ % 2 == 0 else names[::-1]:
-                        result = measure_quietest(
-                            name, level, setup, flags[name], counter, Path(temp),
-                            args.busy_retries, profiling,
-                        )  # fmt: skip
+                    order = names if round_ % 2 == 0 else names[::-1]
+                    if whole_runs:
+                        timed = [
+                            measure_quietest(
+                                name,
+                                level,
+                                setup,
+                                flags[name],
+                                counter,
+                                Path(temp),
+                                args.busy_retries,
+                                profiling,
+                            )  # fmt: skip
+                            for name in order
+                        ]
+                    else:
+                        timed = measure_interleaved(
+                            order, level, setup, flags, counter, Path(temp), args.busy_retries
+                        )
+                    for result in timed:
                         result.round = round_
-                        results.append(result)
+                    results += timed
     except BenchError as error:
         print(f"api_throughput: {error}", file=sys.stderr)
         return 1
