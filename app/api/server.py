@@ -36,6 +36,7 @@ from aiohttp import web
 from app.api.api_errors import ApiError, bad_request, context_exceeded, model_not_loaded
 from app.api.api_streams import ApiStreams, PoolShape, ServedModel, model_id
 from app.api.engine_calls import ApiEvent, ApiJob, too_many_choices
+from app.api.loop_thread_policy import give_way_on_waking
 from app.api.middlewares import (
     auth_middleware,
     cors_middleware,
@@ -149,6 +150,7 @@ class ApiServer:
     # --- the server's thread ---
 
     def _serve(self, ready: threading.Event, problem: list[str]) -> None:
+        give_way_on_waking()  # before the loop starts its executor's threads, which inherit it
         loop = asyncio.new_event_loop()
         self._loop = loop
         try:
