@@ -52,12 +52,12 @@ compute threads, its others) and, where perf may sample it, by library
 (bench/server_cpu.py): where ShardChat's time goes beside llama-server's.
 
 Last runs (2026-12-07, default model, 2 cores, 2 threads, the zen4 module in both
-servers, 3 rounds per level, `shardchat serve` with a KV stream per slot), ShardChat
-against llama-server, two runs in a row: tokens/s 0.93x and 0.91x at 1 client, 1.02x
-and 0.94x at 4, 0.96x and 0.96x at 16; median time to first token 1.13x and 1.12x,
-0.94x and 1.01x, 1.08x and 1.12x; replies identical, 32 of 32 at every level. The
-rounds' own ratios spread by up to 0.15 on this shared machine. Tables and reading:
-docs/measurements.md, "Where the API's CPU goes".
+servers, interleaved, 2 rounds per level, the API loop in SCHED_BATCH), ShardChat
+against llama-server, two runs in a row: tokens/s 0.96x and 0.96x at 1 client, 0.93x
+and 0.95x at 4, 0.95x and 0.99x at 16; median time to first token 1.09x and 1.08x,
+0.87x and 0.91x, 1.09x and 0.93x; replies identical, 32 of 32 at every level. The
+rounds' own ratios agree within 0.04. Tables and reading: docs/measurements.md,
+"Between two steps".
 """
 
 from __future__ import annotations
