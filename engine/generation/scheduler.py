@@ -11,9 +11,10 @@ beyond the conversation's window: a stream is admitted with its prompt and
 its longest reply reserved (NoRoom while the pool lacks them; cells idle
 sequences keep for a returning client are let go first), so no step ever
 finds the cache full. One step carries one token for
-every decoding stream and prompt chunks for the others (the shortest prompt
-first, so it starts decoding early; while several wait, a step finishes a few
-of them, engine.generation.prompt_groups); an image the prompt continues with is
+every decoding stream and prompt chunks for the others, as
+engine.generation.step_composition chooses (the shortest prompt first, so it
+starts decoding early; while several wait, a step finishes a few of them); an
+image the prompt continues with is
 evaluated in a step of its own, since embeddings and tokens cannot share a
 llama batch. Where logits come back, the stream's own sampler chain draws
 the next token. Each step is timed, given its plan tier, logged once here
@@ -41,7 +42,6 @@ from dataclasses import dataclass
 from engine.errors import BadInputError
 from engine.generation.decode_context import DECODE_ABORTED, DECODE_OK, DecodeContext
 from engine.generation.decode_step import DecodeStep
-from engine.generation.prompt_groups import StepCostFit, prompts_to_finish
 from engine.generation.prompt_pieces import (
     EncodedImage,
     TextRun,
@@ -49,7 +49,7 @@ from engine.generation.prompt_pieces import (
     prompt_size,
 )
 from engine.generation.stats import FinishReason
-from engine.generation.step_budget import StepBudget
+from engine.generation.step_composition import StepComposer
 from engine.generation.stream import Identity, Stream, StreamRequest, inside_image
 from engine.generation.token_sampler import TokenSampler
 from engine.planning.plan import Plan
@@ -91,9 +91,7 @@ class Scheduler:
         self._end: list[int] = [0] * context.n_sequences  # each sequence's next position
         self._reserved: list[int] = [0] * context.n_sequences  # cells promised to a stream
         self.last_step: DecodeStep | None = None
-        self.budget = StepBudget(context.n_batch - 1)
-        self.step_costs = StepCostFit()  # what a step costs here: fixed, and per token
-        self._waited: dict[int, int] = {}  # steps a decoding stream was left out of, by seq
+        self.composer = StepComposer(context.n_batch)
 
     def context_in_use(self) -> bool:
         return any(stream is not None for stream in self.slots)
@@ -222,11 +220,7 @@ class Scheduler:
 
     def _feed_tokens(self, stepping: list[Stream]) -> None:
         chat = self.slots[CONVERSATION]
-        paced = chat is not None and chat.is_decoding and len(stepping) > 1
-        if paced:
-            stepping, chunks = self._paced(stepping)
-        else:
-            chunks = self._prompt_chunks(stepping, self._grouped_size(stepping))
+        stepping, chunks = self.composer.compose(stepping, chat)
         self.context.clear()
         for stream in stepping:  # in sequence order: llama.cpp splits streams by it
             stream.output_index = None
@@ -246,7 +240,7 @@ class Scheduler:
         code = self._decode(n_prompt, sequences, n_outputs, abort)
         if chat is not None and chat.is_decoding and chat in stepping and code == DECODE_OK:
             assert self.last_step is not None
-            self.budget.record(self.last_step.seconds, self.context.n_tokens - 1)
+            self.composer.budget.record(self.last_step.seconds, self.context.n_tokens - 1)
         if code != DECODE_OK:
             self._failed(stepping, code)
             return
@@ -261,63 +255,6 @@ class Scheduler:
                 stream.accept(token, self.context.handle, stream.window)
                 if stream.done:
                     self._release(stream)
-
-    def _prompt_chunks(self, stepping: list[Stream], n_tokens: int) -> dict[int, list[int]]:
-        """Prompt tokens for a step of at most `n_tokens`: the conversation's first, then the
-        shortest remaining prompt first.
-
-        A prompt that finishes early starts decoding early, and its decode tokens
-        ride along in the steps that carry the longer prompts. Every prompt gets
-        at least one token: in the per-sequence layout llama.cpp runs a gap in the
-        sequence ids as a separate micro-batch, which would read the weights again.
-        """
-        filling = sorted(
-            (s for s in stepping if not s.is_decoding),
-            key=lambda s: (s.seq_id != CONVERSATION, s.prompt_left),
-        )
-        budget = n_tokens - (len(stepping) - len(filling)) - len(filling)
-        chunks: dict[int, list[int]] = {}
-        for stream in filling:
-            chunk = stream.prompt_chunk(1 + max(budget, 0))
-            chunks[stream.seq_id] = chunk
-            budget -= len(chunk) - 1
-        return chunks
-
-    def _grouped_size(self, stepping: list[Stream]) -> int:
-        """The step's size when several prompts wait: one that finishes the shortest of them
-        a group at a time (engine.generation.prompt_groups), each other prompt a token.
-        The batch's size while one prompt waits, or the conversation's, or before the
-        steps have told what they cost."""
-        filling = [s for s in stepping if not s.is_decoding]
-        if len(filling) < 2 or self.slots[CONVERSATION] in filling:
-            return self.context.n_batch
-        fixed = self.step_costs.fixed_in_tokens()  # a pass over the recent steps: only here
-        if fixed is None:
-            return self.context.n_batch
-        left = sorted(s.prompt_left for s in filling)
-        decoding = len(stepping) - len(filling)
-        group = prompts_to_finish(left, decoding, fixed)
-        size = decoding + len(filling) + sum(n - 1 for n in left[:group])
-        return min(self.context.n_batch, size)
-
-    def _paced(self, stepping: list[Stream]) -> tuple[list[Stream], dict[int, list[int]]]:
-        """The streams and prompt chunks of a step that carries the conversation's token:
-        others only within the step budget, decoding ones first (those left out longest
-        first), then prompts a few tokens at a time."""
-        chat = self.slots[CONVERSATION]
-        assert chat is not None
-        others = [s for s in stepping if s is not chat]
-        decoding = sorted(
-            (s for s in others if s.is_decoding), key=lambda s: -self._waited.get(s.seq_id, 0)
-        )
-        budget = self.budget.take(len(decoding))
-        riding = decoding[:budget]
-        filling = [s for s in others if not s.is_decoding][: max(budget - len(riding), 0)]
-        for stream in others:
-            left_out = stream not in riding and stream not in filling
-            self._waited[stream.seq_id] = self._waited.get(stream.seq_id, 0) + 1 if left_out else 0
-        chosen = sorted([chat, *riding, *filling], key=lambda s: s.seq_id)
-        return chosen, self._prompt_chunks(chosen, 1 + budget)
 
     def _advance(self, stream: Stream, chunk: list[int]) -> None:
         """What the step put in the stream's cache."""
@@ -390,7 +327,7 @@ class Scheduler:
     def _record(self, step: DecodeStep) -> None:
         self.last_step = step
         if not step.image and not step.aborted:
-            self.step_costs.record(step.n_tokens, step.seconds)
+            self.composer.step_costs.record(step.n_tokens, step.seconds)
         log.debug(
             "llama_decode %d %s (%d prompt, %d sequences) -> tier %s: %.2f ms%s",
             step.n_tokens, "embeddings" if step.image else "tokens", step.n_prompt_tokens,
@@ -403,7 +340,7 @@ class Scheduler:
         if self.slots[stream.seq_id] is stream:
             self.slots[stream.seq_id] = None
             self._reserved[stream.seq_id] = 0
-            self._waited.pop(stream.seq_id, None)
+            self.composer.forget(stream.seq_id)
 
     def _used(self, seq_id: int) -> int:
         return max(len(self._held[seq_id]), self._reserved[seq_id])

@@ -134,7 +134,7 @@ def test_a_burst_of_prompts_gets_its_first_tokens_a_group_at_a_time_and_the_same
         stream = model.scheduler.admit(r, 1, seed=0)
         run_until_done(model.scheduler, [stream])
         alone.append(stream.take_logprobs())
-    assert model.scheduler.step_costs.fixed_in_tokens() is not None
+    assert model.scheduler.composer.step_costs.fixed_in_tokens() is not None
     streams, first_steps = first_token_steps(model, requests)
     for stream, solo in zip(streams, alone, strict=True):
         assert_agrees_with_solo(stream.take_logprobs(), solo)

@@ -112,7 +112,7 @@ def test_the_conversations_token_rides_every_step_while_a_long_prompt_is_fed_in_
     finally:
         scheduler.observers.remove(steps.append)
     during_chat = steps[: len(chat.generated) - 1]
-    assert max(step.n_prompt_tokens for step in during_chat) <= scheduler.budget.most
+    assert max(step.n_prompt_tokens for step in during_chat) <= scheduler.composer.budget.most
     assert sum(step.n_prompt_tokens for step in during_chat) < len(long_tokens)  # in pieces
     assert other.generated
 
