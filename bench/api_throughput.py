@@ -28,7 +28,9 @@ distinct questions one after the other: streaming chat completions, temperature 
 block at a time in turn (about 4 questions a block, at least one per client; the
 order reversed block by block), and each server's row sums its blocks: this
 machine's speed drifts 5-15% over a minute, and whole runs one after the other
-(--whole-runs, and --profile) measured the drift as much as the servers.
+(--whole-runs, and --profile) measured the drift as much as the servers. A block
+starts its clients together: at 16 clients every block is a burst of 16 requests
+(in a whole run only the first is), so a server's handling of bursts counts more.
 Aggregate tokens/s is all completion tokens over the level's wall time; TTFT is
 the time from sending a request to its first content delta (queueing included:
 that is what a client waits). Completion tokens come
@@ -936,8 +938,7 @@ def main() -> int:
         type=int,
         default=3,
         help="runs of every server per level, alternating which goes first; the ratios are "
-        "the medians of each round's (the two runs of a round are minutes apart, the "
-        "rounds further: this machine's speed drifts by more than the targets)",
+        "the medians of each round's (every round starts the servers afresh)",
     )
     parser.add_argument(
         "--whole-runs",
@@ -994,7 +995,7 @@ def main() -> int:
                                 Path(temp),
                                 args.busy_retries,
                                 profiling,
-                            )  # fmt: skip
+                            )
                             for name in order
                         ]
                     else:
