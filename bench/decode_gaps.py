@@ -217,6 +217,9 @@ def main() -> int:
     except GapsError as error:
         print(f"decode_gaps: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("decode_gaps: interrupted; probes removed", file=sys.stderr)
+        return 130
     finally:
         remove_probes()
     tokens: dict[str, int] = collections.Counter()
