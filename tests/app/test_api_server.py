@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import socket
 import urllib.error
@@ -369,6 +370,8 @@ def test_with_switching_allowed_a_request_loads_the_model_it_names(
 def test_serve_on_a_taken_port_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    request_log = logging.getLogger("shardchat.api")
+    handlers = list(request_log.handlers)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -377,3 +380,5 @@ def test_serve_on_a_taken_port_is_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"shardchat: error: port {port} is already in use on 127.0.0.1; choose "
                    "another (--port)"]  # fmt: skip
+    # its request log's handler went with it: later servers here log to no closed stderr
+    assert request_log.handlers == handlers

@@ -11,9 +11,11 @@ line and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import queue
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from app.api.server import ApiServer
@@ -53,7 +55,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )  # fmt: skip
     events: queue.Queue[EngineEvent] = queue.Queue()
     worker = EngineWorker(events.put).start()
-    with StopSignals(STOPPING, "stopped at once") as stop:
+    with _requests_shown(), StopSignals(STOPPING, "stopped at once") as stop:
         server: list[ApiServer] = []
         try:
             _serve(worker, events, request, config, stop, server)
@@ -87,7 +89,6 @@ def _serve(
         return
     if isinstance(loaded, ModelLoaded) and loaded.vision_problem:
         print(f"shardchat: no images: {loaded.vision_problem}", file=sys.stderr)
-    _show_requests()
     server = ApiServer(worker, config)
     address = server.start()
     started.append(server)
@@ -95,13 +96,20 @@ def _serve(
     print(f"listening on {address} (model {served.id if served else '?'})", flush=True)
 
 
-def _show_requests() -> None:
+@contextlib.contextmanager
+def _requests_shown() -> Iterator[None]:
     """The request log (one line per request, never the prompt) on stderr as well as in the
-    log file, as a server's terminal shows it."""
+    log file, as a server's terminal shows it, while this serve runs: a serve run in-process
+    (the tests') must not leave its handler on a stderr that is closed after it."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     handler.setLevel(logging.INFO)
-    logging.getLogger("shardchat.api").addHandler(handler)
+    logger = logging.getLogger("shardchat.api")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _projector(path: str | None) -> str | None:
