@@ -10,11 +10,10 @@ stays near its time alone. The other sequences share a pool of KV cells
 beyond the conversation's window: a stream is admitted with its prompt and
 its longest reply reserved (NoRoom while the pool lacks them; cells idle
 sequences keep for a returning client are let go first), so no step ever
-finds the cache full. One step carries one token for
-every decoding stream and prompt chunks for the others, as
-engine.generation.step_composition chooses (the shortest prompt first, so it
-starts decoding early; while several wait, a step finishes a few of them); an
-image the prompt continues with is
+finds the cache full. One step carries one token for every decoding stream
+and prompt chunks for the others, as engine.generation.step_composition
+chooses (the shortest prompt first, so it starts decoding early; while several
+wait, a step finishes a few of them); an image the prompt continues with is
 evaluated in a step of its own, since embeddings and tokens cannot share a
 llama batch. Where logits come back, the stream's own sampler chain draws
 the next token. Each step is timed, given its plan tier, logged once here
