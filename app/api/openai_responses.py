@@ -17,7 +17,6 @@ along when asked: `timings` on the deltas and the last event
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -27,10 +26,11 @@ from typing import Any
 from aiohttp import web
 
 from app.api.api_errors import ApiError
-from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished, ApiProgress
+from app.api.engine_calls import ApiDelta, ApiFailed, ApiFinished, ApiProgress
 from app.api.middlewares import USAGE_WORDS
 from app.api.openai_replies import chat_logprobs
 from app.api.openai_request import ApiCall
+from app.api.reply_channel import ChannelEvent, ReplyChannel
 from app.api.reply_writer import usage_words
 
 Event = dict[str, Any]
@@ -250,19 +250,19 @@ class ResponseBuilder:
 
 
 async def write_response(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ResponseBuilder
+    request: web.Request, channel: ReplyChannel, reply: ResponseBuilder
 ) -> web.StreamResponse:
     """The Response as one JSON body once it has finished, or as its stream of events."""
     if not reply.call.stream:
-        return await _write_whole(request, queue, reply)
-    return await _write_events(request, queue, reply)
+        return await _write_whole(request, channel, reply)
+    return await _write_events(request, channel, reply)
 
 
 async def _write_whole(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ResponseBuilder
+    request: web.Request, channel: ReplyChannel, reply: ResponseBuilder
 ) -> web.Response:
     while True:
-        event = await queue.get()
+        event = await channel.get()
         if isinstance(event, ApiDelta):
             reply.take(event)
         elif isinstance(event, ApiFailed):
@@ -273,9 +273,9 @@ async def _write_whole(
 
 
 async def _write_events(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ResponseBuilder
+    request: web.Request, channel: ReplyChannel, reply: ResponseBuilder
 ) -> web.StreamResponse:
-    first = await queue.get()  # an error before the first event is still a plain error
+    first = await channel.get()  # an error before the first event is still a plain error
     if isinstance(first, ApiFailed):
         raise first.error
     response = web.StreamResponse(
@@ -284,7 +284,7 @@ async def _write_events(
     )  # fmt: skip
     await response.prepare(request)
     events = reply.opening()
-    event: ApiEvent = first
+    event: ChannelEvent = first
     while True:
         if isinstance(event, ApiDelta):
             events += reply.delta(event)
@@ -293,17 +293,19 @@ async def _write_events(
         elif isinstance(event, ApiFailed):
             await response.write(_sse([*events, *reply.failed(event.error)]))
             return response
-        else:
+        elif isinstance(event, ApiFinished):
             request[USAGE_WORDS] = usage_words([event])
             await response.write(_sse([*events, *reply.finish(event)]))
             await response.write_eof()
             return response
-        if queue.empty():  # events that waited together go out in one write
+        else:  # nothing else comes: this route never hands its socket to the worker
+            return response
+        if channel.empty():  # events that waited together go out in one write
             await response.write(_sse(events))
             events = []
-            event = await queue.get()
+            event = await channel.get()
         else:
-            event = queue.get_nowait()
+            event = channel.get_nowait()
 
 
 def _asked_object(asked: dict[str, Any], name: str) -> dict[str, Any]:

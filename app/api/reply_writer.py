@@ -1,104 +1,32 @@
 """A request's events from the engine worker, written to its client: one JSON body or SSE.
 
-The worker's thread hands events to the server's loop through an `Outbox`;
-a route then waits on its queue and writes the reply `ReplyBuilder` shapes,
-either whole (`write_whole`) or as server-sent events (`write_stream`). An
-error before the first token is a plain HTTP error (the route raises it);
-after it, the stream is already 200 and the error goes out as its last chunk.
+The worker's thread sends events through the request's `ReplyChannel`; a
+route waits on it and writes the reply `ReplyBuilder` shapes, either whole
+(`write_whole`) or as server-sent events (`write_stream`). An error before
+the first token is a plain HTTP error (the route raises it); after it, the
+stream is already 200 and the error goes out as its last chunk. While a
+stream's text flows, the route hands its socket to the worker, which writes
+the text itself (app.api.reply_channel); the route writes the rest.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-import threading
-from collections.abc import Iterator
-from typing import Any
-
 from aiohttp import web
 
-from app.api.engine_calls import ApiDelta, ApiEvent, ApiFailed, ApiFinished
-from app.api.loop_doorbell import LoopDoorbell
+from app.api.engine_calls import ApiDelta, ApiFailed, ApiFinished
 from app.api.middlewares import USAGE_WORDS
 from app.api.openai_replies import ReplyBuilder, total_usage
-
-
-class Outbox:
-    """Events from the worker's thread into the requests' queues on the server's loop.
-
-    The worker sends one event per stream per step. Each wake-up of the loop is a
-    thread that takes a core from llama.cpp's threads in the middle of the next step,
-    and the one it takes stalls the other at the step's next barrier: woken per event,
-    the loop preempted them 616 times in 8 s of serving 8 clients, and 147 times once
-    woken per step (`bench/decode_under_app.py`).
-    So the worker hands out a step's events inside `together()`, and the loop wakes
-    once a step to take them all. The worker keeps the block open until llama.cpp
-    starts the next step (ApiStreams.release), so the loop writes while the step
-    computes, without the GIL llama_decode has let go; the wake-up itself keeps the
-    GIL (LoopDoorbell), or the loop takes it before the worker reaches llama_decode.
-    An event put outside a block (an error while the server stops) wakes the loop at
-    once."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Made on the loop's thread, as its doorbell must be."""
-        self.doorbell = LoopDoorbell(loop, self._flush)
-        self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Queue[ApiEvent], ApiEvent]] = []
-        self._held = 0  # how many `together()` blocks are open
-        self._flush_due = False  # a flush is on its way to the loop
-
-    def put(self, queue: asyncio.Queue[ApiEvent], event: ApiEvent) -> None:
-        with self._lock:
-            self._pending.append((queue, event))
-            wake = self._due_now()
-        if wake:
-            self._wake()
-
-    @contextlib.contextmanager
-    def together(self) -> Iterator[None]:
-        """The events put inside reach the loop in one wake-up, when the block ends."""
-        with self._lock:
-            self._held += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._held -= 1
-                wake = self._due_now()
-            if wake:
-                self._wake()
-
-    def _due_now(self) -> bool:
-        """Under the lock: whether the caller should schedule the flush."""
-        if self._held or self._flush_due or not self._pending:
-            return False
-        self._flush_due = True
-        return True
-
-    def _wake(self) -> None:
-        self.doorbell.ring()
-
-    def close(self) -> None:
-        """Once the loop has stopped: later events wake nothing."""
-        self.doorbell.close()
-
-    def _flush(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._flush_due = False
-        for queue, event in pending:
-            queue.put_nowait(event)
+from app.api.reply_channel import ChannelEvent, ClientGone, ReplyChannel, Unsent, sse_event
 
 
 async def write_whole(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
+    request: web.Request, channel: ReplyChannel, reply: ReplyBuilder
 ) -> web.Response:
     """The reply as one JSON body, once every choice's stream has finished; a failure of
     any is raised."""
     finished: list[ApiFinished] = []
     while len(finished) < reply.n:
-        event = await queue.get()
+        event = await channel.get()
         if isinstance(event, ApiDelta):
             reply.take(event)
         elif isinstance(event, ApiFailed):
@@ -110,11 +38,11 @@ async def write_whole(
 
 
 async def write_stream(
-    request: web.Request, queue: asyncio.Queue[ApiEvent], reply: ReplyBuilder
+    request: web.Request, channel: ReplyChannel, reply: ReplyBuilder
 ) -> web.StreamResponse:
-    """The reply as server-sent events. Events that wait in the queue together (the loop
+    """The reply as server-sent events. Events that wait in the channel together (the loop
     fell behind the engine) go out in one write: one system call, not one per chunk."""
-    first = await queue.get()  # an error before the first token is still a plain error
+    first = await channel.get()  # an error before the first token is still a plain error
     if isinstance(first, ApiFailed):
         raise first.error
     response = web.StreamResponse(
@@ -125,14 +53,35 @@ async def write_stream(
         }
     )
     await response.prepare(request)
-    chunks: list[bytes] = [_event(chunk) for chunk in reply.first_chunks()]
+    try:
+        return await _stream(request, response, channel, reply, first)
+    finally:
+        channel.take_back()
+
+
+async def _stream(
+    request: web.Request,
+    response: web.StreamResponse,
+    channel: ReplyChannel,
+    reply: ReplyBuilder,
+    event: ChannelEvent,
+) -> web.StreamResponse:
+    chunks: list[bytes] = [sse_event(chunk) for chunk in reply.first_chunks()]
     finished: list[ApiFinished] = []
-    event: ApiEvent = first
     while True:
         if isinstance(event, ApiDelta):
-            chunks.append(_event(reply.delta_chunk(event)))
+            chunks.append(sse_event(reply.delta_chunk(event)))
+        elif isinstance(event, Unsent):  # the worker's chunk the socket took only in part
+            await response.write(b"".join(chunks))
+            chunks = []
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return response  # the client has gone
+            transport.write(event.data)  # framed already: not through the response
+        elif isinstance(event, ClientGone):
+            return response
         elif isinstance(event, ApiFailed):
-            await response.write(b"".join([*chunks, _event(event.error.body())]))
+            await response.write(b"".join([*chunks, sse_event(event.error.body())]))
             return response
         elif isinstance(event, ApiFinished):
             finished.append(event)
@@ -142,31 +91,30 @@ async def write_stream(
                 await response.write(b"".join([*chunks, *_usage(reply, finished)]))
                 await response.write_eof()
                 return response
-        if queue.empty():
+        if channel.empty():
             await response.write(b"".join(chunks))
             chunks = []
-            event = await queue.get()
+            chunked = response.headers.get("Transfer-Encoding", "").lower() == "chunked"
+            if not response.compression:
+                channel.hand_over(request.transport, reply, chunked)
+            event = await channel.get()
         else:
-            event = queue.get_nowait()
+            event = channel.get_nowait()
 
 
 def _closing(reply: ReplyBuilder, finished: ApiFinished) -> list[bytes]:
     """The last chunks of a finished choice: its tool calls and its finish reason."""
     chunks = []
     if finished.tool_calls:
-        chunks.append(_event(reply.tool_calls_chunk(finished)))
-    chunks.append(_event(reply.final_chunk(finished)))
+        chunks.append(sse_event(reply.tool_calls_chunk(finished)))
+    chunks.append(sse_event(reply.final_chunk(finished)))
     return chunks
 
 
 def _usage(reply: ReplyBuilder, finished: list[ApiFinished]) -> list[bytes]:
     """After the last choice: the usage when asked for, and [DONE]."""
-    chunks = [_event(reply.usage_chunk(finished))] if reply.include_usage else []
+    chunks = [sse_event(reply.usage_chunk(finished))] if reply.include_usage else []
     return [*chunks, b"data: [DONE]\n\n"]
-
-
-def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
 def usage_words(finished: list[ApiFinished]) -> str:

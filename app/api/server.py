@@ -2,12 +2,14 @@
 
 It runs beside whatever drives the engine (the GUI or `shardchat serve`):
 requests are parsed here, handed to the engine worker (which owns the
-model) as jobs, and their events come back through the loop's thread-safe
-queue, so a busy GUI thread never stalls a stream and the server never
-touches llama.cpp. Concurrent requests run together in the worker's pool of
-sequences; past its slots and a bounded queue they are refused with 429,
-bodies past the size limit with 413. A client that goes away mid-stream
-has its handler cancelled by aiohttp, which cancels its sequence at once.
+model) as jobs, and their events come back through each request's
+`ReplyChannel`: a stream's text straight to its socket from the worker, the
+rest through the loop. So a busy GUI thread never stalls a stream and the
+server never touches llama.cpp. Concurrent requests run together in the
+worker's pool of sequences; past its slots and a bounded queue they are
+refused with 429, bodies past the size limit with 413. A client that goes
+away mid-stream is noticed at the next write to it, and its sequence is
+cancelled at once.
 
 Bound to 127.0.0.1 unless told otherwise; any other address needs an API key.
 CORS answers only the origins the user lists.
@@ -35,7 +37,7 @@ from aiohttp import web
 
 from app.api.api_errors import ApiError, bad_request, context_exceeded, model_not_loaded
 from app.api.api_streams import ApiStreams, PoolShape, ServedModel, model_id
-from app.api.engine_calls import ApiEvent, ApiJob, too_many_choices
+from app.api.engine_calls import ApiJob, too_many_choices
 from app.api.loop_thread_policy import give_way_on_waking
 from app.api.middlewares import (
     auth_middleware,
@@ -46,7 +48,9 @@ from app.api.middlewares import (
 from app.api.openai_replies import ReplyBuilder
 from app.api.openai_request import ApiCall, parse_chat, parse_completion
 from app.api.openai_responses import ResponseBuilder, write_response
-from app.api.reply_writer import Outbox, write_stream, write_whole
+from app.api.outbox import Outbox
+from app.api.reply_channel import ReplyChannel
+from app.api.reply_writer import write_stream, write_whole
 from app.api.responses_request import parse_responses
 from app.api.server_config import (
     SHUTDOWN_SECONDS,
@@ -103,6 +107,11 @@ class ApiServer:
         self._counters = _Counters()
         self.address: str | None = None
         worker.api.configure(PoolShape(config.n_slots, config.n_ctx_per_slot))
+
+    @property
+    def loop_wake_ups(self) -> int:
+        """How many times the engine worker has woken the server's loop (tests read it)."""
+        return self._outbox.doorbell.rings if self._outbox is not None else 0
 
     # --- the owner's thread ---
 
@@ -294,10 +303,10 @@ class ApiServer:
         if self.config.log_prompts:
             log.info("prompt: %s", json.dumps(body)[:4000])
         with self._admitted():
-            queue: asyncio.Queue[ApiEvent] = asyncio.Queue()
             outbox = self._outbox
             assert outbox is not None  # it listens, so _listen made it
-            job = ApiJob(call, lambda event: outbox.put(queue, event), switch_to=switch_to)
+            channel = ReplyChannel(outbox)
+            job = ApiJob(call, channel.send, switch_to=switch_to)
             served_as = model_id(switch_to[0]) if switch_to else model.id if model else call.model
             reply = ReplyBuilder(
                 call.endpoint, served_as, call.include_usage, call.top_logprobs is not None,
@@ -309,11 +318,11 @@ class ApiServer:
             try:
                 if responses:
                     return await write_response(
-                        request, queue, ResponseBuilder(served_as, call, body)
+                        request, channel, ResponseBuilder(served_as, call, body)
                     )
                 if call.stream:
-                    return await write_stream(request, queue, reply)
-                return await write_whole(request, queue, reply)
+                    return await write_stream(request, channel, reply)
+                return await write_whole(request, channel, reply)
             finally:
                 job.cancel.cancel()  # a no-op once it ended; frees the sequence if not
 

@@ -16,7 +16,7 @@ import pytest
 from app.api.api_errors import ApiError
 from app.api.api_streams import ApiStreams
 from app.api.engine_calls import ApiEvent, ApiFailed
-from app.api.reply_writer import Outbox
+from app.api.outbox import Outbox
 
 
 class CountedLoop(asyncio.SelectorEventLoop):

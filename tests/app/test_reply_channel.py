@@ -1,0 +1,346 @@
+"""A stream's text written to its socket by the engine worker (app.api.reply_channel).
+
+Real sockets throughout: a socket pair whose far end is the client, a real asyncio
+loop on its own thread owning the near end as the server's loop owns a connection,
+and then the real server streaming the default model's replies to real clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import socket
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from aiohttp import web
+from api_server_fixtures import Serving, start_serving
+
+from app.api.api_errors import ApiError
+from app.api.engine_calls import ApiDelta, ApiFailed, ApiFinished, Usage
+from app.api.openai_replies import ReplyBuilder
+from app.api.outbox import Outbox
+from app.api.reply_channel import (
+    WORKER_WRITES,
+    ChannelEvent,
+    ClientGone,
+    ReplyChannel,
+    SocketWrites,
+    Unsent,
+)
+from app.api.reply_writer import write_stream
+
+pytestmark = pytest.mark.skipif(not WORKER_WRITES, reason="the worker writes on selector loops")
+
+T = TypeVar("T")
+
+QUESTION = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
+
+
+def chunk_payloads(data: bytes) -> list[bytes]:
+    """The payloads of HTTP chunks, up to the last chunk or the data's end, which must be a
+    chunk's end."""
+    payloads = []
+    while data:
+        size, rest = data.split(b"\r\n", 1)
+        length = int(size, 16)
+        assert rest[length : length + 2] == b"\r\n", "a chunk's frame is broken"
+        if length == 0:
+            break
+        payloads.append(rest[:length])
+        data = rest[length + 2 :]
+    return payloads
+
+
+def chunk_bodies(data: bytes) -> list[dict[str, Any]]:
+    """The JSON body of each chunk, each chunk one server-sent event."""
+    bodies = []
+    for event in chunk_payloads(data):
+        assert event.startswith(b"data: ") and event.endswith(b"\n\n")
+        assert event.count(b"\n\n") == 1
+        bodies.append(json.loads(event[6:]))
+    return bodies
+
+
+def contents(bodies: list[dict[str, Any]]) -> list[str]:
+    return [b["choices"][0]["delta"]["content"] for b in bodies]
+
+
+def received(far: socket.socket) -> bytes:
+    far.setblocking(False)
+    data = b""
+    while True:
+        try:
+            more = far.recv(1 << 16)
+        except BlockingIOError:
+            return data
+        if not more:
+            return data
+        data += more
+
+
+def test_each_delta_goes_out_as_one_http_chunk_of_one_event() -> None:
+    near, far = socket.socketpair()
+    with near, far:
+        writes = SocketWrites(near, ReplyBuilder("chat", "m"), chunked=True)
+        assert writes.write(ApiDelta(content="Hello")) == b""
+        assert writes.write(ApiDelta(content=" wörld")) == b""
+        writes.close()
+        assert near.fileno() >= 0  # the connection's own socket stays open
+        assert contents(chunk_bodies(received(far))) == ["Hello", " wörld"]
+
+
+def test_what_a_full_socket_does_not_take_is_handed_back_whole() -> None:
+    near, far = socket.socketpair()
+    with near, far:
+        near.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        near.setblocking(False)
+        writes = SocketWrites(near, ReplyBuilder("chat", "m"), chunked=True)
+        said = []
+        for n in range(10_000):
+            said.append(f"token {n} " * 8)
+            unsent = writes.write(ApiDelta(content=said[-1]))
+            if unsent:
+                break
+        writes.close()
+        assert unsent, "the socket never filled"
+        assert contents(chunk_bodies(received(far) + unsent)) == said
+
+
+def test_a_closed_client_is_an_error() -> None:
+    near, far = socket.socketpair()
+    with near:
+        far.close()
+        writes = SocketWrites(near, ReplyBuilder("chat", "m"), chunked=True)
+        with pytest.raises(OSError):
+            writes.write(ApiDelta(content="Hello"))
+        writes.close()
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+class Connection:
+    """A channel whose route's connection is the near end of a socket pair, the far end
+    the client; the test's thread is the worker."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, send_buffer: int = 0) -> None:
+        self.loop = loop
+        self.near, self.far = socket.socketpair()
+        if send_buffer:
+            self.near.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+
+        async def made() -> tuple[Outbox, ReplyChannel, asyncio.BaseTransport]:
+            outbox = Outbox(loop)
+            transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, self.near)
+            return outbox, ReplyChannel(outbox), transport
+
+        self.outbox, self.channel, self.transport = self.on_loop(made())
+        self.reply = ReplyBuilder("chat", "m")
+
+    def on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    def hand_over(self) -> bool:
+        async def hand() -> bool:
+            return self.channel.hand_over(self.transport, self.reply, chunked=True)
+
+        return self.on_loop(hand())
+
+    def taken(self, n: int) -> list[ChannelEvent]:
+        """The next n events the route gets, as it waits for them."""
+
+        async def take() -> list[ChannelEvent]:
+            return [await asyncio.wait_for(self.channel.get(), 10) for _ in range(n)]
+
+        return self.on_loop(take())
+
+    def close(self) -> None:
+        async def closed() -> None:
+            self.channel.take_back()
+            self.transport.close()
+            self.outbox.close()
+
+        self.on_loop(closed())
+        self.far.close()
+
+
+@pytest.fixture
+def connection(loop: asyncio.AbstractEventLoop) -> Iterator[Connection]:
+    made = Connection(loop)
+    yield made
+    made.close()
+
+
+def test_a_handed_over_streams_text_goes_to_the_socket_and_its_end_to_the_route(
+    connection: Connection,
+) -> None:
+    assert connection.hand_over()
+    for word in ["Once", " upon", " a time"]:
+        connection.channel.send(ApiDelta(content=word))
+    finished = ApiFinished("stop", Usage(5, 3, 0))
+    connection.channel.send(finished)
+    assert connection.taken(1) == [finished]
+    assert not connection.channel.handed_over
+    assert contents(chunk_bodies(received(connection.far))) == ["Once", " upon", " a time"]
+    assert connection.outbox.doorbell.rings == 1  # the finish alone woke the loop
+
+
+def test_the_route_keeps_the_socket_while_an_event_is_on_its_way(connection: Connection) -> None:
+    with connection.outbox.together():  # a step's events, not yet handed to the loop
+        connection.channel.send(ApiDelta(content="first"))
+        assert not connection.hand_over()
+    assert connection.taken(1) == [ApiDelta(content="first")]
+    assert connection.hand_over()
+
+
+def test_a_client_gone_ends_the_routes_wait(connection: Connection) -> None:
+    assert connection.hand_over()
+    connection.far.close()
+    connection.channel.send(ApiDelta(content="lost"))
+    assert connection.taken(1) == [ClientGone()]
+    assert not connection.channel.handed_over
+
+
+def test_a_send_the_socket_takes_in_part_hands_its_tail_and_the_rest_to_the_route(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    connection = Connection(loop, send_buffer=4096)
+    try:
+        assert connection.hand_over()
+        said = []
+        while connection.channel.handed_over and len(said) < 10_000:
+            said.append(f"token {len(said)} " * 8)
+            connection.channel.send(ApiDelta(content=said[-1]))
+        (tail,) = connection.taken(1)
+        assert isinstance(tail, Unsent)
+        assert contents(chunk_bodies(received(connection.far) + tail.data)) == said
+        connection.channel.send(ApiDelta(content="next"))  # the route writes it
+        assert connection.taken(1) == [ApiDelta(content="next")]
+        failed = ApiFailed(ApiError(500, "late", "server_error"))
+        connection.channel.send(failed)
+        assert connection.taken(1) == [failed]
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def serving(default_model_file: Path) -> Iterator[Serving]:
+    started = start_serving(str(default_model_file), n_slots=2, n_ctx_per_slot=1024)
+    yield started
+    started.close()
+
+
+def test_a_stream_under_way_is_written_without_waking_the_servers_loop(serving: Serving) -> None:
+    client = serving.client()
+    asked = {"model": serving.model_id, "messages": QUESTION, "temperature": 0, "max_tokens": 48}
+    whole = client.chat.completions.create(**asked)  # type: ignore[call-overload]
+    before = serving.server.loop_wake_ups
+    stream = client.chat.completions.create(**asked, stream=True)  # type: ignore[call-overload]
+    pieces = [c.choices[0].delta.content for c in stream if c.choices[0].delta.content]
+    woken = serving.server.loop_wake_ups - before
+    print(f"{len(pieces)} pieces of text, the loop woken {woken} times")
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert len(pieces) >= 40
+    assert woken <= 6  # its start and its end; handed to the loop, each piece woke it
+
+
+class StreamRoute:
+    """`write_stream` as the server's route, on a real aiohttp server on loopback, with the
+    test's thread as the engine worker; the connection's send buffer is made small, so a
+    client that does not read fills it within a few chunks."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.channels: queue.Queue[ReplyChannel] = queue.Queue()
+
+        async def route(request: web.Request) -> web.StreamResponse:
+            connection = request.transport.get_extra_info("socket")  # type: ignore[union-attr]
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            channel = ReplyChannel(self.outbox)
+            self.channels.put(channel)
+            return await write_stream(request, channel, ReplyBuilder("chat", "m"))
+
+        async def start() -> tuple[Outbox, web.AppRunner]:
+            app = web.Application()
+            app.router.add_post("/", route)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            return Outbox(loop), runner
+
+        self.outbox, self.runner = self.on_loop(start())
+        self.port = self.runner.addresses[0][1]
+
+    def on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    def settled(self) -> None:
+        """The loop has finished what it was running (a route's write and hand-over)."""
+
+        async def nothing() -> None:
+            return None
+
+        self.on_loop(nothing())
+
+    def close(self) -> None:
+        self.on_loop(self.runner.cleanup())
+        self.outbox.close()
+
+
+def read_until(conn: socket.socket, data: bytes, end: bytes) -> bytes:
+    while end not in data:
+        more = conn.recv(1 << 16)
+        assert more, "the server closed the connection"
+        data += more
+    return data
+
+
+def test_a_client_slower_than_its_stream_gets_all_of_it(loop: asyncio.AbstractEventLoop) -> None:
+    """Its socket fills: the worker hands the rest of a chunk to the route, which writes it
+    and what follows as the client reads, and hands the socket back once it caught up."""
+    route = StreamRoute(loop)
+    try:
+        with socket.create_connection(("127.0.0.1", route.port), timeout=30) as conn:
+            conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            channel = route.channels.get(timeout=10)
+            said = ["Once"]
+            channel.send(ApiDelta(content=said[0]))
+            data = read_until(conn, b"", b"Once")
+            route.settled()
+            assert channel.handed_over
+            while channel.handed_over and len(said) < 10_000:  # the client reads nothing
+                said.append(f" token {len(said)}" * 8)
+                channel.send(ApiDelta(content=said[-1]))
+            said += [" by", " the", " route"]
+            for text in said[-3:]:
+                channel.send(ApiDelta(content=text))
+            data = read_until(conn, data, b" route")
+            said.append(" handed over again")
+            channel.send(ApiDelta(content=said[-1]))
+            data = read_until(conn, data, b" again")
+            route.settled()
+            assert channel.handed_over
+            channel.send(ApiFinished("stop", Usage(5, len(said), 0)))
+            data = read_until(conn, data, b"\r\n0\r\n\r\n")
+    finally:
+        route.close()
+    head, _, chunks = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    events = b"".join(chunk_payloads(chunks)).split(b"\n\n")
+    assert events[-2:] == [b"data: [DONE]", b""]
+    bodies = [json.loads(e.removeprefix(b"data: ")) for e in events[:-2]]
+    assert [b["choices"][0]["delta"].get("content") for b in bodies] == ["", *said, None]
+    assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
