@@ -4,8 +4,11 @@ Handed to the server's loop, every token of a stream woke the loop's thread in
 the middle of llama.cpp's next step: it took a core from one of ggml's two
 threads while it ran asyncio's hand-off and aiohttp's write, and the other
 thread waited for it at the step's next barrier. The step cost 3 to 6% more
-than llama-server's, whose HTTP thread holds no GIL and writes between steps
-(docs/measurements.md, "The worker writes the stream").
+than llama-server's, whose HTTP thread holds no GIL and writes between steps.
+Written by the worker, the step costs what llama-server's does and the loop
+sleeps; tokens/s came out the same, as the client the worker wakes now runs
+between steps on the worker's core (docs/measurements.md, "The worker writes
+the stream").
 
 So once a stream is under way, its route hands its socket to the channel
 (`hand_over`) and the worker writes each new piece of text itself, between
