@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from loop_threads import running
 
 from app.api.loop_doorbell import LoopDoorbell
 
@@ -24,13 +25,8 @@ WAIT_S = 10.0
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.SelectorEventLoop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(WAIT_S)
-    loop.close()
+    with running(asyncio.SelectorEventLoop()) as started:
+        yield started
 
 
 def made_on(loop: asyncio.AbstractEventLoop, on_ring: Callable[[], None]) -> LoopDoorbell:

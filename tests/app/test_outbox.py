@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from loop_threads import running
 
 from app.api.api_errors import ApiError
 from app.api.api_streams import ApiStreams
@@ -31,13 +32,8 @@ class CountedLoop(asyncio.SelectorEventLoop):
 
 @pytest.fixture
 def loop() -> Iterator[CountedLoop]:
-    loop = CountedLoop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with running(CountedLoop()) as started:
+        yield started
 
 
 @pytest.fixture

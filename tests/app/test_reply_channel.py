@@ -11,7 +11,6 @@ import asyncio
 import json
 import queue
 import socket
-import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 from aiohttp import web
 from api_server_fixtures import Serving, start_serving
+from loop_threads import running
 
 from app.api.api_errors import ApiError
 from app.api.engine_calls import ApiDelta, ApiFailed, ApiFinished, Usage
@@ -123,13 +123,8 @@ def test_a_closed_client_is_an_error() -> None:
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with running(asyncio.new_event_loop()) as started:
+        yield started
 
 
 class Connection:
@@ -220,7 +215,7 @@ def test_a_send_the_socket_takes_in_part_hands_its_tail_and_the_rest_to_the_rout
     connection = Connection(loop, send_buffer=4096)
     try:
         assert connection.hand_over()
-        said = []
+        said: list[str] = []
         while connection.channel.handed_over and len(said) < 10_000:
             said.append(f"token {len(said)} " * 8)
             connection.channel.send(ApiDelta(content=said[-1]))
