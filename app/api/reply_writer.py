@@ -66,8 +66,10 @@ async def _stream(
     reply: ReplyBuilder,
     event: ChannelEvent,
 ) -> web.StreamResponse:
+    """The stream from its first event to its end, a failure or a client gone."""
     chunks: list[bytes] = [sse_event(chunk) for chunk in reply.first_chunks()]
     finished: list[ApiFinished] = []
+    chunked = response.headers.get("Transfer-Encoding", "").lower() == "chunked"
     while True:
         if isinstance(event, ApiDelta):
             chunks.append(sse_event(reply.delta_chunk(event)))
@@ -94,8 +96,7 @@ async def _stream(
         if channel.empty():
             await response.write(b"".join(chunks))
             chunks = []
-            chunked = response.headers.get("Transfer-Encoding", "").lower() == "chunked"
-            if not response.compression:
+            if not response.compression:  # the worker's chunks go out as they are
                 channel.hand_over(request.transport, reply, chunked)
             event = await channel.get()
         else:
