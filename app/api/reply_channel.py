@@ -163,7 +163,11 @@ class ReplyChannel:
         with self._lock:
             if self._writes is not None or self._on_the_way or not self._queue.empty():
                 return False
-            self._writes = SocketWrites(connection, reply, chunked)
+            try:
+                self._writes = SocketWrites(connection, reply, chunked)
+            except OSError as exc:  # no descriptor left for the duplicate: the loop writes
+                log.debug("the worker cannot write this stream: %s", exc)
+                return False
         return True
 
     def take_back(self) -> None:

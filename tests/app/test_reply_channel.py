@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import socket
 from collections.abc import Coroutine, Iterator
@@ -199,6 +200,24 @@ def test_the_route_keeps_the_socket_while_an_event_is_on_its_way(connection: Con
         assert not connection.hand_over()
     assert connection.taken(1) == [ApiDelta(content="first")]
     assert connection.hand_over()
+
+
+def test_without_a_descriptor_to_spare_the_route_keeps_the_socket(connection: Connection) -> None:
+    """The duplicate needs a file descriptor: at the process's limit the route writes."""
+    import resource  # POSIX only, as the worker's writes are
+
+    with open(os.devnull) as spare:
+        lowest_free = spare.fileno()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        handed = connection.hand_over()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not handed
+    connection.channel.send(ApiDelta(content="by the route"))
+    assert connection.taken(1) == [ApiDelta(content="by the route")]
+    assert connection.hand_over()  # with descriptors again
 
 
 def test_a_client_gone_ends_the_routes_wait(connection: Connection) -> None:
