@@ -161,7 +161,7 @@ class ReplyChannel:
         if connection is None or transport.is_closing() or transport.get_write_buffer_size():
             return False
         with self._lock:
-            if self._writes is not None or self._on_the_way or not self._queue.empty():
+            if self._writes is not None or self._on_the_way:  # the queue's events count too
                 return False
             try:
                 self._writes = SocketWrites(connection, reply, chunked)
