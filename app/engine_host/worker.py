@@ -9,8 +9,8 @@ a summary job's documents), runs one step that carries them all, and lets
 each activity hand out what its streams said. Requests that replace or
 re-plan the model wait until no conversation turn or job uses it; while a job
 runs, messages pass them. Cancelling is the one thing that bypasses the
-queue: it flips the request's token at once, which the scheduler and
-llama.cpp's abort callback watch.
+queue: it flips the request's token at once, which the scheduler watches
+between steps and which raises the abort flag llama.cpp reads inside one.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ prompts share (system prompt, instruction) is evaluated once into the
 context's last sequence and shared with each new one.
 
 Cancelling: between steps we check the flag; a step carrying a prompt chunk
-(which can take a second) also gets llama.cpp's abort callback. Requests in
-flight end "cancelled" with their partial text; requests not yet read from
-the iterable are left unread.
+(which can take a second) also gets an abort flag llama.cpp reads between
+graph nodes (engine.llama.abort_flag). Requests in flight end "cancelled"
+with their partial text; requests not yet read from the iterable are left
+unread.
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ class BatchRun:
         """Evaluate the prompts' common opening once, in the holder sequence."""
         assert self._prefix is not None
         shared = self._prefix.candidate(prompts)
-        if shared and self._scheduler.prefill(self._holder, shared, lambda: self._cancel.cancelled):
+        if shared and self._scheduler.prefill(self._holder, shared, self._cancel):
             self._prefix.tokens = shared
             log.debug("shared prompt prefix: %d tokens evaluated once", len(shared))
 

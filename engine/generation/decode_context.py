@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
@@ -29,6 +28,7 @@ from engine.generation.logprobs import TokenLogprob, log_softmax, top_tokens
 from engine.generation.prompt_pieces import EncodedImage
 from engine.generation.text_assembly import token_bytes
 from engine.generation.token_sampler import TokenSampler
+from engine.llama.abort_flag import AbortFlag
 from engine.llama.handle import LlamaHandle
 from engine.llama.load_params import LoadParams, make_llama_kwargs, padded_cells
 
@@ -61,7 +61,7 @@ class DecodeContext:
         self._memory = llama_cpp.llama_get_memory(context)
         self.capacity = n_batch  # llama_decode takes at most n_batch tokens per call
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
-        self._abort: Any = None
+        self._abort: AbortFlag | None = None
 
     @classmethod
     def of_model(cls, handle: LlamaHandle, params: LoadParams) -> DecodeContext:
@@ -109,12 +109,10 @@ class DecodeContext:
         self._batch.n_tokens = index + 1
         return index
 
-    def decode(self, abort: Callable[[], bool] | None = None) -> int:
-        """Run llama_decode on the batch; with `abort`, a long step stops between graph nodes.
-
-        The abort callback is a Python call per graph node, so callers pass
-        it only for steps long enough to need it (prompt chunks).
-        """
+    def decode(self, abort: AbortFlag | None = None) -> int:
+        """Run llama_decode on the batch; with `abort`, a long step stops between graph nodes
+        once the flag is raised. Callers pass one only for steps long enough to need it
+        (prompt chunks): watching the streams' cancel tokens costs a little Python."""
         self._set_abort(abort)
         try:
             return int(llama_cpp.llama_decode(self._require_open(), self._batch))
@@ -122,7 +120,7 @@ class DecodeContext:
             self._set_abort(None)
 
     def decode_image(
-        self, image: EncodedImage, sequence: int, n_past: int, abort: Callable[[], bool]
+        self, image: EncodedImage, sequence: int, n_past: int, abort: AbortFlag | None
     ) -> int:
         """The image's embeddings in n_batch slices at its positions in `sequence`, attending
         both ways when the model wants that (set for the image only); llama_decode's code."""
@@ -212,16 +210,14 @@ class DecodeContext:
             raise RuntimeError("the decode context is closed")
         return self._ctx
 
-    def _set_abort(self, abort: Callable[[], bool] | None) -> None:
+    def _set_abort(self, abort: AbortFlag | None) -> None:
         if abort is None and self._abort is None:
             return
         ctx = self._require_open()
+        self._abort = abort  # kept while llama.cpp holds its address
         if abort is None:
-            self._abort = None
             llama_cpp.llama_set_abort_callback(
                 ctx, llama_cpp.ggml_abort_callback(0), ctypes.c_void_p(0)
             )
             return
-        # kept on self: ctypes must not collect the callback while llama.cpp holds it
-        self._abort = llama_cpp.ggml_abort_callback(lambda _data: abort())
-        llama_cpp.llama_set_abort_callback(ctx, self._abort, ctypes.c_void_p(0))
+        llama_cpp.llama_set_abort_callback(ctx, abort.callback, abort.data)

@@ -26,18 +26,22 @@ that continues a conversation evaluates only what changed; a change inside
 an image re-evaluates the whole image, whose tokens attend to each other.
 
 Cancelling: each stream has its own token, checked between steps; a step
-that carries prompt tokens (which can take seconds) also gets llama.cpp's
-abort callback, so it stops between graph nodes once one of its streams is
-cancelled. The others are not advanced and run again in the next step.
+that carries prompt tokens (which can take seconds) also gets an abort flag
+that llama.cpp reads between graph nodes without Python
+(engine.llama.abort_flag), raised by the token of any of its streams
+cancelled meanwhile. The others are not advanced and run again in the next
+step.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from engine.cancel import CancelToken
 from engine.errors import BadInputError
 from engine.generation.decode_context import DECODE_ABORTED, DECODE_OK, DecodeContext
 from engine.generation.decode_step import DecodeStep
@@ -51,6 +55,7 @@ from engine.generation.stats import FinishReason
 from engine.generation.step_composition import StepComposer
 from engine.generation.stream import Identity, Stream, StreamRequest, inside_image
 from engine.generation.token_sampler import TokenSampler
+from engine.llama.abort_flag import AbortFlag
 from engine.planning.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -157,10 +162,10 @@ class Scheduler:
         stream.end(finish)
         self._release(stream)
 
-    def prefill(self, seq_id: int, tokens: tuple[int, ...], abort: Callable[[], bool]) -> bool:
+    def prefill(self, seq_id: int, tokens: tuple[int, ...], cancel: CancelToken | None) -> bool:
         """Evaluate tokens into a free sequence (from empty) without sampling: an opening
-        that later streams copy. False if llama.cpp did not take them or the pool has no
-        room for them now."""
+        that later streams copy. False if llama.cpp did not take them, `cancel` stopped
+        them or the pool has no room for them now."""
         self.context.forget(seq_id)
         self._held[seq_id], self._end[seq_id] = [], 0
         try:
@@ -172,7 +177,9 @@ class Scheduler:
             self.context.clear()
             for offset, token in enumerate(tokens[start : start + self.context.n_batch]):
                 self.context.add(token, start + offset, seq_id, False)
-            if self._decode(self.context.n_tokens, (seq_id,), 0, abort) != DECODE_OK:
+            with _abort_on_cancel([cancel] if cancel is not None else []) as abort:
+                code = self._decode(self.context.n_tokens, (seq_id,), 0, abort)
+            if code != DECODE_OK:
                 self.context.forget(seq_id)
                 self._held[seq_id], self._end[seq_id] = [], 0
                 return False
@@ -234,9 +241,10 @@ class Scheduler:
                 stream.output_index = index if wants else stream.output_index
         n_prompt = sum(len(c) for c in chunks.values())
         n_outputs = sum(1 for s in stepping if s.output_index is not None)
-        abort = _any_cancelled(stepping) if n_prompt else None
         sequences = tuple(stream.seq_id for stream in stepping)
-        code = self._decode(n_prompt, sequences, n_outputs, abort)
+        watched = [stream.request.cancel for stream in stepping] if n_prompt else []
+        with _abort_on_cancel(watched) as abort:
+            code = self._decode(n_prompt, sequences, n_outputs, abort)
         if chat is not None and chat.is_decoding and chat in stepping and code == DECODE_OK:
             assert self.last_step is not None
             self.composer.budget.record(self.last_step.seconds, self.context.n_tokens - 1)
@@ -265,10 +273,10 @@ class Scheduler:
         self._end[stream.seq_id] = stream.n_past
 
     def _feed_image(self, stream: Stream, image: EncodedImage) -> None:
-        abort = _any_cancelled([stream])
         self._decode_starts()
         started = time.perf_counter()
-        code = self.context.decode_image(image, stream.seq_id, stream.n_past, abort)
+        with _abort_on_cancel([stream.request.cancel]) as abort:
+            code = self.context.decode_image(image, stream.seq_id, stream.n_past, abort)
         seconds = time.perf_counter() - started
         aborted = code == DECODE_ABORTED
         step = DecodeStep(
@@ -299,7 +307,7 @@ class Scheduler:
         n_prompt: int,
         sequences: tuple[int, ...],
         n_outputs: int,
-        abort: Callable[[], bool] | None,
+        abort: AbortFlag | None,
     ) -> int:
         n_tokens = self.context.n_tokens
         n_past = self.context.first_position()
@@ -398,6 +406,15 @@ def _reusable(held: list[_Held], wanted: list[Identity]) -> int:
     return max(keep, 0)
 
 
-def _any_cancelled(streams: list[Stream]) -> Callable[[], bool]:
-    tokens = [s.request.cancel for s in streams]
-    return lambda: any(t.cancelled for t in tokens)
+@contextmanager
+def _abort_on_cancel(tokens: list[CancelToken]) -> Iterator[AbortFlag | None]:
+    """A step's abort flag, raised by any of `tokens` cancelled while the step runs (at
+    once if one already is); None for no tokens, so the step runs without a check."""
+    if not tokens:
+        yield None
+        return
+    flag = AbortFlag()
+    with ExitStack() as watching:
+        for token in tokens:
+            watching.enter_context(token.watching(flag.raise_flag))
+        yield flag

@@ -174,7 +174,7 @@ def _scheduled(
     for n_tokens in batches:
         with llama_log_lines() as lines:
             tokens = tuple(1 + i % 50 for i in range(n_tokens))
-            model.scheduler.prefill(0, tokens, abort=lambda: False)  # on an empty cache
+            model.scheduler.prefill(0, tokens, cancel=None)  # on an empty cache
         found[n_tokens] = node_backends(lines)
     return found, tuple(log.drain())
 

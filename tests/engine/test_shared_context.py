@@ -224,7 +224,7 @@ def test_the_conversations_prefill_uses_its_own_window_not_the_pool(
     alone = load_model(params.with_changes(n_ctx_shared=0))
     try:
         tokens = tuple(prompt(alone, "Hello"))
-        assert alone.scheduler.prefill(CONVERSATION, tokens, abort=lambda: False)
-        assert not alone.scheduler.prefill(1, tokens, abort=lambda: False)
+        assert alone.scheduler.prefill(CONVERSATION, tokens, cancel=None)
+        assert not alone.scheduler.prefill(1, tokens, cancel=None)
     finally:
         alone.close()
