@@ -16,10 +16,6 @@ Only `fixed / per_token` (the fixed cost in tokens) is needed, fitted over the
 recent steps. Where a step's fixed cost is dear (weights streamed over PCIe for
 every step) the groups grow until one step takes them all, as before; where
 prompt tokens are dear (a CPU), a few prompts finish per step.
-
-Only for bursts one batch cannot hold: a burst that fits one is one step
-(engine.generation.step_composition), since each added step also pays the gap
-between steps, which this model leaves out.
 """
 
 from __future__ import annotations

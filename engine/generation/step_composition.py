@@ -9,9 +9,9 @@ contents from the streams that can step and what recent steps cost:
 - otherwise every stream steps: a token for each decoding stream and prompt
   chunks for the others, the conversation's first, then the shortest remaining
   prompt first, so it starts decoding early;
-- while several prompts wait (a burst of API clients) and one batch cannot hold them,
-  a step finishes a group of the shortest, sized from the steps' fitted cost
-  (engine.generation.prompt_groups), each other prompt a token.
+- while several prompts wait (a burst of API clients), a step finishes a group of
+  the shortest, sized from the steps' fitted cost (engine.generation.prompt_groups),
+  each other prompt a token.
 """
 
 from __future__ import annotations
@@ -68,26 +68,16 @@ class StepComposer:
     def _grouped_size(self, stepping: list[Stream], chat: Stream | None) -> int:
         """The step's size when several prompts wait: one that finishes the shortest of them
         a group at a time (engine.generation.prompt_groups), each other prompt a token.
-
         The batch's size while one prompt waits, or the conversation's, or before the
-        steps have told what they cost, and while every waiting prompt fits in one
-        batch beside the decoding tokens: then one step takes them all, as
-        llama-server's does. Groups there gave 4 API clients their first tokens 14%
-        sooner and cost 3% of their tokens/s (docs/measurements.md, "A burst that fits
-        one batch"): each added step pays a step's fixed cost and the gap between steps
-        again. A burst one batch cannot hold is where groups pay: one step of 512
-        tokens kept 16 clients waiting 1.4 s for a first token.
-        """
+        steps have told what they cost."""
         filling = [s for s in stepping if not s.is_decoding]
         if len(filling) < 2 or (chat is not None and chat in filling):
-            return self.n_batch
-        left = sorted(s.prompt_left for s in filling)
-        decoding = len(stepping) - len(filling)
-        if decoding + sum(left) <= self.n_batch:
             return self.n_batch
         fixed = self.step_costs.fixed_in_tokens()  # a pass over the recent steps: only here
         if fixed is None:
             return self.n_batch
+        left = sorted(s.prompt_left for s in filling)
+        decoding = len(stepping) - len(filling)
         group = prompts_to_finish(left, decoding, fixed)
         size = decoding + len(filling) + sum(n - 1 for n in left[:group])
         return min(self.n_batch, size)
