@@ -22,10 +22,10 @@ checked out as a git worktree for the run.
 
     .venv/bin/python bench/api_interleave.py [--against REF] [--rounds 2] [--threads 2]
 
-Last run (2026-12-07, 2-core machine, 2 rounds, clients in their own process;
-docs/measurements.md, "One context against three", has the table): the GUI beside 8
-clients 75.6 tok/s against 20.5, its median time between tokens 1.11x alone (mean
-1.69x); the 8 clients alone 0.76x the baseline's, a summary job alone 0.85x.
+Last run (2026-12-07, 2-core machine, 2 rounds, the clients timed from their
+requests; docs/measurements.md, "One context against three", has the table): the
+8 clients alone 1.08x the baseline's, the GUI beside them 71.8 tok/s against 18.5,
+its time between tokens 0.97x alone (median; mean 1.41x), a summary job alone 0.84x.
 """
 
 from __future__ import annotations
