@@ -19,9 +19,16 @@ Per server it prints, over the timed blocks and the warm-up alike:
   step's entry while a reply is under way (gaps over 5 ms are the server waiting
   for a request, not working);
 - per generated token (the JSON's completion tokens; the warm-up's steps are
-  counted, its few tokens not): the time inside steps and between them.
+  counted, its few tokens not): the time inside steps and between them;
+- micro-batches: the llama_ubatch each step was split into, counted by a probe on
+  llama.cpp's process_ubatch that reads each one's tokens and sequence sets. With a
+  KV stream per sequence llama.cpp splits a step "equally": a micro-batch takes
+  the same number of tokens from each of a run of consecutive sequence ids, so one
+  prompt's chunk beside other sequences' single tokens, or a gap in the ids, is a
+  micro-batch more, and each one reads the weights again.
 
-Needs perf and the right to add uprobes (root). The probes are removed on leaving.
+Needs perf, nm and the right to add uprobes (root), on x86-64 or arm64. The probes are
+removed on leaving.
 
     .venv/bin/python bench/decode_gaps.py [--level 1] [--rounds 1]
 
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import platform
 import shutil
 import statistics
 import subprocess
@@ -57,6 +65,17 @@ PROBED = (
     ),
 )
 
+# llama_context::process_ubatch(const llama_ubatch &, ...): one call per micro-batch
+UBATCH_FUNCTION = (
+    "_ZN13llama_context14process_ubatchERK12llama_ubatch14llm_graph_type"
+    "P22llama_memory_context_iR11ggml_status"
+)
+# where the ubatch reference arrives (the second argument, after `this`), by machine
+UBATCH_ARGUMENT = {"x86_64": "%si", "amd64": "%si", "aarch64": "%x1", "arm64": "%x1"}
+# llama_ubatch's fields as llama-batch.h lays them out: u32 b_equal_seqs, n_tokens,
+# n_seq_tokens, n_seqs
+UBATCH_FIELDS = "ntok=+4({reg}):u32 nseq=+12({reg}):u32"
+
 
 class GapsError(Exception):
     """perf missing, probes refused, or the throughput run failed: one line, exit 1."""
@@ -68,19 +87,41 @@ class Calls:
 
     steps: list[tuple[float, float]] = field(default_factory=list)
     tokenized: list[float] = field(default_factory=list)
+    ubatches: list[tuple[float, int, int]] = field(default_factory=list)  # when, tokens, seqs
+
+
+def symbol_address(library: Path, symbol: str) -> int:
+    """Where a function starts in the library: its own address, so the probe is not also
+    put on its PLT entry, which perf probe does for a symbol's name."""
+    listed = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True
+    )
+    for line in listed.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[2] == symbol:
+            return int(fields[0], 16)
+    raise GapsError(f"{symbol} not found in {library.name}: another llama.cpp?")
 
 
 def add_probes() -> None:
-    """An entry and a return probe on each server's decode function, and an entry probe on
-    llama_tokenize (a new prompt: the next step carries it)."""
+    """An entry and a return probe on each server's decode function, an entry probe on
+    llama_tokenize (a new prompt: the next step carries it) and one on process_ubatch
+    that reads each micro-batch's size."""
     subprocess.run(["perf", "probe", "-q", "-d", f"{GROUP}:*"], capture_output=True)
+    register = UBATCH_ARGUMENT.get(platform.machine().lower())
+    if register is None:
+        raise GapsError(f"no probe for process_ubatch's argument on {platform.machine()}")
+    if shutil.which("nm") is None:
+        raise GapsError("nm not found (binutils)")
     for _name, comm, library, function in PROBED:
         if not library.exists():
             raise GapsError(f"{library} not found: run make bench-api")
         real = library.resolve()  # uprobes sit on a file; symbolic links name one
         tag = comm.replace("-", "_")
+        ubatch = f"{tag}_ub=0x{symbol_address(real, UBATCH_FUNCTION):x}"
+        ubatch += " " + UBATCH_FIELDS.format(reg=register)
         for spec in (f"{tag}_in={function}", f"{tag}_out={function}%return",
-                     f"{tag}_tok=llama_tokenize"):  # fmt: skip
+                     f"{tag}_tok=llama_tokenize", ubatch):  # fmt: skip
             done = subprocess.run(
                 ["perf", "probe", "-q", "-x", str(real), "-a", f"{GROUP}:{spec}"],
                 capture_output=True,
@@ -108,7 +149,7 @@ def record(data: Path, results: Path, level: int, rounds: int) -> None:
 def read_calls(data: Path) -> dict[str, Calls]:
     """Each server's calls from perf's record, by process name."""
     script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "comm,time,event"],
+        ["perf", "script", "-i", str(data), "-F", "comm,time,event,trace"],
         capture_output=True,
         text=True,
         check=True,
@@ -124,6 +165,9 @@ def read_calls(data: Path) -> dict[str, Calls]:
         mine = calls[names[comm]]
         if event.endswith("_tok:"):
             mine.tokenized.append(when)
+        elif event.endswith("_ub:"):
+            sizes = dict(f.split("=", 1) for f in fields[3:] if "=" in f)
+            mine.ubatches.append((when, int(sizes["ntok"]), int(sizes["nseq"])))
         elif event.endswith("_in:"):
             entered[comm] = when
         elif "_out" in event and comm in entered:
@@ -142,21 +186,33 @@ class Figures:
     gap_median: float
     gap_mean: float
     gap_total: float
+    ubatches: int
+    prompted_steps: int  # steps carrying a prompt's chunk (a micro-batch of more tokens
+    prompted_ubatches: int  # than sequences), and their micro-batches
+    tokens: int  # in the micro-batches: prompts' and decoded ones
 
 
 def figures(calls: Calls) -> Figures:
     """Steps split by whether a new prompt was tokenized since the last one returned."""
     tokenized = sorted(calls.tokenized)
+    ubatches = sorted(calls.ubatches)
     durations, plain, gaps = [], [], []
     previous_return: float | None = None
-    t = 0
+    t = u = 0
+    prompted_steps = prompted_ubatches = 0
     for entry, ret in calls.steps:
         prompted = False
         while t < len(tokenized) and tokenized[t] < entry:
             prompted, t = True, t + 1
+        first = u
+        while u < len(ubatches) and ubatches[u][0] <= ret:
+            u += 1
         durations.append(ret - entry)
         if not prompted:
             plain.append(ret - entry)
+        if any(n > seqs for _when, n, seqs in ubatches[first:u]):  # a prompt's chunk in it
+            prompted_steps += 1
+            prompted_ubatches += u - first
         if previous_return is not None and entry - previous_return < BUSY_GAP_S:
             gaps.append(entry - previous_return)
         previous_return = ret
@@ -170,6 +226,10 @@ def figures(calls: Calls) -> Figures:
         1e3 * statistics.median(gaps),
         1e3 * statistics.mean(gaps),
         1e3 * sum(gaps),
+        len(ubatches),
+        prompted_steps,
+        prompted_ubatches,
+        sum(n for _when, n, _seqs in ubatches),
     )
 
 
@@ -196,6 +256,14 @@ def report(calls: dict[str, Calls], tokens: dict[str, int], level: int) -> None:
         "steps: every decode call; decoding: the median of the steps carrying no new prompt; "
         "gap: from a step's return to the next step's entry, while a reply is under way"
     )
+    heads = f"{'micro-batches':14}{'all':>7}{'a step':>8}{'tokens each':>13}"
+    print(f"\n{heads}{'in steps with prompts':>23}")
+    for name, row in rows.items():
+        prompted = f"{row.prompted_ubatches} in {row.prompted_steps}"
+        print(
+            f"{name:14}{row.ubatches:>7}{row.ubatches / row.steps:>8.2f}"
+            f"{row.tokens / max(row.ubatches, 1):>13.1f}{prompted:>23}"
+        )
 
 
 def main() -> int:
