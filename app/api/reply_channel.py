@@ -10,15 +10,20 @@ sleeps; tokens/s came out the same, as the client the worker wakes now runs
 between steps on the worker's core (docs/measurements.md, "The worker writes
 the stream").
 
-So once a stream is under way, its route hands its socket to the channel
-(`hand_over`) and the worker writes each new piece of text itself, between
-steps: one chunk of server-sent events, framed as aiohttp frames it, sent on a
-duplicate of the connection's socket that never blocks. The loop is not woken
-at all. Whatever is not plain text (the finish, a failure), a send the socket
-could not take whole, and a client that has gone hand the stream back to the
-route, which writes the rest as before; it hands the socket over again once it
-has caught up. Where the loop owns no plain socket (Windows' proactor loop),
-the route never hands it over.
+So a stream's route hands its socket to the channel (`hand_over`) and the
+worker writes each new piece of text itself, between steps: one chunk of
+server-sent events, framed as aiohttp frames it, sent on a duplicate of the
+connection's socket that never blocks. The loop is not woken at all. The route
+hands the socket over before the first token, with the stream's opening (the
+HTTP head and the role chunk), which the worker sends with the first text: woken
+for it, the loop (SCHED_BATCH) waited for a core while both computed the next
+step, and the first token reached the client that much later. Whatever is not
+plain text (the finish, a failure), a send the socket could not take whole, and
+a client that has gone hand the stream back to the route, which writes the
+rest as before; it hands the socket over again once it has caught up. A failure
+before the first text finds the opening unsent, so the client still gets a plain
+HTTP error. Where the loop owns no plain socket (Windows' proactor loop), the
+route never hands it over.
 """
 
 from __future__ import annotations
@@ -72,21 +77,34 @@ class SocketWrites:
     loop closes its own socket meanwhile: a send never reaches whichever connection
     reused the number."""
 
-    def __init__(self, connection: Any, reply: ReplyBuilder, chunked: bool) -> None:
+    def __init__(
+        self, connection: Any, reply: ReplyBuilder, chunked: bool, opening: bytes = b""
+    ) -> None:
         self._socket = socket.fromfd(connection.fileno(), connection.family, connection.type)
         self._socket.setblocking(False)  # as the loop's: shared by both descriptors
         self._reply = reply
         self._chunked = chunked
+        self._opening = opening  # what goes out before the first chunk (the stream's head)
+
+    @property
+    def opening(self) -> bool:
+        """Whether the next write sends the stream's opening first."""
+        return bool(self._opening)
 
     def write(self, delta: ApiDelta) -> bytes:
-        """Send the delta's chunk; what the socket did not take. OSError: the client has gone."""
-        body = sse_event(self._reply.delta_chunk(delta))
-        data = b"%x\r\n%s\r\n" % (len(body), body) if self._chunked else body
+        """Send the delta's chunk, after the opening if it is still to go; what the socket did
+        not take. OSError: the client has gone."""
+        data = self._opening + self.frame(sse_event(self._reply.delta_chunk(delta)))
+        self._opening = b""
         try:
             sent = self._socket.send(data, _NO_SIGNAL)
         except (BlockingIOError, InterruptedError):
             sent = 0
         return data[sent:]
+
+    def frame(self, body: bytes) -> bytes:
+        """One event as the connection carries it: an HTTP chunk of its own, if chunked."""
+        return b"%x\r\n%s\r\n" % (len(body), body) if self._chunked else body
 
     def close(self) -> None:
         self._socket.close()
@@ -105,6 +123,7 @@ class ReplyChannel:
         self._lock = threading.Lock()  # the worker's send against a hand-over or take-back
         self._writes: SocketWrites | None = None
         self._on_the_way = 0  # events sent through the outbox that the route has not taken
+        self._opened = False  # the worker sent the stream's opening (or handed back its tail)
 
     # --- the worker's thread ---
 
@@ -115,6 +134,7 @@ class ReplyChannel:
             writes = self._writes
             if writes is not None:
                 if isinstance(event, ApiDelta):
+                    self._opened = self._opened or writes.opening
                     try:
                         unsent = writes.write(event)
                     except OSError as exc:
@@ -150,11 +170,16 @@ class ReplyChannel:
             self._on_the_way -= 1
 
     def hand_over(
-        self, transport: asyncio.BaseTransport | None, reply: ReplyBuilder, chunked: bool
+        self,
+        transport: asyncio.BaseTransport | None,
+        reply: ReplyBuilder,
+        chunked: bool,
+        opening: bytes = b"",
     ) -> bool:
         """Let the worker write the stream's text from now on: only when everything so far
         has reached the client's socket and every event sent has been taken, so nothing
-        the worker writes can overtake what the route has yet to write."""
+        the worker writes can overtake what the route has yet to write. `opening`, the
+        stream's head before anything was written, goes out with the first text."""
         if not WORKER_WRITES or not isinstance(transport, asyncio.WriteTransport):
             return False
         connection = transport.get_extra_info("socket")
@@ -164,7 +189,7 @@ class ReplyChannel:
             if self._writes is not None or self._on_the_way:  # the queue's events count too
                 return False
             try:
-                self._writes = SocketWrites(connection, reply, chunked)
+                self._writes = SocketWrites(connection, reply, chunked, opening)
             except OSError as exc:  # no descriptor left for the duplicate: the loop writes
                 log.debug("the worker cannot write this stream: %s", exc)
                 return False
@@ -180,3 +205,10 @@ class ReplyChannel:
     @property
     def handed_over(self) -> bool:
         return self._writes is not None
+
+    @property
+    def opened(self) -> bool:
+        """Whether the worker sent the opening the route handed over (or handed its unsent
+        tail back in an `Unsent`): the route must not send a head of its own."""
+        with self._lock:
+            return self._opened

@@ -6,17 +6,27 @@ route waits on it and writes the reply `ReplyBuilder` shapes, either whole
 the first token is a plain HTTP error (the route raises it); after it, the
 stream is already 200 and the error goes out as its last chunk. While a
 stream's text flows, the route hands its socket to the worker, which writes
-the text itself (app.api.reply_channel); the route writes the rest.
+the text itself (app.api.reply_channel), from the stream's head and first
+token on; the route writes the rest.
 """
 
 from __future__ import annotations
 
-from aiohttp import web
+from email.utils import formatdate
+
+from aiohttp import HttpVersion11, web
+from aiohttp.http import SERVER_SOFTWARE
 
 from app.api.engine_calls import ApiDelta, ApiFailed, ApiFinished
 from app.api.middlewares import USAGE_WORDS
 from app.api.openai_replies import ReplyBuilder, total_usage
 from app.api.reply_channel import ChannelEvent, ClientGone, ReplyChannel, Unsent, sse_event
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
 
 
 async def write_whole(
@@ -40,23 +50,54 @@ async def write_whole(
 async def write_stream(
     request: web.Request, channel: ReplyChannel, reply: ReplyBuilder
 ) -> web.StreamResponse:
-    """The reply as server-sent events. Events that wait in the channel together (the loop
-    fell behind the engine) go out in one write: one system call, not one per chunk."""
-    first = await channel.get()  # an error before the first token is still a plain error
-    if isinstance(first, ApiFailed):
-        raise first.error
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    await response.prepare(request)
+    """The reply as server-sent events. The worker sends the head with the first token
+    where it can; else the route sends both once the first event reaches it. Events that
+    wait in the channel together (the loop fell behind the engine) go out in one write:
+    one system call, not one per chunk."""
+    opening = _worker_opening(request, reply)
+    if opening is not None:
+        channel.hand_over(request.transport, reply, chunked=True, opening=opening)
     try:
-        return await _stream(request, response, channel, reply, first)
+        first = await channel.get()
+        if channel.opened:
+            response: web.StreamResponse = _HeadSentByWorker(headers=SSE_HEADERS)
+            await response.prepare(request)
+            return await _stream(request, response, channel, reply, first, [])
+        if isinstance(first, ApiFailed):  # an error before the first token: a plain error
+            raise first.error
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        opening_chunks = [sse_event(chunk) for chunk in reply.first_chunks()]
+        return await _stream(request, response, channel, reply, first, opening_chunks)
     finally:
         channel.take_back()
+
+
+def _worker_opening(request: web.Request, reply: ReplyBuilder) -> bytes | None:
+    """The stream's head and opening chunks as aiohttp would send them, for the worker to
+    send with the first token; None where aiohttp would frame the stream otherwise than
+    in chunks on a connection kept alive (HTTP/1.0, `Connection: close`)."""
+    if request.version != HttpVersion11 or not request.keep_alive:
+        return None
+    headers = {
+        **SSE_HEADERS,
+        "Transfer-Encoding": "chunked",
+        "Date": formatdate(usegmt=True),
+        "Server": SERVER_SOFTWARE,
+    }
+    head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    chunks = (sse_event(chunk) for chunk in reply.first_chunks())
+    return (head + "\r\n").encode() + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+
+
+class _HeadSentByWorker(web.StreamResponse):
+    """The response of a stream whose head the worker sent: preparing it readies aiohttp's
+    writer to frame the rest in chunks, as the head said, and sends nothing. It overrides
+    aiohttp's own (private) step; were that renamed, the head would go out twice, which
+    the tests over real connections (tests/app/test_reply_channel.py) would catch."""
+
+    async def _write_headers(self) -> None:  # aiohttp's step that sends the status and headers
+        return None
 
 
 async def _stream(
@@ -65,9 +106,10 @@ async def _stream(
     channel: ReplyChannel,
     reply: ReplyBuilder,
     event: ChannelEvent,
+    chunks: list[bytes],
 ) -> web.StreamResponse:
-    """The stream from its first event to its end, a failure or a client gone."""
-    chunks: list[bytes] = [sse_event(chunk) for chunk in reply.first_chunks()]
+    """The stream from its first event the route sees (after `chunks`, what is still to go
+    before it) to its end, a failure or a client gone."""
     finished: list[ApiFinished] = []
     chunked = response.headers.get("Transfer-Encoding", "").lower() == "chunked"
     while True:

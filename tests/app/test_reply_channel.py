@@ -8,6 +8,7 @@ and then the real server streaming the default model's replies to real clients.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import queue
@@ -15,6 +16,7 @@ import socket
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 from aiohttp import web
@@ -112,6 +114,21 @@ def test_what_a_full_socket_does_not_take_is_handed_back_whole() -> None:
         assert contents(chunk_bodies(received(far) + unsent)) == said
 
 
+def test_the_opening_goes_out_with_the_first_text_and_only_then() -> None:
+    near, far = socket.socketpair()
+    with near, far:
+        writes = SocketWrites(near, ReplyBuilder("chat", "m"), chunked=True, opening=b"HEAD\r\n")
+        assert writes.opening
+        assert received(far) == b""
+        assert writes.write(ApiDelta(content="Hello")) == b""
+        assert not writes.opening
+        assert writes.write(ApiDelta(content=" again")) == b""
+        writes.close()
+        data = received(far)
+        assert data.startswith(b"HEAD\r\n")
+        assert contents(chunk_bodies(data.removeprefix(b"HEAD\r\n"))) == ["Hello", " again"]
+
+
 def test_a_closed_client_is_an_error() -> None:
     near, far = socket.socketpair()
     with near:
@@ -149,9 +166,9 @@ class Connection:
     def on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
 
-    def hand_over(self) -> bool:
+    def hand_over(self, opening: bytes = b"") -> bool:
         async def hand() -> bool:
-            return self.channel.hand_over(self.transport, self.reply, chunked=True)
+            return self.channel.hand_over(self.transport, self.reply, True, opening)
 
         return self.on_loop(hand())
 
@@ -192,6 +209,48 @@ def test_a_handed_over_streams_text_goes_to_the_socket_and_its_end_to_the_route(
     assert not connection.channel.handed_over
     assert contents(chunk_bodies(received(connection.far))) == ["Once", " upon", " a time"]
     assert connection.outbox.doorbell.rings == 1  # the finish alone woke the loop
+
+
+def test_the_worker_opens_the_stream_with_its_first_text(connection: Connection) -> None:
+    assert connection.hand_over(opening=b"HEAD\r\n")
+    assert not connection.channel.opened
+    connection.channel.send(ApiDelta(content="Once"))
+    assert connection.channel.opened
+    data = received(connection.far)
+    assert data.startswith(b"HEAD\r\n")
+    assert contents(chunk_bodies(data.removeprefix(b"HEAD\r\n"))) == ["Once"]
+    assert connection.outbox.doorbell.rings == 0  # the first token did not wake the loop
+
+
+def test_a_failure_before_the_first_text_leaves_the_opening_to_the_route(
+    connection: Connection,
+) -> None:
+    assert connection.hand_over(opening=b"HEAD\r\n")
+    failed = ApiFailed(ApiError(400, "refused", "invalid_request_error"))
+    connection.channel.send(failed)
+    assert connection.taken(1) == [failed]
+    assert not connection.channel.opened
+    assert not connection.channel.handed_over
+    assert received(connection.far) == b""
+
+
+def test_an_opening_the_socket_cannot_take_goes_to_the_route_in_the_tail(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    connection = Connection(loop, send_buffer=4096)
+    try:
+        connection.far.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        opening = b"H" * (1 << 20)  # far more than the socket holds
+        assert connection.hand_over(opening=opening)
+        connection.channel.send(ApiDelta(content="Once"))
+        (tail,) = connection.taken(1)
+        assert isinstance(tail, Unsent)
+        assert connection.channel.opened  # the route must not send a head of its own
+        data = received(connection.far) + tail.data
+        assert data.startswith(opening)
+        assert contents(chunk_bodies(data.removeprefix(opening))) == ["Once"]
+    finally:
+        connection.close()
 
 
 def test_the_route_keeps_the_socket_while_an_event_is_on_its_way(connection: Connection) -> None:
@@ -268,7 +327,36 @@ def test_a_stream_under_way_is_written_without_waking_the_servers_loop(serving: 
     print(f"{len(pieces)} pieces of text, the loop woken {woken} times")
     assert "".join(pieces) == whole.choices[0].message.content
     assert len(pieces) >= 40
-    assert woken <= 6  # its start and its end; handed to the loop, each piece woke it
+    assert woken == 1  # its end; the route wrote the first token, it woke it for that too
+
+
+def test_a_failure_before_the_first_token_is_still_a_plain_http_error(serving: Serving) -> None:
+    """The socket was handed to the worker before the first token, with the stream's head:
+    a reply refused as it starts (a schema llama.cpp's grammar cannot hold) never sent it."""
+    address = urlsplit(serving.base_url)
+    refused = {
+        "model": serving.model_id, "messages": QUESTION, "max_tokens": 8, "stream": True,
+        "response_format": {"type": "json_schema", "json_schema": {"schema": {"enum": []}}},
+    }  # fmt: skip
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
+    try:
+        for asked in (refused, {**refused, "response_format": None}):  # then one on the same
+            connection.request(  # connection, as the error left it in step
+                "POST", "/v1/chat/completions", json.dumps(asked),
+                {"Authorization": f"Bearer {serving.api_key}", "Content-Type": "application/json"},
+            )  # fmt: skip
+            response = connection.getresponse()
+            body = response.read()
+            if asked is refused:
+                assert response.status == 400, body
+                assert response.getheader("Content-Type", "").startswith("application/json")
+                assert json.loads(body)["error"]["message"]
+            else:
+                assert response.status == 200
+                assert response.getheader("Content-Type") == "text/event-stream"
+                assert body.rstrip().endswith(b"data: [DONE]")
+    finally:
+        connection.close()
 
 
 class StreamRoute:
@@ -358,3 +446,63 @@ def test_a_client_slower_than_its_stream_gets_all_of_it(loop: asyncio.AbstractEv
     bodies = [json.loads(e.removeprefix(b"data: ")) for e in events[:-2]]
     assert [b["choices"][0]["delta"].get("content") for b in bodies] == ["", *said, None]
     assert bodies[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def read_to_the_end(conn: socket.socket) -> bytes:
+    data = b""
+    while more := conn.recv(1 << 16):
+        data += more
+    return data
+
+
+def test_an_http_1_0_client_gets_its_head_from_the_route(loop: asyncio.AbstractEventLoop) -> None:
+    """No chunks in HTTP/1.0, so not the worker's opening: aiohttp frames the stream."""
+    route = StreamRoute(loop)
+    try:
+        with socket.create_connection(("127.0.0.1", route.port), timeout=30) as conn:
+            conn.sendall(b"POST / HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            channel = route.channels.get(timeout=10)
+            route.settled()
+            assert not channel.handed_over
+            channel.send(ApiDelta(content="Once"))
+            channel.send(ApiFinished("stop", Usage(5, 1, 0)))
+            data = read_to_the_end(conn)
+    finally:
+        route.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200")
+    assert b"transfer-encoding" not in head.lower()
+    events = body.split(b"\n\n")
+    assert events[-2:] == [b"data: [DONE]", b""]
+    bodies = [json.loads(e.removeprefix(b"data: ")) for e in events[:-2]]
+    assert [b["choices"][0]["delta"].get("content") for b in bodies] == ["", "Once", None]
+
+
+def test_the_worker_sends_the_head_aiohttp_would_have_sent(loop: asyncio.AbstractEventLoop) -> None:
+    """The same status and headers (the date aside) as a stream whose first event the route
+    took, where aiohttp sends the head."""
+    route = StreamRoute(loop)
+    heads = []
+    try:
+        for opened_by_worker in (True, False):
+            with socket.create_connection(("127.0.0.1", route.port), timeout=30) as conn:
+                conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                channel = route.channels.get(timeout=10)
+                route.settled()
+                assert channel.handed_over
+                if not opened_by_worker:
+                    channel.take_back()  # as if the descriptor could not be duplicated
+                channel.send(ApiDelta(content="Once"))
+                channel.send(ApiFinished("stop", Usage(5, 1, 0)))
+                data = read_until(conn, b"", b"\r\n0\r\n\r\n")
+            assert channel.opened == opened_by_worker
+            head, _, chunks = data.partition(b"\r\n\r\n")
+            events = b"".join(chunk_payloads(chunks)).split(b"\n\n")
+            bodies = [json.loads(e.removeprefix(b"data: ")) for e in events[:-2]]
+            assert [b["choices"][0]["delta"].get("content") for b in bodies] == ["", "Once", None]
+            heads.append(sorted(line for line in head.split(b"\r\n") if b"Date: " not in line))
+    finally:
+        route.close()
+    worker, route_sent = heads
+    assert worker == route_sent
+    assert b"Transfer-Encoding: chunked" in worker
