@@ -327,7 +327,7 @@ def test_a_stream_under_way_is_written_without_waking_the_servers_loop(serving: 
     print(f"{len(pieces)} pieces of text, the loop woken {woken} times")
     assert "".join(pieces) == whole.choices[0].message.content
     assert len(pieces) >= 40
-    assert woken == 1  # its end; the route wrote the first token, it woke it for that too
+    assert woken == 1  # its end (when the route wrote the first token, that woke it too)
 
 
 def test_a_failure_before_the_first_token_is_still_a_plain_http_error(serving: Serving) -> None:
