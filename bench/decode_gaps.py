@@ -32,7 +32,8 @@ removed on leaving.
 
     .venv/bin/python bench/decode_gaps.py [--level 1] [--rounds 1]
 
-Figures, with what they show: docs/measurements.md, "Between two steps".
+Figures, with what they show: docs/measurements.md, "Between two steps" and
+"Micro-batches at 16 clients".
 """
 
 from __future__ import annotations

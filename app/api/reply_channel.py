@@ -70,6 +70,11 @@ def sse_event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
+def http_chunk(body: bytes) -> bytes:
+    """One chunk of a response in chunked transfer encoding, framed as aiohttp frames it."""
+    return b"%x\r\n%s\r\n" % (len(body), body)
+
+
 class SocketWrites:
     """A stream's text chunks sent by the worker on its own duplicate of the socket.
 
@@ -94,17 +99,14 @@ class SocketWrites:
     def write(self, delta: ApiDelta) -> bytes:
         """Send the delta's chunk, after the opening if it is still to go; what the socket did
         not take. OSError: the client has gone."""
-        data = self._opening + self.frame(sse_event(self._reply.delta_chunk(delta)))
+        body = sse_event(self._reply.delta_chunk(delta))
+        data = self._opening + (http_chunk(body) if self._chunked else body)
         self._opening = b""
         try:
             sent = self._socket.send(data, _NO_SIGNAL)
         except (BlockingIOError, InterruptedError):
             sent = 0
         return data[sent:]
-
-    def frame(self, body: bytes) -> bytes:
-        """One event as the connection carries it: an HTTP chunk of its own, if chunked."""
-        return b"%x\r\n%s\r\n" % (len(body), body) if self._chunked else body
 
     def close(self) -> None:
         self._socket.close()

@@ -20,7 +20,14 @@ from aiohttp.http import SERVER_SOFTWARE
 from app.api.engine_calls import ApiDelta, ApiFailed, ApiFinished
 from app.api.middlewares import USAGE_WORDS
 from app.api.openai_replies import ReplyBuilder, total_usage
-from app.api.reply_channel import ChannelEvent, ClientGone, ReplyChannel, Unsent, sse_event
+from app.api.reply_channel import (
+    ChannelEvent,
+    ClientGone,
+    ReplyChannel,
+    Unsent,
+    http_chunk,
+    sse_event,
+)
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -86,8 +93,8 @@ def _worker_opening(request: web.Request, reply: ReplyBuilder) -> bytes | None:
         "Server": SERVER_SOFTWARE,
     }
     head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    chunks = (sse_event(chunk) for chunk in reply.first_chunks())
-    return (head + "\r\n").encode() + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+    chunks = (http_chunk(sse_event(chunk)) for chunk in reply.first_chunks())
+    return (head + "\r\n").encode() + b"".join(chunks)
 
 
 class _HeadSentByWorker(web.StreamResponse):
